@@ -1,0 +1,1 @@
+"""LTX-2 audio+video diffusion in JAX (Flax NNX)."""

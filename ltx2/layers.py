@@ -1,0 +1,102 @@
+"""Building blocks shared by every LTX-2 component: dense layers, norms, layer stacking.
+
+Weights follow Flax conventions (a Linear ``kernel`` is ``[in, out]``); ``ltx2.convert``
+transposes PyTorch's ``[out, in]``. Every parameter is tagged with logical axis names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ltx2.sharding import LogicalAxes, param
+
+Initializer = Callable[..., jax.Array]
+
+
+class Linear(nnx.Module):
+    """``y = x @ kernel + bias`` with logical names ``(in_axis, out_axis)`` on the kernel."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        axes: tuple[str | None, str | None],
+        use_bias: bool = True,
+        dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        if in_features <= 0 or out_features <= 0:
+            raise ValueError(f"Linear needs positive sizes, got in={in_features}, out={out_features}")
+        init = nnx.initializers.lecun_normal()
+        self.kernel = param(init(rngs.params(), (in_features, out_features), dtype), axes)
+        self.bias = param(jnp.zeros((out_features,), dtype), (axes[1],)) if use_bias else None
+        self.in_features, self.out_features = in_features, out_features
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.matmul(x, self.kernel[...].astype(x.dtype))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(x.dtype)
+        return y
+
+
+def rms_norm(x: jax.Array, eps: float, scale: jax.Array | None = None) -> jax.Array:
+    """RMSNorm over the last axis, computed in float32 (torch.nn.RMSNorm / diffusers RMSNorm)."""
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    if scale is not None:
+        y = y * scale.astype(jnp.float32)
+    return y.astype(x.dtype)
+
+
+def layer_norm(x: jax.Array, eps: float) -> jax.Array:
+    """LayerNorm without affine parameters over the last axis."""
+    xf = x.astype(jnp.float32)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
+    return ((xf - mean) * jax.lax.rsqrt(var + eps)).astype(x.dtype)
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm with an optional learned scale (``weight`` in diffusers)."""
+
+    def __init__(self, dim: int, *, eps: float, affine: bool = True, axis_name: str = "norm"):
+        self.eps = eps
+        self.scale = param(jnp.ones((dim,), jnp.float32), (axis_name,)) if affine else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return rms_norm(x, self.eps, None if self.scale is None else self.scale[...])
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """GELU with the tanh approximation (torch ``approximate="tanh"``)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+def stack_layers(make: Callable[[nnx.Rngs], nnx.Module], num_layers: int, rngs: nnx.Rngs) -> nnx.Module:
+    """Build ``num_layers`` copies of a module with their parameters stacked on a leading
+    ``"layers"`` axis (one graph, ``[L, ...]`` arrays): the layout ``lax.scan`` consumes and
+    that the Python-loop path slices, so parameter names never depend on the path taken."""
+    if num_layers <= 0:
+        raise ValueError(f"num_layers must be positive, got {num_layers}")
+
+    @nnx.split_rngs(splits=num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def build(r: nnx.Rngs) -> nnx.Module:
+        return make(r)
+
+    stacked = build(rngs)
+    for _, var in nnx.iter_graph(stacked):
+        if isinstance(var, nnx.Variable):
+            names: LogicalAxes = var.get_metadata().get("logical_axes") or (None,) * (var.ndim - 1)
+            var.set_metadata("logical_axes", ("layers", *names))
+    return stacked
+
+
+def layer_slice(stacked_state: nnx.State, index: int) -> nnx.State:
+    """The state of layer ``index`` from a stacked state (used by the Python-loop path)."""
+    return jax.tree.map(lambda a: a[index], stacked_state)

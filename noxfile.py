@@ -1,0 +1,69 @@
+"""How everything runs, locally and in CI: `nox -s <session> -- <args>`.
+
+Sessions reuse their virtualenvs; the first run installs the pinned dependencies from
+pyproject.toml (torch resolves to the 2.13.0 CPU build that pip finds on disk).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+PYTHON = "3.11"
+CPU_ENV = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+
+
+def _install(session: nox.Session, extras: str = "") -> None:
+    target = f".[{extras}]" if extras else "."
+    session.install("-e", target)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit and parity tests on CPU with 8 simulated devices. Extra args go to pytest."""
+    _install(session, "test")
+    args = session.posargs or ["-q", "-m", "not slow"]
+    session.run("pytest", *args, env=CPU_ENV)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff (style, imports) and mypy (public signatures) over the packages."""
+    _install(session, "lint")
+    session.run("ruff", "check", "ltx2", "harness", "tests", "noxfile.py", *session.posargs)
+    session.run("mypy", "ltx2", "harness")
+
+
+@nox.session(python=PYTHON)
+def sweep(session: nox.Session) -> None:
+    """Run a manifest (default experiments/cpu.toml): `nox -s sweep -- experiments/v6e.toml`."""
+    _install(session)
+    args = session.posargs or ["experiments/cpu.toml"]
+    session.run("python", "-m", "harness", "sweep", *args, env={**CPU_ENV, **dict(os.environ)})
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Render the HTML report of a results file: `nox -s report -- reports/<id>/results.jsonl`."""
+    _install(session)
+    session.run("python", "-m", "harness", "report", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def gate(session: nox.Session) -> None:
+    """Perf gate against a committed baseline (default experiments/nightly.toml)."""
+    _install(session)
+    args = session.posargs or ["experiments/nightly.toml"]
+    session.run("python", "-m", "harness", "gate", *args, env={**CPU_ENV, **dict(os.environ)})
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """JAX vs diffusers benchmarks (pytest-benchmark), not part of `tests`."""
+    _install(session, "test")
+    args = session.posargs or ["tests/benchmarks", "--benchmark-json=reports/bench.json"]
+    session.run("pytest", "-p", "no:cacheprovider", *args, env=CPU_ENV)
