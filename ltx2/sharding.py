@@ -9,11 +9,15 @@ CPU runs, parity tests) every constraint is a no-op, so numerics never depend on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import jax
 from flax import nnx
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 MeshAxes = tuple[str, ...]
@@ -84,9 +88,71 @@ class Strategy:
         return P(*out)
 
 
-REPLICATED = Strategy("replicated", {}, "everything replicated: the numerical reference")
+MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
+"""The mesh axis vocabulary every strategy is written against (a mesh may use any subset)."""
 
-_REGISTRY: dict[str, Strategy] = {REPLICATED.name: REPLICATED}
+_ACT_TOKENS = ("activation_length",)
+
+REPLICATED = Strategy("replicated", {}, "everything replicated: the numerical reference")
+NAIVE = Strategy(
+    "naive",
+    {
+        # The layout before the known fixes: QKV / FFN input kernels sharded on their
+        # contracted feature dim over the same axis the sequence is sharded on, so every
+        # projection needs an all-gather of activations or weights.
+        "embed": ("context", "fsdp"),
+        "activation_length": ("context", "fsdp"),
+        "activation_batch": ("data",),
+    },
+    "weights sharded on the contracted feature dim + sequence-sharded activations (pre-fix)",
+)
+CONTEXT = Strategy(
+    "context",
+    {
+        # Sequence parallel: tokens stay sharded, weights are sharded only on output dims
+        # (heads / mlp over tensor), so projections and the FFN need no sequence all-gather;
+        # only attention gathers K/V.
+        "activation_length": ("context", "fsdp"),
+        "activation_batch": ("data",),
+        "heads": ("tensor",),
+        "kv": ("tensor",),
+        "mlp": ("tensor",),
+        "activation_heads": ("tensor",),
+        "activation_mlp": ("tensor",),
+    },
+    "sequence-parallel activations, weights sharded on output dims only",
+)
+TRILLIUM = Strategy(
+    "trillium",
+    {
+        # 2-D: heads/mlp over tensor, the model width over fsdp (FSDP-style weight gathers),
+        # batch over data+fsdp. Tuned for TPU v6e (Trillium) 2-D tori.
+        "heads": ("tensor",),
+        "kv": ("tensor",),
+        "mlp": ("tensor",),
+        "embed": ("fsdp",),
+        "modulation": ("tensor",),
+        "activation_batch": ("data", "fsdp"),
+        "activation_heads": ("tensor",),
+        "activation_mlp": ("tensor",),
+    },
+    "2-D heads (tensor) + embed (fsdp) sharding, tuned for TPU v6e",
+)
+IRONWOOD = Strategy(
+    "ironwood",
+    {
+        # 1-D heads: Megatron-style column/row parallel attention and FFN over one axis.
+        "heads": ("tensor",),
+        "kv": ("tensor",),
+        "mlp": ("tensor",),
+        "activation_batch": ("data",),
+        "activation_heads": ("tensor",),
+        "activation_mlp": ("tensor",),
+    },
+    "1-D heads sharding, tuned for TPU v7x (Ironwood)",
+)
+
+_REGISTRY: dict[str, Strategy] = {s.name: s for s in (REPLICATED, NAIVE, CONTEXT, TRILLIUM, IRONWOOD)}
 
 
 def register(strategy: Strategy) -> Strategy:
@@ -103,6 +169,23 @@ def get_strategy(name: str) -> Strategy:
 
 def strategy_names() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def with_overrides(base: str | Strategy, overrides: Mapping[str, Sequence[str] | str | None]) -> Strategy:
+    """A strategy with some rules replaced, e.g. from a manifest's ``[sharding.rules]`` table.
+
+    Unknown logical names or mesh axes are errors that name them."""
+    strat = get_strategy(base) if isinstance(base, str) else base
+    rules = dict(strat.rules)
+    for logical, axes in overrides.items():
+        if logical not in LOGICAL_AXES:
+            raise ValueError(f"override names unknown logical axis {logical!r}; known: {sorted(LOGICAL_AXES)}")
+        mesh_axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+        bad = [a for a in mesh_axes if a not in MESH_AXES]
+        if bad:
+            raise ValueError(f"override {logical!r} names unknown mesh axes {bad}; known: {list(MESH_AXES)}")
+        rules[logical] = mesh_axes
+    return Strategy(f"{strat.name}+overrides", rules, strat.description)
 
 
 def _context_mesh_axis_names() -> tuple[str, ...]:
@@ -132,3 +215,80 @@ def param(value: jax.Array, names: LogicalAxes) -> nnx.Param:
     if len(names) != value.ndim:
         raise ValueError(f"logical names {names} do not match parameter shape {value.shape}")
     return nnx.Param(value, logical_axes=tuple(names))
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """Named mesh axes and sizes, e.g. ``(("data", 1), ("context", -1))``; -1 = the rest."""
+
+    axes: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def from_mapping(cls, axes: Mapping[str, int]) -> MeshSpec:
+        return cls(tuple((str(k), int(v)) for k, v in axes.items()))
+
+    def resolve(self, num_devices: int) -> tuple[tuple[str, int], ...]:
+        """Axis sizes with -1 filled in; raises ValueError saying why the mesh cannot be built."""
+        names = [n for n, _ in self.axes]
+        unknown = [n for n in names if n not in MESH_AXES]
+        if unknown:
+            raise ValueError(f"mesh: unknown axis names {unknown}; known: {list(MESH_AXES)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"mesh: repeated axis names in {names}")
+        bad = [(n, s) for n, s in self.axes if s == 0 or s < -1]
+        if bad:
+            raise ValueError(f"mesh: axis sizes must be positive or -1, got {bad}")
+        rest = [n for n, s in self.axes if s == -1]
+        if len(rest) > 1:
+            raise ValueError(f"mesh: only one axis may be -1, got {rest}")
+        fixed = math.prod(s for _, s in self.axes if s != -1)
+        if rest:
+            if num_devices % fixed:
+                raise ValueError(
+                    f"mesh: {num_devices} devices are not divisible by the fixed axes' product {fixed}"
+                )
+            return tuple((n, num_devices // fixed if s == -1 else s) for n, s in self.axes)
+        if fixed != num_devices:
+            raise ValueError(
+                f"mesh: axis sizes {dict(self.axes)} multiply to {fixed}, but {num_devices} devices are present"
+            )
+        return self.axes
+
+
+def build_mesh(spec: MeshSpec | Mapping[str, int], devices: Sequence[Any] | None = None) -> Mesh:
+    """A mesh with Auto axis types (jax 0.10's ``make_mesh`` defaults to Explicit axes, which
+    ``with_sharding_constraint`` rejects)."""
+    spec = spec if isinstance(spec, MeshSpec) else MeshSpec.from_mapping(spec)
+    devs = list(jax.devices() if devices is None else devices)
+    axes = spec.resolve(len(devs))
+    shape = tuple(s for _, s in axes)
+    names = tuple(n for n, _ in axes)
+    device_array = mesh_utils.create_device_mesh(shape, devices=devs, allow_split_physical_axes=True)
+    return Mesh(device_array, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def param_shardings(module_or_state: Any, strategy: str | Strategy, mesh: Mesh) -> Any:
+    """A tree of ``NamedSharding`` matching ``nnx.state(module)``, from each parameter's logical names."""
+    strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    state = module_or_state if isinstance(module_or_state, nnx.State) else nnx.state(module_or_state)
+
+    def one(var: Any) -> Any:
+        if not isinstance(var, nnx.Variable):
+            return NamedSharding(mesh, P())
+        return NamedSharding(mesh, strat.spec(logical_axes(var), mesh.axis_names))
+
+    return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_module(module: nnx.Module, strategy: str | Strategy, mesh: Mesh) -> nnx.Module:
+    """Place a module's parameters on ``mesh`` according to ``strategy`` (in place)."""
+    state = nnx.state(module)
+    shardings = param_shardings(state, strategy, mesh)
+    nnx.update(module, jax.device_put(state, shardings))
+    return module
+
+
+def input_sharding(names: LogicalAxes, strategy: str | Strategy, mesh: Mesh) -> NamedSharding:
+    """Where an input with these logical names lives under ``strategy``."""
+    strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    return NamedSharding(mesh, strat.spec(names, mesh.axis_names))

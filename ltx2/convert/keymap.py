@@ -125,5 +125,5 @@ def load_state_dict(module: nnx.Module, state_dict: Mapping[str, Any], rules: It
             raise KeyError(f"key {key!r} maps to {'.'.join(map(str, path))}, which the module does not have")
         if tuple(array.shape) != tuple(var.shape):
             raise ValueError(f"key {key!r}: shape {tuple(array.shape)} does not fit {tuple(var.shape)}")
-        var.value = jnp.asarray(array, dtype=var.dtype)
+        var.set_value(jnp.asarray(array, dtype=var.dtype))
     return module
