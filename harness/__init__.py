@@ -1,0 +1,1 @@
+"""Profiling and regression harness for the ltx2 pipeline: manifests, runs, metrics, reports, gates."""

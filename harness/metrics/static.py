@@ -1,0 +1,163 @@
+"""Static metrics of a compiled program: collectives, per-device memory, cost, compile time.
+
+Deterministic and hardware-free: lower and compile on `jax.ShapeDtypeStruct`s, for any
+model size, on any backend jax can compile for (including TPU/GPU AOT from a CPU host).
+
+Caveats the numbers carry (see shared/reference/profiling_toolchain.md, section 4):
+* memory is per device. On CPU `peak_memory_in_bytes` is about args + outputs and
+  ignores temporaries, so `MemoryMetrics.bound_bytes` is `arg + out + temp - alias`
+  there; elsewhere it is the backend's peak.
+* `cost_analysis()` counts a `while`/`scan` body once (collectives do apply trip counts).
+* CPU HLO differs from TPU/GPU HLO (bf16 collectives upcast to f32, no reduce-scatter),
+  so baselines must be kept per backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from harness.metrics.hlo import CollectiveStats, collective_stats
+
+
+@dataclass(frozen=True)
+class MemoryMetrics:
+    """`Compiled.memory_analysis()` per device, in bytes; a field is None where the backend gives none."""
+
+    argument_bytes: int | None
+    output_bytes: int | None
+    temp_bytes: int | None
+    alias_bytes: int | None
+    generated_code_bytes: int | None
+    peak_bytes: int | None
+    bound_bytes: int | None
+
+
+@dataclass(frozen=True)
+class CostMetrics:
+    """`Compiled.cost_analysis()` totals per device (a scan body is counted once)."""
+
+    flops: float | None
+    bytes_accessed: float | None
+    transcendentals: float | None
+
+
+@dataclass(frozen=True)
+class CompileTiming:
+    """Wall seconds spent in `jit(...).lower(...)` and in `.compile()`."""
+
+    lower_seconds: float
+    compile_seconds: float
+
+
+@dataclass(frozen=True)
+class StaticMetrics:
+    """Everything known about a compiled program without running it."""
+
+    platform: str
+    collectives: CollectiveStats
+    memory: MemoryMetrics | None
+    cost: CostMetrics | None
+    timing: CompileTiming | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (plain dicts, lists, numbers, strings and None)."""
+        return {
+            "platform": self.platform,
+            "collectives": self.collectives.to_dict(),
+            "memory": _as_dict(self.memory),
+            "cost": _as_dict(self.cost),
+            "timing": _as_dict(self.timing),
+        }
+
+
+def _as_dict(value: object) -> dict[str, Any] | None:
+    return None if value is None else dataclasses.asdict(value)  # type: ignore[call-overload]
+
+
+def compiled_platform(compiled: jax.stages.Compiled) -> str:
+    """Platform ('cpu', 'tpu', 'gpu', ...) of the devices a compiled program is assigned to."""
+    for sharding in jax.tree.leaves((compiled.input_shardings, compiled.output_shardings)):
+        if isinstance(sharding, jax.sharding.Sharding) and sharding.device_set:
+            device: Any = next(iter(sharding.device_set))
+            return str(device.platform)
+    return jax.default_backend()
+
+
+def _int_or_none(stats: object, name: str) -> int | None:
+    value = getattr(stats, name, None)
+    return None if value is None else int(value)
+
+
+def memory_metrics(stats: object | None, platform: str) -> MemoryMetrics | None:
+    """Read a `CompiledMemoryStats` (or None) into `MemoryMetrics`."""
+    if stats is None:
+        return None
+    fields = {
+        "argument_bytes": "argument_size_in_bytes",
+        "output_bytes": "output_size_in_bytes",
+        "temp_bytes": "temp_size_in_bytes",
+        "alias_bytes": "alias_size_in_bytes",
+        "generated_code_bytes": "generated_code_size_in_bytes",
+        "peak_bytes": "peak_memory_in_bytes",
+    }
+    values = {ours: _int_or_none(stats, theirs) for ours, theirs in fields.items()}
+    return MemoryMetrics(**values, bound_bytes=_memory_bound(values, platform))
+
+
+def _memory_bound(values: Mapping[str, int | None], platform: str) -> int | None:
+    peak = values["peak_bytes"]
+    if platform != "cpu" and peak is not None:
+        return peak
+    keys = ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes")
+    arg, out, temp, alias = (values[k] for k in keys)
+    if arg is None or out is None or temp is None or alias is None:
+        return None
+    return arg + out + temp - alias
+
+
+def cost_metrics(cost: object | None) -> CostMetrics | None:
+    """Read `cost_analysis()` output: a dict, a list holding one dict (older jax), or None."""
+    if isinstance(cost, list | tuple):
+        cost = cost[0] if cost else None
+    if not isinstance(cost, Mapping):
+        return None
+
+    def get(key: str) -> float | None:
+        value = cost.get(key)
+        return None if value is None else float(value)
+
+    return CostMetrics(get("flops"), get("bytes accessed"), get("transcendentals"))
+
+
+def analyze_compiled(compiled: jax.stages.Compiled) -> StaticMetrics:
+    """Collectives, memory and cost of an already compiled program."""
+    platform = compiled_platform(compiled)
+    return StaticMetrics(
+        platform=platform,
+        collectives=collective_stats(compiled.as_text() or ""),
+        memory=memory_metrics(compiled.memory_analysis(), platform),
+        cost=cost_metrics(compiled.cost_analysis()),
+    )
+
+
+def lower_and_compile(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[jax.stages.Compiled, CompileTiming]:
+    """Lower and compile `fn` (jitted, or wrapped here with `jax.jit`) on abstract or concrete args."""
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    start = time.perf_counter()
+    lowered = jitted.lower(*args, **kwargs)  # type: ignore[attr-defined]
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile()
+    done = time.perf_counter()
+    return compiled, CompileTiming(lowered_at - start, done - lowered_at)
+
+
+def compile_and_analyze(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> StaticMetrics:
+    """`lower_and_compile` then `analyze_compiled`, with the compile timing attached."""
+    compiled, timing = lower_and_compile(fn, *args, **kwargs)
+    return dataclasses.replace(analyze_compiled(compiled), timing=timing)
