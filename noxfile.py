@@ -7,6 +7,7 @@ pyproject.toml (torch resolves to the 2.13.0 CPU build that pip finds on disk).
 from __future__ import annotations
 
 import os
+import shutil
 
 import nox
 
@@ -15,6 +16,14 @@ nox.options.sessions = ["tests"]
 
 PYTHON = "3.11"
 CPU_ENV = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+
+
+def _ensure_chromium(session: nox.Session) -> None:
+    """The report test opens the HTML in a real headless browser: Debian's chromium."""
+    if shutil.which("chromium") or not shutil.which("apt-get") or os.geteuid() != 0:
+        return
+    session.run("apt-get", "update", "-qq", external=True, success_codes=[0, 100])
+    session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, success_codes=[0, 100])
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
@@ -26,6 +35,7 @@ def _install(session: nox.Session, extras: str = "") -> None:
 def tests(session: nox.Session) -> None:
     """Unit and parity tests on CPU with 8 simulated devices. Extra args go to pytest."""
     _install(session, "test")
+    _ensure_chromium(session)
     args = session.posargs or ["-q", "-m", "not slow"]
     session.run("pytest", *args, env=CPU_ENV)
 
