@@ -9,7 +9,7 @@ have them (2.0: ``text_proj_in``; 2.3: ``{video,audio}_text_proj_in``, ``to_gate
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from flax import nnx
 
@@ -44,7 +44,7 @@ RULES: list[Rule] = [
 def load(cfg: ConnectorsConfig, state_dict: Mapping[str, Any]) -> LTX2TextConnectors:
     """Our connectors for ``cfg`` with every parameter taken from ``state_dict``."""
     model = nnx.eval_shape(lambda: LTX2TextConnectors(cfg, rngs=nnx.Rngs(0)))
-    return load_state_dict(model, state_dict, RULES)
+    return cast(LTX2TextConnectors, load_state_dict(model, state_dict, RULES))
 
 
 def from_diffusers(module: Any, **overrides: Any) -> LTX2TextConnectors:

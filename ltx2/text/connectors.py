@@ -274,15 +274,18 @@ class ConnectorAttention(nnx.Module):
     softmax(q k^T / sqrt(K) + bias) v, optional per-head gate ``2*sigmoid(to_gate_logits(x))``."""
 
     def __init__(self, stream: Stream, rope_type: str, *, param_dtype: jnp.dtype, rngs: nnx.Rngs):
-        dim, inner = stream.inner_dim, stream.inner_dim
-        lin = dict(dtype=param_dtype, rngs=rngs)
-        self.to_q = Linear(dim, inner, axes=("embed", "heads"), **lin)
-        self.to_k = Linear(dim, inner, axes=("embed", "heads"), **lin)
-        self.to_v = Linear(dim, inner, axes=("embed", "heads"), **lin)
+        dim = inner = stream.inner_dim
+
+        def lin(n_in: int, n_out: int, axes: tuple[str | None, str | None]) -> Linear:
+            return Linear(n_in, n_out, axes=axes, dtype=param_dtype, rngs=rngs)
+
+        self.to_q = lin(dim, inner, ("embed", "heads"))
+        self.to_k = lin(dim, inner, ("embed", "heads"))
+        self.to_v = lin(dim, inner, ("embed", "heads"))
         self.norm_q = RMSNorm(inner, eps=EPS)
         self.norm_k = RMSNorm(inner, eps=EPS)
-        self.to_out = Linear(inner, dim, axes=("heads", "embed"), **lin)
-        self.to_gate_logits = Linear(dim, stream.num_heads, axes=("embed", None), **lin) if stream.gated else None
+        self.to_out = lin(inner, dim, ("heads", "embed"))
+        self.to_gate_logits = lin(dim, stream.num_heads, ("embed", None)) if stream.gated else None
         self.num_heads, self.head_dim, self.rope_type = stream.num_heads, stream.head_dim, rope_type
 
     def __call__(self, x_bsd: jax.Array, bias_bs: jax.Array | None, rope: RopeTables) -> jax.Array:
@@ -322,16 +325,19 @@ class ConnectorBlock(nnx.Module):
         return x_bsd + self.ff(rms_norm(x_bsd, EPS))
 
 
+def _registers_init(stream: Stream, dtype: jnp.dtype, rngs: nnx.Rngs) -> jax.Array:
+    """``torch.rand(R, D) * 2 - 1`` in diffusers: uniform in [-1, 1)."""
+    shape = (stream.num_registers or 0, stream.inner_dim)
+    return jax.random.uniform(rngs.params(), shape, dtype, -1.0, 1.0)
+
+
 class ConnectorTransformer1d(nnx.Module):
     """``LTX2ConnectorTransformer1d``: registers, 1-D RoPE, stacked blocks, final RMSNorm."""
 
     def __init__(self, stream: Stream, cfg: ConnectorsConfig, *, rngs: nnx.Rngs):
         pdt = jnp.dtype(cfg.param_dtype)
-        shape = (stream.num_registers, stream.inner_dim)
         self.learnable_registers = (
-            None
-            if stream.num_registers is None
-            else param(jax.random.uniform(rngs.params(), shape, pdt, -1.0, 1.0), (None, "embed"))
+            None if stream.num_registers is None else param(_registers_init(stream, pdt, rngs), (None, "embed"))
         )
         self.transformer_blocks = stack_layers(
             lambda r: ConnectorBlock(stream, cfg.rope_type, param_dtype=pdt, rngs=r), stream.num_layers, rngs
@@ -368,11 +374,14 @@ class LTX2TextConnectors(nnx.Module):
     embedding ``[B, S, Da]``, mask ``[B, S]`` int32), like diffusers ``LTX2TextConnectors``."""
 
     def __init__(self, cfg: ConnectorsConfig, *, rngs: nnx.Rngs):
-        lin = dict(axes=("caption", "embed"), use_bias=cfg.proj_bias, dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
-        per_modality, features = cfg.per_modality_projections, cfg.text_encoder_dim
-        self.text_proj_in = None if per_modality else Linear(features, cfg.caption_channels, **lin)
-        self.video_text_proj_in = Linear(features, cfg.video_hidden_dim, **lin) if per_modality else None
-        self.audio_text_proj_in = Linear(features, cfg.audio_hidden_dim, **lin) if per_modality else None
+        def proj(width: int) -> Linear:
+            return Linear(cfg.text_encoder_dim, width, axes=("caption", "embed"), use_bias=cfg.proj_bias,
+                          dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)  # fmt: skip
+
+        per_modality = cfg.per_modality_projections
+        self.text_proj_in = None if per_modality else proj(cfg.caption_channels)
+        self.video_text_proj_in = proj(cfg.video_hidden_dim) if per_modality else None
+        self.audio_text_proj_in = proj(cfg.audio_hidden_dim) if per_modality else None
         self.video_connector = ConnectorTransformer1d(cfg.stream("video"), cfg, rngs=rngs)
         self.audio_connector = ConnectorTransformer1d(cfg.stream("audio"), cfg, rngs=rngs)
         self.cfg = cfg
@@ -396,6 +405,7 @@ class LTX2TextConnectors(nnx.Module):
             video_in, audio_in = self._project_per_modality(x, attention_mask_bs)
         else:
             normed = per_layer_masked_mean_norm(x, attention_mask_bs.sum(-1), padding_side, scale_factor)
+            assert self.text_proj_in is not None  # set for every 2.0 config
             video_in = audio_in = self.text_proj_in(normed)
         bias_bs = additive_mask(attention_mask_bs, video_in.dtype)
         video_bsd, video_bias = self.video_connector(video_in, bias_bs)
@@ -408,6 +418,7 @@ class LTX2TextConnectors(nnx.Module):
 
     def _project_per_modality(self, x_bscl: jax.Array, mask_bs: jax.Array) -> tuple[jax.Array, jax.Array]:
         cfg = self.cfg
+        assert self.video_text_proj_in is not None and self.audio_text_proj_in is not None  # 2.3 configs
         normed = per_token_rms_norm(x_bscl).reshape(*x_bscl.shape[:2], -1)
         normed = jnp.where(mask_bs.astype(bool)[..., None], normed, 0.0)
         video = self.video_text_proj_in(normed * math.sqrt(cfg.video_hidden_dim / cfg.caption_channels))
