@@ -1,0 +1,210 @@
+"""Gemma-3 text encoder: token ids -> every hidden state, stacked ``[B, S, H, L+1]``.
+
+The model itself stays the transformers ``Gemma3TextModel``; this module decides where it runs:
+
+* ``placement="torchax"``: inside JAX. ``torchax.extract_jax`` turns the module into a pure
+  function of ``(weights, ids, mask)`` that we ``jax.jit`` (and that the pipeline can call
+  inside its own compiled programs); the weights become a pytree of JAX arrays.
+* ``placement="host"``: in PyTorch on the host, returning numpy.
+
+Follows ``LTX2Pipeline._get_gemma_prompt_embeds`` (diffusers): left padding to
+``max_sequence_length``, ``output_hidden_states=True``, ``torch.stack(hidden_states, -1)``
+(embeddings first, the final-norm output last). Shapes: B batch, S tokens, H Gemma hidden
+size, L Gemma layers. Positions that are padding hold implementation-defined values (the
+torchax path uses eager attention, see :func:`_extract`); every consumer masks them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ltx2.text.torchax_compat import import_torchax
+
+Placement = Literal["torchax", "host"]
+Batching = Literal["joint", "separate"]
+PLACEMENTS = ("torchax", "host")
+BATCHINGS = ("joint", "separate")
+Array = jax.Array | np.ndarray
+
+
+@dataclass(frozen=True)
+class TextEncoderConfig:
+    """Where and how the Gemma-3 text encoder runs.
+
+    ``batching``: ``joint`` encodes the negative and positive prompts in one pass of batch 2B
+    (``[negative, positive]``, the pipeline's CFG order); ``separate`` runs two passes of batch B.
+    Both give the same embeddings. ``tokenizer_dir``: a local tokenizer directory (optional;
+    without one, callers pass token ids).
+    """
+
+    placement: Placement = "torchax"
+    batching: Batching = "joint"
+    max_sequence_length: int = 1024
+    tokenizer_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"TextEncoderConfig.placement={self.placement!r}: must be one of {PLACEMENTS}")
+        if self.batching not in BATCHINGS:
+            raise ValueError(f"TextEncoderConfig.batching={self.batching!r}: must be one of {BATCHINGS}")
+        if not isinstance(self.max_sequence_length, int) or self.max_sequence_length <= 0:
+            raise ValueError(
+                f"TextEncoderConfig.max_sequence_length={self.max_sequence_length!r}: must be a positive integer"
+            )
+
+
+def load_tokenizer(path: str) -> Any:
+    """A transformers tokenizer from a local directory (never the hub), set to left padding
+    with ``eos`` as the pad token if it has none (as the pipeline does)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"no usable tokenizer in {path!r}: {e}") from e
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+@contextlib.contextmanager
+def _attention_implementation(config: Any, name: str) -> Iterator[None]:
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def _stacked_hidden_states_module(language_model: Any, attn_implementation: str | None) -> Any:
+    """A torch module ``(ids, mask) -> stack(hidden_states, -1)`` around the Gemma-3 text model."""
+    import torch
+
+    class StackedHiddenStates(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.language_model = language_model
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            config = self.language_model.config
+            ctx = (
+                _attention_implementation(config, attn_implementation)
+                if attn_implementation
+                else contextlib.nullcontext()
+            )
+            with ctx:
+                out = self.language_model(
+                    input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False
+                )
+            return torch.stack(out.hidden_states, dim=-1)
+
+    return StackedHiddenStates().eval()
+
+
+def _extract(language_model: Any) -> tuple[dict[str, jax.Array], Callable[..., jax.Array]]:
+    """torchax: weights pytree and a pure ``apply(weights, ids, mask) -> [B, S, H, L+1]``.
+
+    Attention runs in transformers' ``eager`` form while traced: its ``sdpa`` form becomes a JAX
+    softmax over ``-inf`` for the fully masked rows of left padding, whose NaNs then reach valid
+    tokens through ``probs @ V``. Valid tokens match the module's own attention either way.
+    """
+    torchax = import_torchax()
+    wrapper = _stacked_hidden_states_module(language_model, "eager")
+    weights, fn = torchax.extract_jax(wrapper)
+
+    def apply(weights: dict[str, jax.Array], ids_bs: jax.Array, mask_bs: jax.Array) -> jax.Array:
+        return fn(weights, (ids_bs, mask_bs))
+
+    return weights, apply
+
+
+class GemmaTextEncoder:
+    """Gemma-3 text model -> stacked hidden states ``[B, S, H, L+1]``, placed per ``cfg``."""
+
+    def __init__(self, language_model: Any, cfg: TextEncoderConfig, *, tokenizer: Any = None):
+        self.language_model = language_model.eval()
+        self.cfg = cfg
+        text_config = language_model.config
+        self.hidden_size: int = text_config.hidden_size
+        self.num_layers: int = text_config.num_hidden_layers
+        if tokenizer is None and cfg.tokenizer_dir is not None:
+            tokenizer = load_tokenizer(cfg.tokenizer_dir)
+        self.tokenizer = tokenizer
+        self.weights: dict[str, jax.Array] | None = None
+        self.apply: Callable[..., jax.Array] | None = None
+        if cfg.placement == "torchax":
+            self.weights, self.apply = _extract(self.language_model)
+            self._jitted = jax.jit(self.apply)
+        else:
+            self._host_module = _stacked_hidden_states_module(self.language_model, None)
+
+    @property
+    def num_hidden_states(self) -> int:
+        """L + 1: the embeddings and every layer's output."""
+        return self.num_layers + 1
+
+    def encode(self, ids_bs: Array, mask_bs: Array) -> Array:
+        """Token ids and mask ``[B, S]`` (1 = token, left padding) -> ``[B, S, H, L+1]``:
+        a ``jax.Array`` (torchax) or a numpy array (host; bfloat16 comes back as float32)."""
+        if np.shape(ids_bs) != np.shape(mask_bs) or np.ndim(ids_bs) != 2:
+            raise ValueError(f"ids and mask must both be [B, S], got {np.shape(ids_bs)} and {np.shape(mask_bs)}")
+        if self.cfg.placement == "torchax":
+            return self._jitted(self.weights, jnp.asarray(ids_bs, jnp.int32), jnp.asarray(mask_bs, jnp.int32))
+        return self._encode_host(ids_bs, mask_bs)
+
+    def _encode_host(self, ids_bs: Array, mask_bs: Array) -> np.ndarray:
+        import torch
+
+        ids = torch.from_numpy(np.asarray(ids_bs, np.int64))
+        mask = torch.from_numpy(np.asarray(mask_bs, np.int64))
+        with torch.no_grad():
+            out = self._host_module(ids, mask)
+        return (out.float() if out.dtype == torch.bfloat16 else out).numpy()
+
+    def encode_pair(self, pos_ids: Array, pos_mask: Array, neg_ids: Array, neg_mask: Array) -> tuple[Array, Array]:
+        """(positive, negative) hidden states, in one pass of ``[negative; positive]`` (joint)
+        or two passes (separate), per ``cfg.batching``."""
+        if np.shape(pos_ids) != np.shape(neg_ids):
+            raise ValueError(
+                f"positive and negative ids must have the same shape for CFG, got "
+                f"{np.shape(pos_ids)} and {np.shape(neg_ids)}"
+            )
+        if self.cfg.batching == "separate":
+            return self.encode(pos_ids, pos_mask), self.encode(neg_ids, neg_mask)
+        xp = jnp if self.cfg.placement == "torchax" else np
+        both = self.encode(xp.concatenate([neg_ids, pos_ids]), xp.concatenate([neg_mask, pos_mask]))
+        batch = np.shape(pos_ids)[0]
+        return both[batch:], both[:batch]
+
+    def tokenize(self, prompts: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Prompts -> (ids, mask) ``[B, max_sequence_length]`` int32, left padded, truncated."""
+        if self.tokenizer is None:
+            raise ValueError(
+                "text prompts need a tokenizer, and none is loaded: set TextEncoderConfig.tokenizer_dir "
+                "to a local tokenizer directory, pass tokenizer=..., or pass token ids to encode()"
+            )
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        self.tokenizer.padding_side = "left"
+        tokens = self.tokenizer(
+            [p.strip() for p in prompts],
+            padding="max_length",
+            max_length=self.cfg.max_sequence_length,
+            truncation=True,
+            add_special_tokens=True,
+            return_tensors="np",
+        )
+        return tokens["input_ids"].astype(np.int32), tokens["attention_mask"].astype(np.int32)
+
+    def encode_text(self, prompts: str | Sequence[str]) -> tuple[Array, np.ndarray]:
+        """Prompts -> (hidden states ``[B, S, H, L+1]``, mask ``[B, S]``)."""
+        ids, mask = self.tokenize(prompts)
+        return self.encode(ids, mask), mask
