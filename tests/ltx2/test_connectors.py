@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from ltx2 import sharding
 from ltx2.convert import from_diffusers
 from ltx2.convert.connectors import load
 from ltx2.sharding import logical_axes
@@ -142,3 +143,21 @@ def test_full_size_presets_build_abstractly() -> None:
         out = nnx.eval_shape(lambda m: m(jnp.zeros((1, 256, 3840 * 49)), jnp.ones((1, 256), jnp.int32)), model)
         assert out[0].shape == (1, 256, video_width)
         assert out[1].shape == (1, 256, 3840 if not cfg.per_modality_projections else 2048)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "mesh_axes"), [("trillium", {"fsdp": 2, "tensor": 4}), ("ironwood", {"data": 2, "tensor": 4})]
+)
+def test_sharded_run_matches_replicated(reference_cls: Any, strategy: str, mesh_axes: dict[str, int]) -> None:
+    cfg = ConnectorsConfig.tiny_ltx2_3()
+    state = build_reference(reference_cls, cfg).state_dict()
+    x, mask = (jnp.asarray(a) for a in inputs(cfg, four_d=False))
+    expected = run(load(cfg, state), x, mask)
+    mesh = sharding.build_mesh(mesh_axes)
+    model = sharding.shard_module(load(cfg.replace(sharding=strategy), state), strategy, mesh)
+    with jax.set_mesh(mesh):
+        got = run(model, x, mask)
+    errors = [relative_error(g, np.asarray(e)) for g, e in zip(got, expected, strict=True)]
+    print(f"connectors sharded {strategy} vs replicated: {errors}")
+    assert max(errors) <= 1e-5
+    assert model.video_connector.transformer_blocks.attn1.to_q.kernel[...].sharding.spec[-1] == "tensor"
