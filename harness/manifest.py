@@ -1,0 +1,640 @@
+"""Manifests: TOML -> validated, frozen dataclasses (``schema_version = 1``).
+
+A manifest says what to run (target, model preset + config overrides, workload),
+how to measure it (``[run]``), how to gate it (``[gate]``) and which variants to
+run (``[[variants]]`` and/or a ``[matrix]`` of named axes). Everything is checked
+before anything runs; each problem is a :class:`ManifestError` naming the file,
+the dotted key path and, when it can be found in the text, the line.
+
+Override keys (``[model] overrides``, ``[[variants]] overrides``, ``[matrix]`` axes)
+are dotted paths. ``model.preset``, ``target.<field>`` and ``workload.<field>``
+change the manifest's own settings for one variant (only in variants and the
+matrix); every other key is a field of the ``ltx2`` config, e.g.
+``transformer.scan_layers`` or ``pipeline.num_inference_steps``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import workload
+
+SCHEMA_VERSION = 1
+PLATFORMS = ("cpu", "tpu", "gpu")
+MODES = ("auto", "measure", "compile")
+STAGES = ("text_encode", "denoise_step", "denoise_loop", "video_decode", "audio_decode", "upsample")
+METRIC_FAMILIES = ("static", "measured", "trace")
+# Override prefixes that address the manifest rather than the ltx2 config.
+SETTING_PREFIXES = ("target.", "workload.")
+PRESET_KEY = "model.preset"
+# Override keys whose value is a table and must not be flattened further.
+_TABLE_VALUED = frozenset({"target.mesh"})
+_TOPOLOGY = re.compile(r"^[A-Za-z0-9_ ]+[:=_]([0-9]+(?:x[0-9]+)*)(?:_twisted|_untwisted)?$")
+
+KeyPath = tuple[str | int, ...]
+
+
+class ManifestError(ValueError):
+    """A manifest problem: ``<file>:<line>: <key path>: <reason>``."""
+
+    def __init__(self, file: str, key: str, line: int | None, reason: str):
+        self.file, self.key, self.line, self.reason = file, key, line, reason
+        where = f"{file}:{line}" if line is not None else file
+        super().__init__(f"{where}: {key}: {reason}" if key else f"{where}: {reason}")
+
+
+class Invalid(Exception):
+    """Raised by the section parsers with a path relative to the section; located later."""
+
+    def __init__(self, path: KeyPath, reason: str):
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where variants run: platform, mesh (axis -> size, -1 = the rest), device count."""
+
+    platform: str = "cpu"
+    mode: str = "auto"  # auto: measure if the platform's devices are present, else compile only
+    mesh: tuple[tuple[str, int], ...] = (("data", -1),)
+    topology: str | None = None  # TPU topology name for ahead-of-time compiles, e.g. "v6e:2x4"
+    devices: int | None = None  # device count; on cpu the number of simulated devices
+
+    @property
+    def mesh_shape(self) -> dict[str, int]:
+        """Mesh with the -1 axis resolved (needs a known device count)."""
+        fixed = math.prod(s for _, s in self.mesh if s != -1)
+        if self.devices is None:
+            if any(s == -1 for _, s in self.mesh):
+                raise ValueError("mesh has a -1 axis but the device count is unknown")
+            return dict(self.mesh)
+        return {a: (self.devices // fixed if s == -1 else s) for a, s in self.mesh}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "mode": self.mode,
+            "mesh": dict(self.mesh),
+            "topology": self.topology,
+            "devices": self.devices,
+        }
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one run computes: video size, batch, denoising steps, which stages to time."""
+
+    height: int = 512
+    width: int = 768
+    num_frames: int = 121
+    frame_rate: float = 24.0
+    batch: int = 1
+    steps: int = 40
+    text_tokens: int = 1024
+    stages: tuple[str, ...] = ("denoise_step",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "height": self.height,
+            "width": self.width,
+            "num_frames": self.num_frames,
+            "frame_rate": self.frame_rate,
+            "batch": self.batch,
+            "steps": self.steps,
+            "text_tokens": self.text_tokens,
+            "stages": list(self.stages),
+        }
+
+
+@dataclass(frozen=True)
+class Model:
+    preset: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Run:
+    repeats: int = 5
+    warmup: int = 1
+    timeout_s: float = 600.0
+    trace: bool = False
+    metrics: tuple[str, ...] = ("static", "measured")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "timeout_s": self.timeout_s,
+            "trace": self.trace,
+            "metrics": list(self.metrics),
+        }
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Regression thresholds: relative tolerance per metric path, timing ratio and test level."""
+
+    tolerances: Mapping[str, float] = field(default_factory=dict)
+    timing_ratio: float = 1.10
+    alpha: float = 0.05
+    baseline: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tolerances": dict(self.tolerances),
+            "timing_ratio": self.timing_ratio,
+            "alpha": self.alpha,
+            "baseline": self.baseline,
+        }
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One ``[[variants]]`` entry as written (flattened dotted overrides)."""
+
+    name: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Named axes (override key -> values) and partial assignments to leave out."""
+
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    exclude: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    sha256: str
+    target: Target
+    model: Model
+    workload: Workload
+    run: Run
+    gate: Gate
+    variants: tuple[VariantSpec, ...] = ()
+    matrix: Matrix | None = None
+    schema_version: int = SCHEMA_VERSION
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    source: str = field(default="", repr=False, compare=False)
+    origins: Mapping[KeyPath, KeyPath] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def error(self, path: KeyPath, reason: str) -> ManifestError:
+        """A located error for a key path of this manifest (flattened override keys included)."""
+        path = self.origins.get(path, path)
+        return ManifestError(str(self.path), format_path(path), locate(self.source, path), reason)
+
+    def expand(self) -> list[Any]:
+        from harness.variants import expand
+
+        return expand(self)
+
+
+# --------------------------------------------------------------------------- type checks
+
+_REQUIRED = object()
+
+
+def type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
+
+
+def _is(value: object, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, {"str": str, "bool": bool, "table": dict, "array": list}[kind])
+
+
+_KIND_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "a boolean",
+    "table": "a table",
+    "array": "an array",
+}
+
+
+def get(table: Mapping[str, Any], key: str, kind: str, default: Any = _REQUIRED) -> Any:
+    """``table[key]`` checked to be of ``kind``; missing -> default (or an error if required)."""
+    if key not in table:
+        if default is _REQUIRED:
+            raise Invalid((key,), "missing required key")
+        return default
+    value = table[key]
+    if not _is(value, kind):
+        raise Invalid((key,), f"expected {_KIND_NAMES[kind]}, got {type_name(value)} ({value!r})")
+    return float(value) if kind == "float" else value
+
+
+def check_keys(table: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise Invalid((key,), f"unknown key (allowed: {', '.join(allowed)})")
+
+
+def _choice(value: str, key: str, choices: tuple[str, ...] | list[str], what: str) -> str:
+    if value not in choices:
+        raise Invalid((key,), f"unknown {what} {value!r} (known: {', '.join(choices)})")
+    return value
+
+
+def _positive(value: float, key: str, *, zero_ok: bool = False) -> Any:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise Invalid((key,), f"must be {'>= 0' if zero_ok else '> 0'}, got {value!r}")
+    return value
+
+
+def _str_list(table: Mapping[str, Any], key: str, choices: tuple[str, ...], default: tuple[str, ...]):
+    values = get(table, key, "array", None)
+    if values is None:
+        return default
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise Invalid((key, i), f"expected a string, got {type_name(v)} ({v!r})")
+        if v not in choices:
+            raise Invalid((key, i), f"unknown {key[:-1] if key.endswith('s') else key} {v!r} "
+                          f"(known: {', '.join(choices)})")
+    if len(set(values)) != len(values):
+        raise Invalid((key,), "duplicate entries")
+    return tuple(values)
+
+
+# --------------------------------------------------------------------------- section parsers
+
+
+def topology_devices(topology: str) -> int:
+    m = _TOPOLOGY.match(topology)
+    if not m:
+        raise Invalid(("topology",), f"bad topology {topology!r} (expected e.g. 'v6e:2x4')")
+    return math.prod(int(d) for d in m.group(1).split("x"))
+
+
+def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:
+    if not isinstance(raw, dict):
+        raise Invalid(("mesh",), f"expected a table of axis = size, got {type_name(raw)}")
+    if not raw:
+        raise Invalid(("mesh",), "needs at least one axis")
+    rest = None
+    for axis, size in raw.items():
+        if not _is(size, "int") or (size < 1 and size != -1):
+            raise Invalid(("mesh", axis), f"axis size must be a positive integer or -1, got {size!r}")
+        if size == -1:
+            if rest is not None:
+                raise Invalid(("mesh", axis), f"at most one axis may be -1 (already {rest!r})")
+            rest = axis
+    return tuple(raw.items())
+
+
+def parse_target(raw: Mapping[str, Any]) -> Target:
+    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices"))
+    platform = _choice(get(raw, "platform", "str", "cpu"), "platform", PLATFORMS, "platform")
+    mode = _choice(get(raw, "mode", "str", "auto"), "mode", MODES, "mode")
+    mesh = _mesh(raw.get("mesh", {"data": -1}))
+    topology = get(raw, "topology", "str", None)
+    devices = get(raw, "devices", "int", None)
+    if devices is not None:
+        _positive(devices, "devices")
+    if topology is not None:
+        if platform != "tpu":
+            raise Invalid(("topology",), f"a topology names a TPU slice; platform is {platform!r}")
+        n = topology_devices(topology)
+        if devices is not None and devices != n:
+            raise Invalid(("devices",), f"topology {topology!r} has {n} devices, devices = {devices}")
+        devices = n
+    fixed = math.prod(s for _, s in mesh if s != -1)
+    has_rest = any(s == -1 for _, s in mesh)
+    if platform == "cpu" and devices is None:
+        devices = 1 if has_rest else fixed
+    if devices is not None:
+        shape = ", ".join(f"{a}={s}" for a, s in mesh)
+        if has_rest and devices % fixed:
+            raise Invalid(("mesh",), f"mesh {{{shape}}} needs a multiple of {fixed} devices, target has {devices}")
+        if not has_rest and fixed != devices:
+            raise Invalid(("mesh",), f"mesh {{{shape}}} spans {fixed} devices, target has {devices}")
+    return Target(platform, mode, mesh, topology, devices)
+
+
+def parse_workload(raw: Mapping[str, Any]) -> Workload:
+    d = Workload()
+    check_keys(raw, tuple(d.to_dict()))
+    ints = {k: _positive(get(raw, k, "int", getattr(d, k)), k)
+            for k in ("height", "width", "num_frames", "batch", "steps", "text_tokens")}
+    frame_rate = _positive(get(raw, "frame_rate", "float", d.frame_rate), "frame_rate")
+    stages = _str_list(raw, "stages", STAGES, d.stages)
+    if not stages:
+        raise Invalid(("stages",), "needs at least one stage")
+    return Workload(**ints, frame_rate=frame_rate, stages=stages)
+
+
+def parse_run(raw: Mapping[str, Any]) -> Run:
+    d = Run()
+    check_keys(raw, tuple(d.to_dict()))
+    return Run(
+        repeats=_positive(get(raw, "repeats", "int", d.repeats), "repeats"),
+        warmup=_positive(get(raw, "warmup", "int", d.warmup), "warmup", zero_ok=True),
+        timeout_s=_positive(get(raw, "timeout_s", "float", d.timeout_s), "timeout_s"),
+        trace=get(raw, "trace", "bool", d.trace),
+        metrics=_str_list(raw, "metrics", METRIC_FAMILIES, d.metrics),
+    )
+
+
+def parse_gate(raw: Mapping[str, Any]) -> Gate:
+    d = Gate()
+    check_keys(raw, tuple(d.to_dict()))
+    tolerances = get(raw, "tolerances", "table", {})
+    for metric, tol in flatten(tolerances).items():
+        if not _is(tol, "float") or tol < 0:
+            raise Invalid(("tolerances", metric), f"tolerance must be a number >= 0, got {tol!r}")
+    ratio = get(raw, "timing_ratio", "float", d.timing_ratio)
+    if ratio < 1.0:
+        raise Invalid(("timing_ratio",), f"must be >= 1.0 (slowdown factor), got {ratio!r}")
+    alpha = get(raw, "alpha", "float", d.alpha)
+    if not 0.0 < alpha < 1.0:
+        raise Invalid(("alpha",), f"must be in (0, 1), got {alpha!r}")
+    tolerances = {k: float(v) for k, v in flatten(tolerances).items()}
+    return Gate(tolerances, ratio, alpha, get(raw, "baseline", "str", None))
+
+
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested TOML tables -> dotted keys (``a.b = 1`` and ``"a.b" = 1`` mean the same)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and dotted not in _TABLE_VALUED:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def flatten_origins(table: Mapping[str, Any], base: KeyPath, out: dict[KeyPath, KeyPath]) -> dict[str, Any]:
+    """:func:`flatten`, also recording where each dotted key was written (for error lines)."""
+
+    def walk(t: Mapping[str, Any], written: KeyPath, prefix: str) -> None:
+        for key, value in t.items():
+            dotted = f"{prefix}{key}"
+            if isinstance(value, dict) and dotted not in _TABLE_VALUED:
+                walk(value, written + (key,), dotted + ".")
+            else:
+                out[base + (dotted,)] = written + (key,)
+
+    walk(table, base, "")
+    return flatten(table)
+
+
+def _parse_variants(raw: Any, origins: dict[KeyPath, KeyPath]) -> tuple[VariantSpec, ...]:
+    if not isinstance(raw, list):
+        raise Invalid(("variants",), f"expected an array of tables ([[variants]]), got {type_name(raw)}")
+    specs, seen = [], {}
+    for i, entry in enumerate(raw):
+        try:
+            if not isinstance(entry, dict):
+                raise Invalid((), f"expected a table, got {type_name(entry)}")
+            check_keys(entry, ("name", "overrides", "description"))
+            name = get(entry, "name", "str")
+            if not name.strip():
+                raise Invalid(("name",), "must not be empty")
+            if name in seen:
+                raise Invalid(("name",), f"duplicate variant name {name!r} (also variants[{seen[name]}])")
+            seen[name] = i
+            overrides = flatten_origins(get(entry, "overrides", "table", {}), ("variants", i, "overrides"),
+                                        origins)
+            specs.append(VariantSpec(name, overrides, get(entry, "description", "str", "")))
+        except Invalid as e:
+            raise Invalid(("variants", i) + e.path, e.reason) from None
+    return tuple(specs)
+
+
+def _parse_matrix(raw: Any, origins: dict[KeyPath, KeyPath]) -> Matrix:
+    if not isinstance(raw, dict):
+        raise Invalid(("matrix",), f"expected a table, got {type_name(raw)}")
+    raw = dict(raw)
+    exclude_raw = raw.pop("exclude", [])
+    axes = flatten_origins(raw, ("matrix",), origins)
+    if not axes:
+        raise Invalid(("matrix",), "needs at least one axis")
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise Invalid(("matrix", key), f"an axis is a non-empty array of values, got {values!r}")
+        if len({_canonical(v) for v in values}) != len(values):
+            raise Invalid(("matrix", key), "duplicate values")
+    if not isinstance(exclude_raw, list):
+        raise Invalid(("matrix", "exclude"), f"expected an array of tables, got {type_name(exclude_raw)}")
+    excludes = []
+    for i, entry in enumerate(exclude_raw):
+        if not isinstance(entry, dict) or not entry:
+            raise Invalid(("matrix", "exclude", i), "expected a non-empty table of axis = value")
+        flat = flatten_origins(entry, ("matrix", "exclude", i), origins)
+        for key, value in flat.items():
+            if key not in axes:
+                raise Invalid(("matrix", "exclude", i, key), f"not a matrix axis (axes: {', '.join(axes)})")
+            if _canonical(value) not in {_canonical(v) for v in axes[key]}:
+                raise Invalid(("matrix", "exclude", i, key), f"{value!r} is not a value of this axis")
+        excludes.append(flat)
+    return Matrix(tuple((k, tuple(v)) for k, v in axes.items()), tuple(excludes))
+
+
+def _canonical(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def check_model_overrides(preset: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ltx2-config overrides for a preset; returns them normalised (e.g. int -> float)."""
+    out = {}
+    for key, value in overrides.items():
+        if key == PRESET_KEY or key.startswith(SETTING_PREFIXES):
+            raise Invalid((key,), "set manifest settings in their own section, not in [model] overrides")
+        try:
+            out[key] = workload.check_override(preset, key, value)
+        except (KeyError, TypeError, ValueError) as e:
+            raise Invalid((key,), str(e.args[0]) if e.args else str(e)) from None
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "variants", "matrix")
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read, validate and expand a manifest; any problem raises :class:`ManifestError`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ManifestError(str(path), "", None, f"cannot read: {e.strerror}") from None
+    return parse_manifest(text, path)
+
+
+def parse_manifest(text: str, path: str | Path = "<manifest>") -> Manifest:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise ManifestError(str(path), "", int(m.group(1)) if m else None, f"invalid TOML: {e}") from None
+    origins: dict[KeyPath, KeyPath] = {}
+    stub = Manifest(path, "", Target(), Model(""), Workload(), Run(), Gate(), source=text, origins=origins)
+    try:
+        manifest = _build(raw, path, text, origins)
+    except Invalid as e:
+        raise stub.error(e.path, e.reason) from None
+    manifest.expand()  # validates every variant's resolved settings too
+    return manifest
+
+
+def _section(raw: Mapping[str, Any], name: str, parser: Any) -> Any:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise Invalid((name,), f"expected a table, got {type_name(value)}")
+    try:
+        return parser(value)
+    except Invalid as e:
+        raise Invalid((name,) + e.path, e.reason) from None
+
+
+def _parse_model(raw: Mapping[str, Any], origins: dict[KeyPath, KeyPath]) -> Model:
+    check_keys(raw, ("preset", "overrides"))
+    preset = get(raw, "preset", "str")
+    try:
+        workload.check_preset(preset)
+    except ValueError as e:
+        raise Invalid(("preset",), str(e)) from None
+    flat = flatten_origins(get(raw, "overrides", "table", {}), ("model", "overrides"), origins)
+    try:
+        overrides = check_model_overrides(preset, flat)
+    except Invalid as e:
+        raise Invalid(("overrides",) + e.path, e.reason) from None
+    return Model(preset, overrides)
+
+
+def _build(raw: dict[str, Any], path: Path, text: str, origins: dict[KeyPath, KeyPath]) -> Manifest:
+    check_keys(raw, _TOP_KEYS)
+    version = get(raw, "schema_version", "int")
+    if version != SCHEMA_VERSION:
+        raise Invalid(("schema_version",), f"unsupported schema version {version} (this harness reads "
+                      f"{SCHEMA_VERSION})")
+    if "model" not in raw:
+        raise Invalid(("model",), "missing required section")
+    return Manifest(  # keyword arguments evaluate in order: errors come in file-section order
+        path=path,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        target=_section(raw, "target", parse_target),
+        model=_section(raw, "model", lambda r: _parse_model(r, origins)),
+        workload=_section(raw, "workload", parse_workload),
+        run=_section(raw, "run", parse_run),
+        gate=_section(raw, "gate", parse_gate),
+        variants=_parse_variants(raw["variants"], origins) if "variants" in raw else (),
+        matrix=_parse_matrix(raw["matrix"], origins) if "matrix" in raw else None,
+        raw=raw,
+        source=text,
+        origins=origins,
+    )
+
+
+# --------------------------------------------------------------------------- locating keys
+
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
+_DOTTED = rf"{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*"
+_HEADER = re.compile(rf"^\s*(\[\[|\[)\s*({_DOTTED})\s*\]\]?\s*(?:#.*)?$")
+_ASSIGN = re.compile(rf"^\s*({_DOTTED})\s*=")
+
+
+def format_path(path: KeyPath) -> str:
+    out = ""
+    for seg in path:
+        if isinstance(seg, int):
+            out += f"[{seg}]"
+        else:
+            part = seg if _BARE.match(seg) else f'"{seg}"'
+            out += f".{part}" if out else part
+    return out
+
+
+def _split_key(dotted: str) -> list[str]:
+    return [p.strip().strip("\"'") for p in re.findall(_KEY_PART, dotted)]
+
+
+def _definitions(text: str) -> list[tuple[int, KeyPath]]:
+    """(line, full key path) for every table header and ``key =`` line of a TOML text."""
+    defs: list[tuple[int, KeyPath]] = []
+    counts: dict[KeyPath, int] = {}
+    table: KeyPath = ()
+    for n, line in enumerate(text.splitlines(), start=1):
+        if m := _HEADER.match(line):
+            *parents, last = _split_key(m.group(2))
+            resolved: KeyPath = ()
+            for part in parents:
+                resolved += (part,)
+                if resolved in counts:  # inside the latest element of an array of tables
+                    resolved += (counts[resolved] - 1,)
+            resolved += (last,)
+            if m.group(1) == "[[":
+                counts[resolved] = counts.get(resolved, 0) + 1
+            if resolved in counts:
+                resolved += (counts[resolved] - 1,)
+            table = resolved
+            defs.append((n, table))
+        elif m := _ASSIGN.match(line):
+            defs.append((n, table + tuple(_split_key(m.group(1)))))
+    return defs
+
+
+def locate(text: str, path: KeyPath) -> int | None:
+    """Best-effort line of a key path: the longest defined prefix, then a search inside inline tables."""
+    if not text:
+        return None
+    defs = _definitions(text)
+    best, best_len, best_idx = None, 0, -1
+    for i, (line, key) in enumerate(defs):
+        n = len(key)
+        if n > best_len and path[:n] == key:
+            best, best_len, best_idx = line, n, i
+    if best is None:
+        return None
+    lines = text.splitlines()
+    stop = defs[best_idx + 1][0] - 1 if best_idx + 1 < len(defs) else len(lines)
+    for seg in path[best_len:]:
+        if isinstance(seg, int):
+            continue
+        pat = re.compile(rf"""(?:^|[\s{{,.])(?:{re.escape(seg)}|"{re.escape(seg)}"|'{re.escape(seg)}')\s*=""")
+        for n in range(best, stop + 1):
+            if pat.search(lines[n - 1]):
+                best = n
+                break
+    return best

@@ -1,0 +1,209 @@
+"""Versioned result records: one self-describing JSON line per variant run.
+
+A record (``record_version`` 1) is a plain JSON object::
+
+    record_version  1
+    sweep_id        "cpu"                      -> reports/<sweep_id>/results.jsonl
+    manifest        {path, sha256}
+    variant         {name, id, overrides, description}
+    config          {preset, overrides, resolved, workload, run}
+                    resolved: the full ltx2 config after overrides (null if it never got built)
+    target          {platform, mode, mode_used, mesh, topology, devices}
+    machine         {hostname, cpu, cpu_count, os, python, backend, device_kind, device_count}
+    versions        {jax, jaxlib, flax, torch, numpy}      (null where not installed)
+    git             {commit, dirty}
+    started_at, finished_at   ISO-8601 UTC;  duration_s
+    status          "ok" | "failed" | "timeout" | "crashed"
+    error           text (tail of stderr for crashes) or null
+    stages          {<stage>: {status, error, notes, static, measured, trace}}
+                    measured: {wall_s: summary, samples_s: [...], warmup_s: [...],
+                               recompiles: {count, by_function, reasons}, transfers}
+    notes           [...]
+    artifacts       {log, traces: {<stage>: dir}}
+
+Warm-up samples are kept apart from the timed samples. Records are appended with
+one ``os.write`` of the whole line on an ``O_APPEND`` descriptor and fsynced, so a
+crash leaves at most a truncated last line, which readers skip with a warning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1
+STATUSES = ("ok", "failed", "timeout", "crashed")
+RESULTS_FILE = "results.jsonl"
+LIBRARIES = ("jax", "jaxlib", "flax", "torch", "numpy")
+
+
+class RecordError(ValueError):
+    """A results file that cannot be read as records."""
+
+
+class TruncatedRecordWarning(UserWarning):
+    """A results file line that is not a complete JSON record (skipped)."""
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def results_path(reports_dir: str | Path, sweep_id: str) -> Path:
+    return Path(reports_dir) / sweep_id / RESULTS_FILE
+
+
+def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
+    """Append one record as one line, atomically with respect to readers and crashes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if _ends_without_newline(path):  # a torn line from a crash: keep ours on its own line
+            line = b"\n" + line
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ends_without_newline(path: Path) -> bool:
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with path.open("rb") as f:
+        f.seek(size - 1)
+        return f.read(1) != b"\n"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete record of a results file, in file order ([] if the file does not exist).
+
+    Lines that are not a JSON object (a torn write) are skipped with a
+    :class:`TruncatedRecordWarning`; a record newer than this harness is an error.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for n, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            warnings.warn(f"{path}:{n}: skipping incomplete record line ({len(line)} bytes)",
+                          TruncatedRecordWarning, stacklevel=2)
+            continue
+        version = record.get("record_version")
+        if not isinstance(version, int) or version > RECORD_VERSION:
+            raise RecordError(f"{path}:{n}: record_version {version!r} is not readable by this harness "
+                              f"(reads <= {RECORD_VERSION})")
+        records.append(record)
+    return records
+
+
+def latest_by_variant(records: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """variant id -> its most recent record (later lines win)."""
+    return {r["variant"]["id"]: r for r in records}
+
+
+def finished_ids(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Ids of variants with at least one ok record: a resumed sweep skips them."""
+    return {r["variant"]["id"] for r in records if r.get("status") == "ok"}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def summarize(samples: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max, mean, stdev and inter-quartile range of timed samples (seconds)."""
+    if not samples:
+        return {"n": 0, "median": None, "min": None, "max": None, "mean": None, "stdev": None, "iqr": None}
+    xs = sorted(samples)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {
+        "n": len(xs),
+        "median": statistics.median(xs),
+        "min": xs[0],
+        "max": xs[-1],
+        "mean": statistics.fmean(xs),
+        "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+        "iqr": q[2] - q[0],
+    }
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """The host; device fields are filled in by the worker that saw the devices."""
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "backend": None,
+        "device_kind": None,
+        "device_count": None,
+    }
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_info(repo: str | Path) -> dict[str, Any]:
+    """Commit and dirty flag of the checkout the harness runs from (nulls outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": commit.strip() if commit else None,
+        "dirty": None if status is None else bool(status.strip()),
+    }

@@ -1,0 +1,106 @@
+"""Result records: atomic appends, reading with torn lines, resume bookkeeping, statistics."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from harness import records
+from harness.records import (
+    RECORD_VERSION,
+    RecordError,
+    TruncatedRecordWarning,
+    append_record,
+    finished_ids,
+    latest_by_variant,
+    load_records,
+    summarize,
+)
+
+
+def _record(vid: str, status: str = "ok", **extra: object) -> dict[str, object]:
+    return {"record_version": RECORD_VERSION, "variant": {"id": vid, "name": vid}, "status": status, **extra}
+
+
+def test_append_and_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "sweep" / "results.jsonl"
+    append_record(path, _record("a", samples=[0.1, 0.2]))
+    append_record(path, _record("b", "failed", error="boom\nline 2"))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line) for line in lines)
+    loaded = load_records(path)
+    assert [r["variant"]["id"] for r in loaded] == ["a", "b"]
+    assert loaded[1]["error"] == "boom\nline 2" and loaded[0]["samples"] == [0.1, 0.2]
+
+
+def test_missing_file_has_no_records(tmp_path: Path) -> None:
+    assert load_records(tmp_path / "none.jsonl") == []
+
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    append_record(path, _record("a"))
+    with path.open("ab") as f:
+        f.write(b'{"record_version": 1, "variant": {"id": "b"')  # a crash mid-write
+    with pytest.warns(TruncatedRecordWarning, match=r"results.jsonl:2: skipping incomplete record line"):
+        assert [r["variant"]["id"] for r in load_records(path)] == ["a"]
+
+
+def test_append_after_a_torn_line_starts_a_new_line(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    append_record(path, _record("a"))
+    with path.open("ab") as f:
+        f.write(b'{"record_ver')
+    append_record(path, _record("c"))
+    with pytest.warns(TruncatedRecordWarning):
+        assert [r["variant"]["id"] for r in load_records(path)] == ["a", "c"]
+
+
+def test_newer_record_version_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    append_record(path, {**_record("a"), "record_version": RECORD_VERSION + 1})
+    with pytest.raises(RecordError, match="record_version 2 is not readable"):
+        load_records(path)
+
+
+def _append_many(args: tuple[str, int]) -> None:
+    path, worker = args
+    for i in range(40):
+        append_record(path, _record(f"{worker}-{i}", padding="x" * 5000))
+
+
+def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_append_many, [(str(path), w) for w in range(4)])
+    loaded = load_records(path)
+    assert len(loaded) == 160 and len({r["variant"]["id"] for r in loaded}) == 160
+
+
+def test_resume_bookkeeping() -> None:
+    rs = [_record("a", "failed"), _record("a", "ok", n=1), _record("b", "timeout"), _record("c", "ok"),
+          _record("c", "crashed")]
+    assert finished_ids(rs) == {"a", "c"}
+    latest = latest_by_variant(rs)
+    assert latest["a"]["n"] == 1 and latest["c"]["status"] == "crashed"
+
+
+def test_summarize() -> None:
+    s = summarize([3.0, 1.0, 2.0, 4.0])
+    assert s == {"n": 4, "median": 2.5, "min": 1.0, "max": 4.0, "mean": 2.5,
+                 "stdev": pytest.approx(1.2909944), "iqr": 1.5}
+    assert summarize([2.0])["stdev"] == 0.0 and summarize([2.0])["iqr"] == 0.0
+    assert summarize([])["median"] is None
+
+
+def test_provenance_fields() -> None:
+    machine = records.machine_info()
+    assert {"hostname", "cpu", "cpu_count", "os", "python", "backend", "device_kind", "device_count"} == set(machine)
+    versions = records.library_versions()
+    assert set(versions) == {"jax", "jaxlib", "flax", "torch", "numpy"} and versions["jax"]
+    git = records.git_info(Path(__file__).parent)
+    assert set(git) == {"commit", "dirty"}
+    assert records.git_info("/")["commit"] is None
