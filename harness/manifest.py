@@ -15,7 +15,9 @@ matrix); every other key is a field of the ``ltx2`` config, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import math
 import re
 import tomllib
@@ -61,8 +63,22 @@ class Invalid(Exception):
 # --------------------------------------------------------------------------- sections
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+class _Section:
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (tuples become lists)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class Target:
+class Target(_Section):
     """Where variants run: platform, mesh (axis -> size, -1 = the rest), device count."""
 
     platform: str = "cpu"
@@ -73,26 +89,18 @@ class Target:
 
     @property
     def mesh_shape(self) -> dict[str, int]:
-        """Mesh with the -1 axis resolved (needs a known device count)."""
-        fixed = math.prod(s for _, s in self.mesh if s != -1)
+        """Axis -> size, with the -1 axis resolved when the device count is known."""
         if self.devices is None:
-            if any(s == -1 for _, s in self.mesh):
-                raise ValueError("mesh has a -1 axis but the device count is unknown")
             return dict(self.mesh)
+        fixed = math.prod(s for _, s in self.mesh if s != -1)
         return {a: (self.devices // fixed if s == -1 else s) for a, s in self.mesh}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform,
-            "mode": self.mode,
-            "mesh": dict(self.mesh),
-            "topology": self.topology,
-            "devices": self.devices,
-        }
+        return {**super().to_dict(), "mesh": dict(self.mesh)}
 
 
 @dataclass(frozen=True)
-class Workload:
+class Workload(_Section):
     """What one run computes: video size, batch, denoising steps, which stages to time."""
 
     height: int = 512
@@ -104,18 +112,6 @@ class Workload:
     text_tokens: int = 1024
     stages: tuple[str, ...] = ("denoise_step",)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "height": self.height,
-            "width": self.width,
-            "num_frames": self.num_frames,
-            "frame_rate": self.frame_rate,
-            "batch": self.batch,
-            "steps": self.steps,
-            "text_tokens": self.text_tokens,
-            "stages": list(self.stages),
-        }
-
 
 @dataclass(frozen=True)
 class Model:
@@ -124,39 +120,22 @@ class Model:
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(_Section):
     repeats: int = 5
     warmup: int = 1
     timeout_s: float = 600.0
     trace: bool = False
     metrics: tuple[str, ...] = ("static", "measured")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "repeats": self.repeats,
-            "warmup": self.warmup,
-            "timeout_s": self.timeout_s,
-            "trace": self.trace,
-            "metrics": list(self.metrics),
-        }
-
 
 @dataclass(frozen=True)
-class Gate:
+class Gate(_Section):
     """Regression thresholds: relative tolerance per metric path, timing ratio and test level."""
 
     tolerances: Mapping[str, float] = field(default_factory=dict)
     timing_ratio: float = 1.10
     alpha: float = 0.05
     baseline: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tolerances": dict(self.tolerances),
-            "timing_ratio": self.timing_ratio,
-            "alpha": self.alpha,
-            "baseline": self.baseline,
-        }
 
 
 @dataclass(frozen=True)
@@ -212,38 +191,22 @@ class Manifest:
 _REQUIRED = object()
 
 
+_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+               (list, "an array"), (dict, "a table"))
+_KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "int": (int, "an integer"), "float": ((int, float), "a number"), "str": (str, "a string"),
+    "bool": (bool, "a boolean"), "table": (dict, "a table"), "array": (list, "an array"),
+}  # fmt: skip
+
+
 def type_name(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return f"a {type(value).__name__}"
+    return next((name for t, name in _TYPE_NAMES if isinstance(value, t)), f"a {type(value).__name__}")
 
 
 def _is(value: object, kind: str) -> bool:
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(value, {"str": str, "bool": bool, "table": dict, "array": list}[kind])
-
-
-_KIND_NAMES = {
-    "int": "an integer",
-    "float": "a number",
-    "str": "a string",
-    "bool": "a boolean",
-    "table": "a table",
-    "array": "an array",
-}
+    if isinstance(value, bool) and kind in ("int", "float"):
+        return False
+    return isinstance(value, _KINDS[kind][0])
 
 
 def get(table: Mapping[str, Any], key: str, kind: str, default: Any = _REQUIRED) -> Any:
@@ -254,7 +217,7 @@ def get(table: Mapping[str, Any], key: str, kind: str, default: Any = _REQUIRED)
         return default
     value = table[key]
     if not _is(value, kind):
-        raise Invalid((key,), f"expected {_KIND_NAMES[kind]}, got {type_name(value)} ({value!r})")
+        raise Invalid((key,), f"expected {_KINDS[kind][1]}, got {type_name(value)} ({value!r})")
     return float(value) if kind == "float" else value
 
 
@@ -417,7 +380,8 @@ def flatten_origins(table: Mapping[str, Any], base: KeyPath, out: dict[KeyPath, 
 def _parse_variants(raw: Any, origins: dict[KeyPath, KeyPath]) -> tuple[VariantSpec, ...]:
     if not isinstance(raw, list):
         raise Invalid(("variants",), f"expected an array of tables ([[variants]]), got {type_name(raw)}")
-    specs, seen = [], {}
+    specs: list[VariantSpec] = []
+    seen: dict[str, int] = {}
     for i, entry in enumerate(raw):
         try:
             if not isinstance(entry, dict):
@@ -467,8 +431,6 @@ def _parse_matrix(raw: Any, origins: dict[KeyPath, KeyPath]) -> Matrix:
 
 
 def _canonical(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 

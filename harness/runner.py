@@ -83,7 +83,7 @@ def variant_env(variant: Variant, base: Mapping[str, str] | None = None) -> dict
 
 def worker_spec(variant: Variant, run: Run, trace_dir: Path, status_path: Path) -> dict[str, Any]:
     target = variant.target.to_dict()
-    target["mesh"] = variant.target.mesh_shape if variant.target.devices else dict(variant.target.mesh)
+    target["mesh"] = variant.target.mesh_shape
     return {
         "variant": {"name": variant.name, "id": variant.id},
         "preset": variant.preset,
@@ -144,6 +144,36 @@ class Outcome:
     finished_at: str
 
 
+def _watch(
+    proc: subprocess.Popen[bytes], timeout_s: float, status_path: Path, options: SweepOptions,
+    progress: Progress | None,
+) -> tuple[bool, dict[str, Any] | None]:
+    """Poll the worker until it exits or times out (then kill its group); (timed out, last status)."""
+    start, where = time.monotonic(), None
+    while proc.poll() is None:
+        elapsed = time.monotonic() - start
+        where = _read_json(status_path) or where
+        if progress is not None:
+            progress.update((where or {}).get("stage", ""), (where or {}).get("phase", "starting"), elapsed)
+        if elapsed > timeout_s:
+            _kill_group(proc, options.kill_grace_s)
+            return True, where
+        time.sleep(options.poll_s)
+    return False, where
+
+
+def _classify(
+    rc: int, timed_out: bool, where: dict[str, Any] | None, result: dict[str, Any], timeout_s: float, tail: str
+) -> tuple[str, str | None]:
+    """(status, error): the worker's own verdict if it finished, else how it died."""
+    if timed_out:
+        at = f" in {where['stage']}:{where['phase']}" if where and where.get("stage") else ""
+        return "timeout", f"timed out after {timeout_s:g} s{at}\n{tail}".rstrip()
+    if result.get("status") in ("ok", "failed") and rc in (0, 1):
+        return result["status"], result.get("error")
+    return "crashed", f"{_exit_reason(rc)}\n{tail}".rstrip()
+
+
 def run_worker(
     variant: Variant,
     run: Run,
@@ -153,7 +183,7 @@ def run_worker(
     options: SweepOptions,
     progress: Progress | None = None,
 ) -> Outcome:
-    """Start the worker, watch it (progress, timeout), and classify how it ended."""
+    """Run one variant's worker process to completion, timeout or death."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"harness-{variant.id}-") as tmp:
         spec_path, out_path, status_path = (Path(tmp) / n for n in ("spec.json", "out.json", "status.json"))
@@ -164,30 +194,11 @@ def run_worker(
                 [options.python, "-m", "harness.worker", str(spec_path), str(out_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=variant_env(variant), start_new_session=True,
-            )
-            timed_out, where = False, None
-            while proc.poll() is None:
-                elapsed = time.monotonic() - start
-                where = _read_json(status_path) or where
-                if progress is not None:
-                    progress.update((where or {}).get("stage", ""), (where or {}).get("phase", "starting"),
-                                    elapsed)
-                if elapsed > run.timeout_s:
-                    timed_out = True
-                    _kill_group(proc, options.kill_grace_s)
-                    break
-                time.sleep(options.poll_s)
+            )  # fmt: skip
+            timed_out, where = _watch(proc, run.timeout_s, status_path, options, progress)
         duration = time.monotonic() - start
         result = _read_json(out_path) or {}
-    rc = proc.returncode
-    tail = _tail(log_path)
-    if timed_out:
-        at = f" in {where['stage']}:{where['phase']}" if where and where.get("stage") else ""
-        status, error = "timeout", f"timed out after {run.timeout_s:g} s{at}\n{tail}".rstrip()
-    elif result.get("status") in ("ok", "failed") and rc in (0, 1):
-        status, error = result["status"], result.get("error")
-    else:
-        status, error = "crashed", f"{_exit_reason(rc)}\n{tail}".rstrip()
+    status, error = _classify(proc.returncode, timed_out, where, result, run.timeout_s, _tail(log_path))
     return Outcome(status, error, result, duration, started_at, records.now())
 
 
@@ -204,7 +215,7 @@ def build_record(
     result = outcome.result
     machine = {**provenance["machine"], **(result.get("machine") or {})}
     target = variant.target.to_dict()
-    target["mesh"] = variant.target.mesh_shape if variant.target.devices else dict(variant.target.mesh)
+    target["mesh"] = variant.target.mesh_shape
     stages = result.get("stages") or {}
     traces = {s: e["trace"]["log_dir"] for s, e in stages.items() if (e.get("trace") or {}).get("log_dir")}
     return {

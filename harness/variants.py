@@ -52,7 +52,7 @@ def resolved_settings(
     preset: str, config_overrides: Mapping[str, Any], target: mf.Target, wl: mf.Workload
 ) -> dict[str, Any]:
     """What a variant is, in canonical form: the input of its id."""
-    mesh = target.mesh_shape if target.devices is not None else dict(target.mesh)
+    mesh = target.mesh_shape
     return {
         "preset": preset,
         "config": dict(sorted(config_overrides.items())),
@@ -161,9 +161,9 @@ def _check_with_model(
         path = where + ("target.mesh",) if "target.mesh" in overrides else ("target", "mesh")
         raise m.error(path, str(e)) from None
     try:
-        workload.check_workload(preset, config, wl.to_dict())
+        workload.check_workload(preset, config, wl.to_dict(), target.mesh_shape)
     except ValueError as e:
-        mine = [k for k in overrides if k.startswith("workload.")]
+        mine = [k for k in overrides if k.startswith(("workload.", "target.mesh")) or k.endswith(".sharding")]
         raise m.error(where + (mine[0],) if mine else ("workload",), str(e)) from None
 
 

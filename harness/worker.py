@@ -85,7 +85,8 @@ def _device_mesh(target: dict[str, Any], compile_only: bool) -> tuple[Any, dict[
                                f"(target.topology); no {target['platform']} devices here")
         from jax.experimental import topologies
 
-        devices = list(topologies.get_topology_desc(topology_name=target["topology"], platform="tpu").devices)
+        topology = topologies.get_topology_desc(topology_name=target["topology"], platform="tpu")
+        devices: list[Any] = list(topology.devices)
     else:
         devices = list(jax.devices())
     if len(devices) < n:

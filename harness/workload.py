@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import signal
 import time
@@ -146,10 +147,26 @@ def check_mesh_axes(preset: str, axes: Sequence[str]) -> None:
         raise ValueError(f"unknown mesh axes {unknown} (known: {', '.join(MESH_AXES)})")
 
 
-def check_workload(preset: str, overrides: Mapping[str, Any], wl: Mapping[str, Any]) -> None:
-    """The workload's sizes must fit the model's latent grid (raises ValueError)."""
-    if not is_test_preset(preset):
-        token_counts(build_config(preset, overrides)["transformer"], wl)
+def check_workload(
+    preset: str, overrides: Mapping[str, Any], wl: Mapping[str, Any], mesh: Mapping[str, int]
+) -> None:
+    """The workload must fit the latent grid, and its sharded dims must divide their mesh axes."""
+    if is_test_preset(preset):
+        return
+    from ltx2.sharding import get_strategy
+
+    cfg = build_config(preset, overrides)["transformer"]
+    tokens = token_counts(cfg, wl)
+    strategy = get_strategy(cfg.sharding)
+    dims = (("batch", wl["batch"], "activation_batch"), ("video tokens", tokens["video_tokens"], "activation_length"),
+            ("audio tokens", tokens["audio_tokens"], "activation_length"),
+            ("text tokens", tokens["text_tokens"], "activation_text_length"))  # fmt: skip
+    for what, size, logical in dims:
+        axes = [a for a in strategy.mesh_axes(logical) if mesh.get(a, 1) > 1]
+        shards = math.prod(mesh[a] for a in axes)
+        if size % shards:
+            raise ValueError(f"{what} ({size}) do not divide into {shards} shards ({logical} over "
+                             f"{' x '.join(axes)} under strategy {strategy.name!r})")
 
 
 def config_dict(config: Mapping[str, Any]) -> dict[str, Any]:

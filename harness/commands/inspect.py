@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                           "stages": {s: {k: e.get(k) for k in ("status", "error", "notes", "static")}
                                      for s, e in stages.items()}}, indent=2))
     else:
-        mesh = variant.target.mesh_shape if variant.target.devices else dict(variant.target.mesh)
+        mesh = variant.target.mesh_shape
         print(f"{variant.name} ({variant.id}): preset {variant.preset}, {variant.target.platform} mesh {mesh}, "
               f"mode {outcome.result.get('mode_used')}, {outcome.status}")
         for name, entry in stages.items():

@@ -114,7 +114,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
      'variants[0].overrides."model.preset"', 14, f"unknown preset 'big' (known: {PRESETS})"),
     ("matrix-scalar-axis", BASE + '[matrix]\n"transformer.sharding" = "naive"\n',
      'matrix."transformer.sharding"', 13, "an axis is a non-empty array of values, got 'naive'"),
-    ("matrix-strategy", BASE + '[matrix]\n"transformer.sharding" = ["naive", "bogus"]\n',
+    ("matrix-strategy", BASE + '[matrix]\n"transformer.sharding" = ["replicated", "bogus"]\n',
      'matrix."transformer.sharding"', 13, f"unknown sharding strategy 'bogus' (known: {STRATEGIES})"),
     ("matrix-duplicate-values", BASE + '[matrix]\n"transformer.scan_layers" = [true, true]\n',
      'matrix."transformer.scan_layers"', 13, "duplicate values"),
@@ -124,8 +124,14 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
     ("exclude-not-value", BASE + '[matrix]\n"transformer.sharding" = ["naive"]\n'
      'exclude = [{ "transformer.sharding" = "context" }]\n',
      'matrix.exclude[0]."transformer.sharding"', 14, "'context' is not a value of this axis"),
-    ("matrix-name-clash", BASE + '[[variants]]\nname = "sharding=naive"\n[matrix]\n'
-     '"transformer.sharding" = ["naive"]\n', "matrix", 14, "duplicate variant name 'sharding=naive'"),
+    ("matrix-name-clash", BASE + '[[variants]]\nname = "sharding=replicated"\n[matrix]\n'
+     '"transformer.sharding" = ["replicated"]\n', "matrix", 14, "duplicate variant name 'sharding=replicated'"),
+    ("indivisible-batch", BASE + '[model.overrides]\n"transformer.sharding" = "naive"\n', "workload", 7,
+     "batch (1) do not divide into 8 shards (activation_batch over data under strategy 'naive')"),
+    ("indivisible-tokens", BASE + '[[variants]]\nname = "a"\n'
+     'overrides = { "transformer.sharding" = "context", "target.mesh" = { context = 8 } }\n',
+     'variants[0].overrides."transformer.sharding"', 14,
+     "audio tokens (9) do not divide into 8 shards (activation_length over context under strategy 'context')"),
 ]
 
 
