@@ -340,6 +340,41 @@ def random_state(abstract: Any, seed: int) -> Any:
     return jax.tree.map(leaf, abstract)
 
 
+def abstract_state(make: Callable[[], Any], strategy: str, mesh: Any) -> tuple[Any, Any]:
+    """(graphdef, state of sharded ``ShapeDtypeStruct``s) of an NNX module: nothing is allocated."""
+    import jax
+    from flax import nnx
+
+    from ltx2.sharding import param_shardings
+
+    graphdef, state = nnx.split(nnx.eval_shape(make))
+    shardings = param_shardings(state, strategy, mesh)
+
+    def sds(sharding: Any, var: Any) -> Any:  # the shardings tree is a prefix of the state tree
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), var)
+
+    return graphdef, jax.tree.map(sds, shardings, state)
+
+
+def _denoise_inputs(cfg: Any, tokens: Mapping[str, int], batch: int) -> list[tuple[tuple[int, ...], Any, tuple]]:
+    """(shape, dtype, logical axes) of the step's inputs after the weights."""
+    import jax.numpy as jnp
+
+    B, L, A, S = batch, tokens["video_tokens"], tokens["audio_tokens"], tokens["text_tokens"]
+    dt, f32 = jnp.dtype(cfg.dtype), jnp.float32
+    text_c, audio_text_c = ((cfg.caption_channels, cfg.caption_channels) if cfg.use_prompt_embeddings
+                            else (cfg.inner_dim, cfg.audio_inner_dim))  # fmt: skip
+    seq = ("activation_batch", "activation_length", None)
+    text = ("activation_batch", "activation_text_length", None)
+    rows = ("activation_batch",)
+    return [
+        ((B, L, cfg.in_channels), dt, seq), ((B, A, cfg.audio_in_channels), dt, seq),  # latents
+        ((B, S, text_c), dt, text), ((B, S, audio_text_c), dt, text),  # prompt embeddings
+        ((B, S), f32, ("activation_batch", None)),  # text keep-mask
+        ((B,), f32, rows), ((B,), f32, rows), ((), f32, ()),  # timestep, sigma, sigma step
+    ]  # fmt: skip
+
+
 def _build_denoise_step(ctx: BuildContext) -> Stage:
     """One transformer forward and an Euler update of both latents (no guidance yet).
 
@@ -349,67 +384,40 @@ def _build_denoise_step(ctx: BuildContext) -> Stage:
     the workload batch: the transformer's batch rows (CFG doubles them in the pipeline).
     """
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from flax import nnx
 
-    from ltx2 import sharding as shd
+    from ltx2.sharding import input_sharding
     from ltx2.transformer import LTX2Transformer
 
     cfg = build_config(ctx.preset, ctx.overrides)["transformer"]
-    wl, mesh = ctx.workload, ctx.mesh
-    tokens = token_counts(cfg, wl)
-    B, L, A, S = wl["batch"], tokens["video_tokens"], tokens["audio_tokens"], tokens["text_tokens"]
-    dt = jnp.dtype(cfg.dtype)
-    text_dims = ((cfg.caption_channels, cfg.caption_channels) if cfg.use_prompt_embeddings
-                 else (cfg.inner_dim, cfg.audio_inner_dim))
-    seq = ("activation_batch", "activation_length", None)
-    text_seq = ("activation_batch", "activation_text_length", None)
-    shapes = [  # (shape, dtype, logical names)
-        ((B, L, cfg.in_channels), dt, seq), ((B, A, cfg.audio_in_channels), dt, seq),
-        ((B, S, text_dims[0]), dt, text_seq), ((B, S, text_dims[1]), dt, text_seq),
-        ((B, S), jnp.float32, ("activation_batch", None)),
-        ((B,), jnp.float32, ("activation_batch",)), ((B,), jnp.float32, ("activation_batch",)),
-        ((), jnp.float32, ()),
-    ]  # fmt: skip
-    in_shardings = [shd.input_sharding(names, cfg.sharding, mesh) for _, _, names in shapes]
-    abstract_model = nnx.eval_shape(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(ctx.seed)))
-    graphdef, abstract_state = nnx.split(abstract_model)
-    state_shardings = shd.param_shardings(abstract_state, cfg.sharding, mesh)
-    grid = dict(num_frames=tokens["latent_frames"], height=tokens["latent_height"],
-                width=tokens["latent_width"], fps=float(wl["frame_rate"]), audio_num_frames=tokens["audio_frames"])
+    wl, tokens = ctx.workload, token_counts(cfg, ctx.workload)
+    inputs = _denoise_inputs(cfg, tokens, wl["batch"])
+    shardings = [input_sharding(names, cfg.sharding, ctx.mesh) for _, _, names in inputs]
+    graphdef, state = abstract_state(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(ctx.seed)), cfg.sharding, ctx.mesh)
+    grid = dict(num_frames=tokens["latent_frames"], height=tokens["latent_height"], width=tokens["latent_width"],
+                fps=float(wl["frame_rate"]), audio_num_frames=tokens["audio_frames"])  # fmt: skip
 
     def step(state, x, a, text, audio_text, mask, timestep, sigma, dsigma):  # type: ignore[no-untyped-def]
-        model = nnx.merge(graphdef, state)
-        v, va = model(x, a, text, audio_text, timestep, sigma=sigma, encoder_attention_mask=mask,
-                      audio_encoder_attention_mask=mask, **grid)
+        v, va = nnx.merge(graphdef, state)(x, a, text, audio_text, timestep, sigma=sigma, encoder_attention_mask=mask,
+                                           audio_encoder_attention_mask=mask, **grid)  # fmt: skip
         return x + dsigma * v.astype(x.dtype), a + dsigma * va.astype(a.dtype)
 
-    def sds(sharding: Any, var: Any) -> Any:  # the shardings tree is a prefix of the state tree
-        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), var)
-
-    abstract_args = (
-        jax.tree.map(sds, state_shardings, abstract_state),
-        *(jax.ShapeDtypeStruct(shape, d, sharding=s) for (shape, d, _), s in zip(shapes, in_shardings, strict=True)),
-    )
-
     def make_args() -> tuple[Any, ...]:
-        state = random_state(abstract_args[0], ctx.seed)
         rng = np.random.default_rng(ctx.seed + 1)
-        latents = [rng.standard_normal(shape, np.float32).astype(d) for shape, d, _ in shapes[:4]]
-        f32 = np.float32
-        rest = [np.ones((B, S), f32), np.full((B,), 900.0, f32), np.full((B,), 0.9, f32), np.asarray(-0.1, f32)]
-        return (state, *(jax.device_put(x, s) for x, s in zip(latents + rest, in_shardings, strict=True)))
+        host = [rng.standard_normal(shape, np.float32).astype(d) for shape, d, _ in inputs[:4]]
+        host += [np.ones(inputs[4][0], np.float32), np.full(inputs[5][0], 900.0, np.float32),
+                 np.full(inputs[6][0], 0.9, np.float32), np.asarray(-0.1, np.float32)]  # fmt: skip
+        return (random_state(state, ctx.seed), *map(jax.device_put, host, shardings))
 
+    abstract_inputs = [jax.ShapeDtypeStruct(shape, d, sharding=s)
+                       for (shape, d, _), s in zip(inputs, shardings, strict=True)]
+    B, L, A, S = wl["batch"], tokens["video_tokens"], tokens["audio_tokens"], tokens["text_tokens"]
     return JaxStage(
-        "denoise_step",
-        jax.jit(step),
-        abstract_args,
-        make_args,
-        analytic_flops=float(cfg.forward_flops(L, A, S, B)),
-        extra={"tokens": tokens},
+        "denoise_step", jax.jit(step), (state, *abstract_inputs), make_args,
+        analytic_flops=float(cfg.forward_flops(L, A, S, B)), extra={"tokens": tokens},
         notes=["denoise_step = one transformer forward + Euler update; guidance passes are in the batch"],
-    )
+    )  # fmt: skip
 
 
 _BUILDERS: dict[str, Callable[[BuildContext], Stage]] = {"denoise_step": _build_denoise_step}
