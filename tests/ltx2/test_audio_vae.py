@@ -115,6 +115,20 @@ def test_variant_parity(cfg: AudioVAEConfig) -> None:
     _check_parity(ref, from_diffusers(ref), cfg, cfg.causality_axis + "/" + cfg.norm_type)
 
 
+@pytest.mark.parity
+def test_sharded_parity(tiny_pair: tuple[Any, AutoencoderKLLTX2Audio]) -> None:
+    """Under a mesh, with parameters placed by a strategy and activations constrained (batch over
+    ``data``), the numbers do not change."""
+    from ltx2 import sharding
+
+    ref, _ = tiny_pair
+    cfg = dataclasses.replace(AudioVAEConfig.tiny(), sharding="ironwood")
+    mesh = sharding.build_mesh({"data": 2, "tensor": 4})
+    ours = sharding.shard_module(load(cfg, ref.state_dict()), cfg.sharding, mesh)
+    with jax.set_mesh(mesh):
+        _check_parity(ref, ours, cfg, "tiny sharded (ironwood, data=2 x tensor=4)")
+
+
 def test_buffers_and_packed_normalisation(tiny_pair: tuple[Any, AutoencoderKLLTX2Audio]) -> None:
     """latents_mean/std load, and (de)normalise *packed* latents per feature like the pipeline."""
     ref, ours = tiny_pair
@@ -193,6 +207,18 @@ def test_constructor_rejects_other_configs() -> None:
 
 
 # ----------------------------------------------------------------------------- release preset
+
+
+def test_defaults_equal_diffusers() -> None:
+    """Field names and defaults are diffusers' (the release config for 2.0, 2.3 and 2.5)."""
+    import inspect
+
+    from diffusers import AutoencoderKLLTX2Audio as TorchAudioVAE
+
+    params = inspect.signature(TorchAudioVAE.__init__).parameters
+    defaults = {k: p.default for k, p in params.items() if k != "self"}
+    assert set(defaults) == {f.name for f in dataclasses.fields(AudioVAEConfig)} - _OURS_ONLY
+    assert AudioVAEConfig.from_diffusers(defaults) == AudioVAEConfig.ltx2_19b()
 
 
 def test_release_preset_matches_diffusers_shapes() -> None:

@@ -82,6 +82,26 @@ def test_parity(case: str) -> None:
     assert err <= TOL
 
 
+@pytest.mark.parity
+def test_sharded_parity(tiny_ref: Any) -> None:
+    """Placed by a strategy on a mesh, activations constrained (batch over ``data``): same numbers."""
+    import torch
+
+    from ltx2 import sharding
+
+    cfg = dataclasses.replace(TINY, sharding="ironwood")
+    mesh = sharding.build_mesh({"data": 2, "tensor": 4})
+    ours = sharding.shard_module(load(cfg, tiny_ref.state_dict()), cfg.sharding, mesh)
+    x = torch.randn(2, cfg.in_channels, 2, 4, 4, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expect = tiny_ref(x).numpy()
+    with jax.set_mesh(mesh):
+        got = np.asarray(_run(ours, jnp.asarray(x.numpy())))
+    err = float(np.max(np.abs(got - expect)) / max(1.0, float(np.max(np.abs(expect)))))
+    print(f"upsampler sharded (ironwood) parity error: {err:.2e}")
+    assert err <= TOL
+
+
 def test_blur_kernel_buffer_loads(tiny_ref: Any) -> None:
     """The binomial blur is a checkpoint buffer ([1,4,6,4,1] outer product, normalised)."""
     ours = load(TINY, tiny_ref.state_dict())
@@ -135,6 +155,18 @@ def test_config_validation_names_the_field(change: dict[str, Any], field: str) -
 
 
 # ----------------------------------------------------------------------------- release presets
+
+
+def test_defaults_equal_diffusers() -> None:
+    """Field names and defaults are diffusers' (the 2.0 release config)."""
+    import inspect
+
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel as TorchUpsampler
+
+    params = inspect.signature(TorchUpsampler.__init__).parameters
+    defaults = {k: p.default for k, p in params.items() if k != "self"}
+    assert set(defaults) == {f.name for f in dataclasses.fields(LatentUpsamplerConfig)} - _OURS_ONLY
+    assert LatentUpsamplerConfig.from_diffusers(defaults) == LatentUpsamplerConfig.ltx2_19b()
 
 
 @pytest.mark.parametrize("preset", ["ltx2_19b", "ltx2_3_22b"])
