@@ -16,6 +16,9 @@ from harness.manifest import ManifestError
 COMMANDS: dict[str, str] = {
     "sweep": "harness.commands.sweep",
     "inspect": "harness.commands.inspect",
+    "report": "harness.commands.report",
+    "gate": "harness.commands.gate",
+    "baseline": "harness.commands.baseline",
 }
 
 

@@ -1,0 +1,75 @@
+"""Manage gate baselines in reports/baselines/ (committed; one per backend and topology).
+
+    baseline update <results>   write a baseline from a results file, on purpose
+                                (refuses failed variants and mixed backends)
+    baseline show <name|path>   what a baseline holds
+
+The default name is <manifest>-<backend key>, e.g. nightly-cpu-8dev, which is the
+name `harness gate experiments/nightly.toml` looks for on that backend. Exit status
+2 if nothing could be written or read."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import baseline as bl
+from harness import records as rec
+from harness.manifest import ManifestError, load_manifest
+
+HELP = "write (update) or show a gate baseline"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    update = actions.add_parser("update", help="write a baseline from a results file")
+    update.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
+    update.add_argument("--name", help="baseline name (default: <manifest>-<backend key>)")
+    update.add_argument("--manifest", type=Path, help="write where this manifest's gate looks ([gate] baseline or "
+                        "the default name); refuses records of another backend")
+    update.add_argument("--dir", type=Path, default=bl.BASELINES_DIR, help=f"default: {bl.BASELINES_DIR}")
+    show = actions.add_parser("show", help="summarise a baseline")
+    show.add_argument("baseline", help="a name in --dir or a path to a .json")
+    show.add_argument("--dir", type=Path, default=bl.BASELINES_DIR, help=f"default: {bl.BASELINES_DIR}")
+
+
+def update(args: argparse.Namespace) -> int:
+    records = bl.load_records_any(args.results)
+    data = bl.build(records, name=args.name, source=str(args.results))
+    path = bl.baseline_path(data["name"], args.dir)
+    if args.manifest is not None:
+        manifest = load_manifest(args.manifest)
+        if data["key"] != bl.target_key(manifest.target):
+            raise bl.BaselineError(f"{args.results} ran on {data['key']}, {args.manifest} targets "
+                                   f"{bl.target_key(manifest.target)}")
+        if not args.name:
+            path = bl.path_for(manifest, args.dir)
+    data["name"] = path.stem
+    path = bl.write(path, data)
+    commit = (data.get("git") or {}).get("commit") or "unknown commit"
+    print(f"wrote {path}: {len(data['records'])} variants, backend {data['key']}, from {args.results} "
+          f"({commit[:12]}); commit it to make it the gate's reference")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    from harness.report.tables import stage_rows
+
+    path = (Path(args.baseline) if args.baseline.endswith((".json", ".jsonl"))
+            else bl.baseline_path(args.baseline, args.dir))
+    base = bl.load(path)
+    print(f"{path}: {base.name}, backend {base.key}, {len(base.records)} variants, commit {base.commit}, "
+          f"from {base.source or '?'}")
+    for row in stage_rows(base.records):
+        time = f"{row.time.median * 1e3:.3f} ms (n={row.time.n})" if row.time else "-"
+        print(f"  {row.variant:<24} {row.stage:<14} {time:>22}  collectives {row.collective_count or 0:g}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return update(args) if args.action == "update" else show(args)
+    except (bl.BaselineError, rec.RecordError, ManifestError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,58 @@
+"""Render reports/<sweep-id>/index.html (self-contained: inline CSS, embedded plots) and
+results.csv from a results file, optionally compared with a baseline: a committed
+baseline (reports/baselines/<name>.json), another results file or a sweep directory.
+The report is a pure function of the records: nothing is re-run or re-parsed.
+Exit status 2 if a file cannot be read."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import records as rec
+from harness.baseline import BaselineError, load_records_any
+from harness.manifest import Gate, load_manifest
+
+HELP = "HTML report and CSV of a results file, optionally against a baseline"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
+    parser.add_argument("--baseline", type=Path, metavar="PATH",
+                        help="compare with: a baseline .json, a results .jsonl or a sweep directory")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: the results' directory)")
+    parser.add_argument("--reference", metavar="VARIANT", help="variant that speedups are relative to "
+                        "(default: the first that succeeded)")
+    parser.add_argument("--manifest", type=Path, help="take the comparison's thresholds from this manifest's [gate]")
+    parser.add_argument("--title", help="page title (default: Sweep <sweep-id>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.gate import same_machine  # plotting and statistics load only when a report is made
+    from harness.report import write_report
+
+    try:
+        records = list(rec.latest_by_variant(load_records_any(args.results)).values())
+        if not records:
+            print(f"error: no records in {args.results}", file=sys.stderr)
+            return 2
+        baseline = list(rec.latest_by_variant(load_records_any(args.baseline)).values()) if args.baseline else None
+    except (BaselineError, rec.RecordError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    gate = load_manifest(args.manifest).gate if args.manifest else Gate()
+    out = args.out or (args.results if args.results.is_dir() else args.results.parent)
+    try:
+        files = write_report(records, out, baseline=baseline, baseline_label=str(args.baseline or ""), gate=gate,
+                             reference=args.reference, title=args.title,
+                             timings=baseline is None or same_machine(baseline, records))
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    print(f"wrote {files.index} and {files.csv}")
+    if files.comparison is not None:
+        c = files.comparison
+        print(f"against {args.baseline}: {len(c.regressions)} gated regressions, "
+              f"{len(c.by_verdict('improved'))} improved, {len(c.by_verdict('noise'))} noise")
+    return 0

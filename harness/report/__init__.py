@@ -1,0 +1,53 @@
+"""Reports: ``index.html`` and ``results.csv`` written from result records, nothing else.
+
+A report is a pure function of records (and optionally a baseline's records): it
+never re-runs a variant or re-parses a trace. :func:`write_report` is what
+``harness report``, the gate and the end of a sweep call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.compare import ComparisonSet, compare_records
+from harness.manifest import Gate
+from harness.report import export, html
+
+INDEX, CSV = "index.html", "results.csv"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    index: Path
+    csv: Path
+    comparison: ComparisonSet | None
+
+
+def write_report(
+    records: Sequence[Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    baseline: Sequence[Mapping[str, Any]] | None = None,
+    baseline_label: str = "",
+    gate: Gate | None = None,
+    reference: str | None = None,
+    title: str | None = None,
+    timings: bool = True,
+) -> ReportFiles:
+    """Write ``<out_dir>/index.html`` and ``<out_dir>/results.csv``; compare with a baseline if given."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gate = gate or Gate()
+    comparison = compare_records(baseline, records, gate, timings=timings) if baseline is not None else None
+    page = html.render(records, out_dir, comparison=comparison, gate=gate, baseline_label=baseline_label,
+                       reference=reference, title=title)
+    index = out_dir / INDEX
+    index.write_text(page, encoding="utf-8")
+    csv = export.write_csv(out_dir / CSV, records, comparison.comparisons if comparison else ())
+    return ReportFiles(index, csv, comparison)
+
+
+__all__ = ["CSV", "INDEX", "ReportFiles", "write_report"]

@@ -1,0 +1,68 @@
+"""``results.csv``: one row per variant, stage and metric, for pandas users.
+
+    import pandas as pd
+    df = pd.read_csv("reports/cpu/results.csv")
+    df[df.metric == "time"].pivot(index="variant", columns="stage", values="median")
+
+Timing rows carry the sample summary (n, median, q1, q3, min, max); every row has
+``value``. With a baseline, rows also carry baseline, delta, ratio, verdict and
+gated. A variant or stage that failed without producing metrics gets one row with
+an empty metric, so failures are visible in the table too.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import stats
+from harness.compare import Comparison, flatten_stage, spec_for
+
+COLUMNS = ("sweep_id", "variant", "variant_id", "status", "stage", "stage_status", "metric", "kind", "unit",
+           "value", "n", "median", "q1", "q3", "min", "max")
+COMPARE_COLUMNS = ("baseline", "delta", "ratio", "verdict", "gated")
+
+
+def rows(records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = ()) -> list[dict[str, Any]]:
+    versus = {(c.variant, c.stage, c.metric): c for c in comparisons}
+    out = []
+    for r in records:
+        base = {"sweep_id": r.get("sweep_id"), "variant": r["variant"]["name"], "variant_id": r["variant"]["id"],
+                "status": r.get("status")}
+        stages = r.get("stages") or {}
+        if not stages:
+            out.append({**base, "stage": "", "stage_status": "", "metric": "", "value": None})
+        for stage, entry in stages.items():
+            metrics = flatten_stage(entry)
+            if not metrics:  # a failed stage: keep it visible
+                out.append({**base, "stage": stage, "stage_status": entry.get("status"), "metric": "", "value": None})
+            for metric, mv in metrics.items():
+                spec = spec_for(metric)
+                row = {**base, "stage": stage, "stage_status": entry.get("status"), "metric": metric,
+                       "kind": spec.kind, "unit": spec.unit, "value": mv.value}
+                if mv.samples:
+                    s = stats.spread(mv.samples)
+                    row.update(n=s.n, median=s.median, q1=s.q1, q3=s.q3, min=s.min, max=s.max)
+                if (c := versus.get((base["variant"], stage, metric))) is not None:
+                    row.update(baseline=c.baseline, delta=c.delta, ratio=c.ratio, verdict=c.verdict, gated=c.gated)
+                out.append(row)
+    return out
+
+
+def to_csv(records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = ()) -> str:
+    columns = COLUMNS + (COMPARE_COLUMNS if comparisons else ())
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows(records, comparisons):
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def write_csv(path: str | Path, records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = ()) -> Path:
+    path = Path(path)
+    path.write_text(to_csv(records, comparisons))
+    return path

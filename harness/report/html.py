@@ -1,0 +1,316 @@
+"""Render one self-contained ``index.html`` from result records (and optionally a baseline).
+
+Self-contained: CSS inline, plots embedded as ``data:image/png;base64`` images, no
+external scripts, styles, fonts or links to the network. The one inline script only
+writes, on load, how many images decoded and how many errors occurred into
+``data-*`` attributes of ``<body>``; a headless browser test reads them back.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.compare import MISSING, NEW, Comparison, ComparisonSet
+from harness.manifest import Gate
+from harness.report import plots, tables
+from harness.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
+
+VERDICT_COLOURS = {  # background, text
+    REGRESSED: ("#f8d7da", "#842029"),
+    IMPROVED: ("#d1e7dd", "#0f5132"),
+    NOISE: ("#fff3cd", "#664d03"),
+    UNCHANGED: ("#e9ecef", "#495057"),
+    MISSING: ("#cfe2ff", "#084298"),
+    NEW: ("#cfe2ff", "#084298"),
+}
+_VERDICT_ORDER = (REGRESSED, MISSING, IMPROVED, NOISE, NEW, UNCHANGED)
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #212529; }
+h1 { font-size: 22px; margin: 0 0 8px; } h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid #dee2e6; }
+h3 { font-size: 15px; margin: 16px 0 6px; }
+table { border-collapse: collapse; margin: 6px 0 12px; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #dee2e6; padding: 3px 8px; text-align: right; vertical-align: top; }
+th { background: #f1f3f5; } td.l, th.l { text-align: left; }
+dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 0; }
+dl.meta dt { font-weight: 600; } dl.meta dd { margin: 0; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600; }
+.mode-compile { background: #fff3cd; color: #664d03; } .mode-measure { background: #d1e7dd; color: #0f5132; }
+.status-ok { color: #0f5132; } .status-failed, .status-timeout, .status-crashed { color: #842029; font-weight: 600; }
+.verdict { font-weight: 600; } tr.ungated td { opacity: 0.7; }
+figure { display: inline-block; margin: 8px 16px 8px 0; } figure img { max-width: 100%; border: 1px solid #dee2e6; }
+figcaption { color: #6c757d; font-size: 12px; }
+pre { background: #f8f9fa; border: 1px solid #dee2e6; padding: 8px; overflow-x: auto; max-height: 320px; }
+code { background: #f1f3f5; padding: 0 3px; } .note { color: #6c757d; }
+""" + "".join(f".verdict-{v} {{ background: {bg}; color: {fg}; }}\n" for v, (bg, fg) in VERDICT_COLOURS.items())
+
+LOAD_CHECK = """
+window.addEventListener("error", function () {
+  document.body.dataset.errors = String(Number(document.body.dataset.errors || "0") + 1);
+}, true);
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  document.body.dataset.images = String(imgs.length);
+  document.body.dataset.imagesLoaded = String(imgs.filter(function (i) {
+    return i.complete && i.naturalWidth > 0; }).length);
+  document.body.dataset.errors = document.body.dataset.errors || "0";
+});
+"""
+
+e = html.escape
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def fmt_bytes(b: float | None) -> str:
+    if b is None:
+        return "-"
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(b) >= scale:
+            return f"{b / scale:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt_num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{int(x)}" if x == int(x) and abs(x) < 1e15 else f"{x:.4g}"
+
+
+def fmt_unit(x: float | None, unit: str) -> str:
+    if unit == "s":
+        return fmt_time(x)
+    if unit == "bytes":
+        return fmt_bytes(x)
+    if unit == "fraction":
+        return "-" if x is None else f"{x:.1%}"
+    return fmt_num(x)
+
+
+def fmt_ratio(r: float | None) -> str:
+    if r is None:
+        return "-"
+    return "new (from 0)" if math.isinf(r) else f"{r:.3f}x"
+
+
+def verdict_cell(verdict: str) -> str:
+    return f'<td class="l"><span class="verdict verdict-{e(verdict)}">{e(verdict)}</span></td>'
+
+
+def _table(head: Sequence[str], body: Sequence[str], table_id: str = "", left: int = 1) -> str:
+    ths = "".join(f'<th class="l">{e(h)}</th>' if i < left else f"<th>{e(h)}</th>" for i, h in enumerate(head))
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{ths}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def header_section(info: Mapping[str, Any], title: str | None) -> str:
+    mode = ("compile-only (static analysis: no target devices here, so no timings or traces)"
+            if info["compile_only"] else ("measured" if info["modes"] == ["measure"]
+                                          else "mixed: " + ", ".join(info["modes"]) if info["modes"] else "unknown"))
+    mode_class = "mode-compile" if info["compile_only"] else "mode-measure"
+    m, t = info["machine"], info["target"]
+    manifest = info["manifest"]
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items()) if v)
+    commit = ", ".join(c[:12] for c in info["commits"]) + (" (dirty tree)" if info["dirty"] else "")
+    mesh = ", ".join(f"{a}={s}" for a, s in (t.get("mesh") or {}).items())
+    span = f"{info['span'][0]} to {info['span'][1]}" if info["span"] else "-"
+    items = [
+        ("Manifest", f"<code>{e(str(manifest.get('path', '-')))}</code> "
+                     f"<span class=note>sha256 {e(str(manifest.get('sha256', ''))[:12])}</span>"),
+        ("Mode", f'<span id="mode" class="badge {mode_class}">{e(mode)}</span>'),
+        ("Target", e(f"{t.get('platform', '-')} mesh {{{mesh}}}, "
+                     f"{t.get('topology') or str(t.get('devices')) + ' devices'}")),
+        ("Machine", e(f"{m.get('hostname', '-')}: {m.get('cpu', '-')} ({m.get('cpu_count', '?')} cores), "
+                      f"backend {m.get('backend', '-')}, {m.get('device_count', '?')} x {m.get('device_kind', '-')}, "
+                      f"{m.get('os', '')}, Python {m.get('python', '-')}")),
+        ("Versions", e(versions or "-")),
+        ("Commit", f"<code>{e(commit)}</code>"),
+        ("Ran", e(span)),
+        ("Variants", e(f"{info['variants']} ({info['failed']} failed)")),
+    ]
+    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items)
+    heading = title or f"Sweep {info.get('sweep_id') or '?'}"
+    return f'<header><h1>{e(heading)}</h1><dl class="meta">{dl}</dl></header>'
+
+
+def variant_section(rows: Sequence[tables.StageRow], reference: str | None) -> str:
+    body = []
+    for r in rows:
+        t = r.time
+        time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, "
+                                      f"n={t.n}</span>")
+        speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        wasted = "-" if r.wasted_fraction is None else f"{r.wasted_fraction:.1%}"
+        body.append(
+            f'<tr><td class="l">{e(r.variant)} <span class=note>{e(r.variant_id)}</span></td>'
+            f'<td class="l">{e(r.stage)}</td><td class="l status-{e(r.status)}">{e(r.status)}</td>'
+            f'<td class="l">{e(r.mode or "-")}</td><td>{time}</td><td>{speedup}</td>'
+            f"<td>{fmt_time(r.compile_s)}</td><td>{fmt_num(r.recompiles)}</td><td>{fmt_bytes(r.memory_bytes)}</td>"
+            f"<td>{fmt_num(r.collective_count)}</td><td>{fmt_bytes(r.collective_bytes)}</td><td>{wasted}</td></tr>")
+    head = ["variant", "stage", "status", "mode", "median time", f"speedup vs {reference or '-'}", "compile",
+            "recompiles", "memory / device", "collectives", "collective bytes", "wasted"]
+    return ("<section><h2>Variants</h2>" + _table(head, body, "variants", left=4)
+            + '<p class="note">Memory per device is the compiled program\'s bound (arguments + outputs + '
+              "temporaries - aliased) where known, else its peak. Collective counts and bytes are per device and "
+              "call (loop bodies counted once per trip). Wasted = exposed collective time + idle, as a share of "
+              "the traced window.</p></section>")
+
+
+def plots_section(images: Mapping[str, str | None]) -> str:
+    captions = {
+        "plot-stage-times": "Per-stage median time per variant; error bars span the interquartile range.",
+        "plot-breakdown": "Mean per device and traced step: compute, collective time not hidden behind compute "
+                          "(by kind) and idle.",
+        "plot-collective-bytes": "Operand bytes of the collectives of each compiled program, by kind.",
+        "plot-memory": "Per-device memory of each compiled program; the black mark is the peak/bound.",
+    }
+    figs = [f'<figure id="{k}"><img alt="{e(captions[k])}" src="data:image/png;base64,{png}">'
+            f"<figcaption>{e(captions[k])}</figcaption></figure>" for k, png in images.items() if png]
+    missing = [k.removeprefix("plot-") for k, png in images.items() if not png]
+    note = f'<p class="note">Nothing to plot for: {e(", ".join(missing))}.</p>' if missing else ""
+    return f"<section><h2>Plots</h2>{''.join(figs)}{note}</section>"
+
+
+def collectives_section(records: Sequence[Mapping[str, Any]]) -> str:
+    body = []
+    for r in tables.ok_records(records):
+        for stage in r.get("stages") or {}:
+            for kind, c in tables.collectives_by_kind(r, stage).items():
+                body.append(f'<tr><td class="l">{e(r["variant"]["name"])}</td><td class="l">{e(stage)}</td>'
+                            f'<td class="l">{e(kind)}</td><td>{fmt_num(c.get("count"))}</td>'
+                            f'<td>{fmt_bytes(c.get("operand_bytes"))}</td><td>{fmt_bytes(c.get("result_bytes"))}</td>'
+                            "</tr>")
+    if not body:
+        return '<section><h2>Collectives</h2><p class="note">No collectives in any compiled program.</p></section>'
+    return ("<section><h2>Collectives</h2>"
+            + _table(["variant", "stage", "kind", "count", "operand bytes", "result bytes"], body, "collectives", 3)
+            + "</section>")
+
+
+def top_ops_section(records: Sequence[Mapping[str, Any]], n: int = 10) -> str:
+    parts = []
+    for r in tables.ok_records(records):
+        for stage in r.get("stages") or {}:
+            ops = tables.top_ops(r, stage, n)
+            if not ops:
+                continue
+            body = [f'<tr><td class="l"><code>{e(str(o.get("op")))}</code></td>'
+                    f'<td class="l">{e(str(o.get("category")))}</td><td class="l">{e(str(o.get("module")))}</td>'
+                    f'<td>{fmt_num(o.get("count"))}</td>'
+                    f'<td>{fmt_time((o.get("total_ns") or 0) / 1e9)}</td></tr>' for o in ops]
+            parts.append(f'<h3>{e(r["variant"]["name"])} / {e(stage)}</h3>'
+                         + _table(["op", "category", "module", "executions", "total time (all devices)"], body,
+                                  left=3))
+    note = tables.trace_note(records)
+    if not parts:
+        return '<section id="top-ops"><h2>Top ops</h2><p class="note">No traces in these results.</p></section>'
+    return (f'<section id="top-ops"><h2>Top ops</h2>{f"<p class=note>{e(note)}</p>" if note else ""}'
+            f"{''.join(parts)}</section>")
+
+
+def failed_section(records: Sequence[Mapping[str, Any]]) -> str:
+    failed = tables.failed_records(records)
+    stage_failures = [(r, s, entry) for r in tables.ok_records(records)
+                      for s, entry in (r.get("stages") or {}).items() if entry.get("status") != "ok"]
+    if not failed and not stage_failures:
+        return '<section id="failed"><h2>Failed variants</h2><p class="note">None: every variant ran.</p></section>'
+    parts = []
+    for r in failed:
+        log = (r.get("artifacts") or {}).get("log")
+        parts.append(f'<div class="failed-variant"><h3>{e(r["variant"]["name"])} <span class=note>'
+                     f'{e(r["variant"]["id"])}</span> <span class="status-{e(str(r.get("status")))}">'
+                     f'{e(str(r.get("status")))}</span></h3>'
+                     f'{f"<p class=note>log: <code>{e(str(log))}</code></p>" if log else ""}'
+                     f"<pre>{e(str(r.get('error') or 'no error text'))}</pre></div>")
+    for r, stage, entry in stage_failures:
+        parts.append(f'<div class="failed-variant"><h3>{e(r["variant"]["name"])} / {e(stage)}</h3>'
+                     f"<pre>{e(str(entry.get('error') or ''))}</pre></div>")
+    return f'<section id="failed"><h2>Failed variants</h2>{"".join(parts)}</section>'
+
+
+def traces_section(records: Sequence[Mapping[str, Any]], out_dir: str | Path) -> str:
+    links = tables.trace_links(records, out_dir)
+    if not links:
+        return '<section id="traces"><h2>Traces</h2><p class="note">No traces recorded.</p></section>'
+    body = [f'<tr><td class="l">{e(lk.variant)}</td><td class="l">{e(lk.stage)}</td>'
+            f'<td class="l"><a href="{e(lk.href)}">{e(lk.href)}</a></td><td class="l"><code>{e(lk.command)}</code>'
+            "</td></tr>" for lk in links]
+    return ('<section id="traces"><h2>Traces</h2>'
+            + _table(["variant", "stage", "trace directory", "open in XProf"], body, "trace-links", 4)
+            + f'<p class="note">Run the command, then open localhost:{tables.XPROF_PORT} in a browser.</p>'
+              "</section>")
+
+
+def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -> str:
+    counts = {v: len(result.by_verdict(v)) for v in _VERDICT_ORDER}
+    summary = " ".join(f'<span class="verdict verdict-{v}">{n} {v}</span>' for v, n in counts.items() if n)
+    gated = len(result.regressions)
+    summary = (f'<strong id="gated-regressions">{gated} gated regression{"s" if gated != 1 else ""}</strong>. '
+               f"All metrics: {summary}")
+    notes = [f"variant {n} failed in this run" for n in result.failed_now]
+    notes += [f"variant {n}: only in the baseline" for n in result.only_in_baseline]
+    notes += [f"variant {n}: not in the baseline" for n in result.only_in_now]
+    notes += [f"variant {n}: settings changed (id {a} -> {b})" for n, (a, b) in result.changed_settings.items()]
+
+    def rows(cs: Sequence[Comparison]) -> list[str]:
+        return [f'<tr class="{"gated" if c.gated else "ungated"}"><td class="l">{e(c.variant)}</td>'
+                f'<td class="l">{e(c.stage)}</td><td class="l">{e(c.metric)}</td>'
+                f"<td>{fmt_unit(c.baseline, c.unit)}</td><td>{fmt_unit(c.now, c.unit)}</td>"
+                f"<td>{fmt_unit(c.delta, c.unit) if c.delta is not None else '-'}</td><td>{fmt_ratio(c.ratio)}</td>"
+                f'{verdict_cell(c.verdict)}<td class="l">{"yes" if c.gated else "no"}</td>'
+                f'<td class="l note">{e(c.detail)}</td></tr>' for c in cs]
+
+    head = ["variant", "stage", "metric", "baseline", "now", "delta", "ratio", "verdict", "gated", "how"]
+    changed = [c for v in _VERDICT_ORDER if v != UNCHANGED
+               for c in sorted(result.by_verdict(v), key=lambda c: not c.gated)]
+    same = result.by_verdict(UNCHANGED)
+    return (f'<section id="comparison"><h2>Against baseline</h2><p>Baseline: <code>{e(baseline_label)}</code>. '
+            f"Timing threshold {gate.timing_ratio:.2f}x at alpha {gate.alpha:g}.</p><p>{summary}</p>"
+            + "".join(f'<p class="note">{e(n)}</p>' for n in notes)
+            + (_table(head, rows(changed), "comparison-changed", left=3) if changed else "")
+            + (f"<details><summary>{len(same)} unchanged metrics</summary>"
+               + _table(head, rows(same), "comparison-unchanged", left=3) + "</details>" if same else "")
+            + "</section>")
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render(
+    records: Sequence[Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    comparison: ComparisonSet | None = None,
+    gate: Gate | None = None,
+    baseline_label: str = "",
+    reference: str | None = None,
+    title: str | None = None,
+) -> str:
+    """The whole page as a string; ``out_dir`` only makes trace links relative to it."""
+    ref = tables.pick_reference(records, reference)
+    rows = tables.stage_rows(records, ref)
+    info = tables.header(records)
+    sections = [header_section(info, title)]
+    if comparison is not None:
+        sections.append(comparison_section(comparison, gate or Gate(), baseline_label))
+    sections += [variant_section(rows, ref), plots_section(plots.all_plots(records, rows)),
+                 collectives_section(records), top_ops_section(records), failed_section(records),
+                 traces_section(records, out_dir)]
+    page_title = e(title or f"Sweep {info.get('sweep_id') or '?'}")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{page_title}</title><style>{CSS}</style><script>{LOAD_CHECK}</script></head>"
+            f"<body>{''.join(sections)}</body></html>\n")

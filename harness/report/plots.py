@@ -1,0 +1,169 @@
+"""The report's figures, drawn with matplotlib's Agg canvas and returned as base64 PNG.
+
+No pyplot (no global state, no display backend): each function builds a ``Figure``,
+renders it in memory and returns the PNG as base64 text, or None when the records
+hold nothing to plot. PNG metadata is stripped so the same records give the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from harness.metrics.hlo import KINDS
+from harness.report.tables import StageRow, ok_records
+
+MIB = 2**20
+_COLOURS = {"compute": "#4c78a8", "idle": "#bab0ac", **dict(zip(KINDS, ("#f58518", "#e45756", "#72b7b2", "#54a24b",
+                                                                          "#eeca3b", "#b279a2", "#ff9da6"),
+                                                                 strict=True))}
+_MEMORY = (("argument_bytes", "arguments", "#4c78a8"), ("output_bytes", "outputs", "#72b7b2"),
+           ("temp_bytes", "temporaries", "#f58518"))
+
+
+def to_png(fig: Figure) -> str:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(n_bars: int, height: float = 3.6) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(max(6.0, 1.1 * n_bars + 2.5), height))
+    return fig, fig.add_subplot()
+
+
+def _label(variant: str, stage: str, stages: int) -> str:
+    return variant if stages == 1 else f"{variant}\n{stage}"
+
+
+def stage_times(rows: Sequence[StageRow]) -> str | None:
+    """Median time per stage per variant, error bars from the first to the third quartile."""
+    timed = [r for r in rows if r.time is not None]
+    if not timed:
+        return None
+    variants = list(dict.fromkeys(r.variant for r in timed))
+    stages = list(dict.fromkeys(r.stage for r in timed))
+    fig, ax = _figure(len(variants) * len(stages))
+    width = 0.8 / len(stages)
+    for j, stage in enumerate(stages):
+        xs, med, lo, hi = [], [], [], []
+        for i, v in enumerate(variants):
+            row = next((r for r in timed if r.variant == v and r.stage == stage), None)
+            if row is None or row.time is None:
+                continue
+            xs.append(i + (j - (len(stages) - 1) / 2) * width)
+            med.append(row.time.median * 1e3)
+            lo.append((row.time.median - row.time.q1) * 1e3)
+            hi.append((row.time.q3 - row.time.median) * 1e3)
+        ax.bar(xs, med, width * 0.9, yerr=[lo, hi], capsize=3, label=stage)
+    ax.set_xticks(range(len(variants)), variants, rotation=20, ha="right")
+    ax.set_ylabel("median time per call (ms)")
+    ax.set_title("Per-stage time (error bars: interquartile range)")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    return to_png(fig)
+
+
+def _breakdown(trace: Mapping[str, Any]) -> dict[str, float] | None:
+    """Mean ms per traced step per device: compute, exposed time by collective kind, idle."""
+    devices = [d for d in trace.get("devices") or () if d.get("window_ns")]
+    if not devices:
+        return None
+    steps = max(1, int(trace.get("steps") or 1))
+    out: dict[str, float] = {"compute": 0.0}
+    for d in devices:
+        out["compute"] += d.get("compute_ns", 0.0)
+        by_kind = d.get("collective_ns_by_kind") or {}
+        total = sum(by_kind.values())
+        for kind, ns in by_kind.items():  # share the exposed time out by each kind's covered time
+            out[kind] = out.get(kind, 0.0) + (d.get("exposed_collective_ns", 0.0) * ns / total if total else 0.0)
+        out["idle"] = out.get("idle", 0.0) + d.get("idle_ns", 0.0)
+    return {k: v / len(devices) / steps / 1e6 for k, v in out.items()}
+
+
+def time_breakdown(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Stacked bar per variant (and stage): compute, exposed collectives by kind, idle."""
+    bars = [(r["variant"]["name"], stage, b) for r in ok_records(records)
+            for stage, entry in (r.get("stages") or {}).items()
+            if (b := _breakdown(entry.get("trace") or {})) is not None]
+    if not bars:
+        return None
+    n_stages = len({s for _, s, _ in bars})
+    categories = ["compute", *[k for k in KINDS if any(k in b for _, _, b in bars)], "idle"]
+    fig, ax = _figure(len(bars))
+    bottom = np.zeros(len(bars))
+    for cat in categories:
+        vals = np.array([b.get(cat, 0.0) for _, _, b in bars])
+        ax.bar(range(len(bars)), vals, 0.6, bottom=bottom, label=cat if cat in ("compute", "idle")
+               else f"{cat} (exposed)", color=_COLOURS[cat])
+        bottom += vals
+    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
+    ax.set_ylabel("ms per step, mean over devices")
+    ax.set_title("Where device time went (trace)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return to_png(fig)
+
+
+def collective_bytes(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Stacked bar of collective operand bytes per device and call, by kind (static)."""
+    bars = []
+    for r in ok_records(records):
+        for stage, entry in (r.get("stages") or {}).items():
+            by_kind = ((entry.get("static") or {}).get("collectives") or {}).get("by_kind")
+            if by_kind is not None:
+                bars.append((r["variant"]["name"], stage, {k: c.get("operand_bytes", 0) for k, c in by_kind.items()}))
+    if not bars or not any(sum(b.values()) for _, _, b in bars):
+        return None
+    n_stages = len({s for _, s, _ in bars})
+    fig, ax = _figure(len(bars))
+    bottom = np.zeros(len(bars))
+    for kind in KINDS:
+        vals = np.array([b.get(kind, 0) / MIB for _, _, b in bars])
+        if vals.any():
+            ax.bar(range(len(bars)), vals, 0.6, bottom=bottom, label=kind, color=_COLOURS[kind])
+            bottom += vals
+    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
+    ax.set_ylabel("MiB per device per call")
+    ax.set_title("Collective bytes by kind (compiled program)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return to_png(fig)
+
+
+def memory(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Per-device memory: arguments, outputs, temporaries stacked; the peak/bound as a marker."""
+    bars = [(r["variant"]["name"], stage, m) for r in ok_records(records)
+            for stage, entry in (r.get("stages") or {}).items()
+            if (m := (entry.get("static") or {}).get("memory"))]
+    if not bars:
+        return None
+    n_stages = len({s for _, s, _ in bars})
+    fig, ax = _figure(len(bars))
+    bottom = np.zeros(len(bars))
+    for key, label, colour in _MEMORY:
+        vals = np.array([(m.get(key) or 0) / MIB for _, _, m in bars])
+        ax.bar(range(len(bars)), vals, 0.6, bottom=bottom, label=label, color=colour)
+        bottom += vals
+    peaks = [(m.get("bound_bytes") or m.get("peak_bytes") or 0) / MIB for _, _, m in bars]
+    ax.scatter(range(len(bars)), peaks, marker="_", s=900, color="black", zorder=3, label="peak (bound)")
+    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
+    ax.set_ylabel("MiB per device")
+    ax.set_title("Memory per device (compiled program)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return to_png(fig)
+
+
+def all_plots(records: Sequence[Mapping[str, Any]], rows: Sequence[StageRow]) -> dict[str, str | None]:
+    """Figure id -> base64 PNG (None where there is nothing to plot), in report order."""
+    return {
+        "plot-stage-times": stage_times(rows),
+        "plot-breakdown": time_breakdown(records),
+        "plot-collective-bytes": collective_bytes(records),
+        "plot-memory": memory(records),
+    }

@@ -1,0 +1,174 @@
+"""What a report shows, as plain data extracted from result records (no HTML, no plots).
+
+Everything here is a pure function of the records: no files are read, nothing is
+re-run, traces are not re-parsed (only the numbers the worker stored are used).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import stats
+from harness.compare import flatten_stage
+
+XPROF_PORT = 8791
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One (variant, stage) line of the variant table."""
+
+    variant: str
+    variant_id: str
+    stage: str
+    status: str
+    mode: str | None
+    time: stats.Spread | None
+    speedup: float | None  # reference median / this median
+    compile_s: float | None
+    recompiles: float | None
+    memory_bytes: float | None  # per device: memory bound (arg + out + temp - alias), else peak
+    collective_count: float | None
+    collective_bytes: float | None
+    wasted_fraction: float | None
+    error: str | None
+
+
+def ok_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("status") == "ok"]
+
+
+def failed_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("status") != "ok"]
+
+
+def stages_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in records:
+        seen.update(dict.fromkeys(r.get("stages") or {}))
+    return list(seen)
+
+
+def pick_reference(records: Sequence[Mapping[str, Any]], reference: str | None) -> str | None:
+    """The variant speedups are relative to: the one named, else the first that succeeded."""
+    names = [r["variant"]["name"] for r in records]
+    if reference is not None:
+        if reference not in names:
+            raise KeyError(f"reference variant {reference!r} is not in the results (variants: {', '.join(names)})")
+        return reference
+    ok = ok_records(records)
+    return ok[0]["variant"]["name"] if ok else None
+
+
+def _samples(entry: Mapping[str, Any]) -> list[float]:
+    return [float(s) for s in (entry.get("measured") or {}).get("samples_s") or ()]
+
+
+def stage_rows(records: Sequence[Mapping[str, Any]], reference: str | None = None) -> list[StageRow]:
+    ref = pick_reference(records, reference)
+    ref_medians: dict[str, float] = {}
+    for r in records:
+        if r["variant"]["name"] == ref:
+            for stage, entry in (r.get("stages") or {}).items():
+                if xs := _samples(entry):
+                    ref_medians[stage] = stats.median(xs)
+    rows = []
+    for r in records:
+        stages = r.get("stages") or {}
+        if not stages:
+            rows.append(StageRow(r["variant"]["name"], r["variant"]["id"], "-", r.get("status", "?"),
+                                 (r.get("target") or {}).get("mode_used"), None, None, None, None, None, None,
+                                 None, None, r.get("error")))
+            continue
+        for stage, entry in stages.items():
+            m = flatten_stage(entry)
+            xs = _samples(entry)
+            time = stats.spread(xs) if xs else None
+            speedup = ref_medians[stage] / time.median if time and time.median and stage in ref_medians else None
+            memory = m.get("memory.bound_bytes") or m.get("memory.peak_bytes")
+            rows.append(StageRow(
+                variant=r["variant"]["name"], variant_id=r["variant"]["id"], stage=stage,
+                status=entry.get("status", r.get("status", "?")), mode=(r.get("target") or {}).get("mode_used"),
+                time=time, speedup=speedup,
+                compile_s=_value(m, "compile_s"), recompiles=_value(m, "recompiles"),
+                memory_bytes=memory.value if memory else None,
+                collective_count=_value(m, "collectives.total.count"),
+                collective_bytes=_value(m, "collectives.total.bytes"),
+                wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.get("error"),
+            ))
+    return rows
+
+
+def _value(m: Mapping[str, Any], key: str) -> float | None:
+    return m[key].value if key in m else None
+
+
+def collectives_by_kind(record: Mapping[str, Any], stage: str) -> dict[str, dict[str, float]]:
+    """kind -> {count, operand_bytes, result_bytes} for the kinds that occur in a stage."""
+    entry = (record.get("stages") or {}).get(stage) or {}
+    by_kind = ((entry.get("static") or {}).get("collectives") or {}).get("by_kind") or {}
+    return {k: dict(c) for k, c in by_kind.items() if c.get("count")}
+
+
+def top_ops(record: Mapping[str, Any], stage: str, n: int = 10) -> list[dict[str, Any]]:
+    entry = (record.get("stages") or {}).get(stage) or {}
+    return list(((entry.get("trace") or {}).get("top_ops") or [])[:n])
+
+
+def trace_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    for r in records:
+        for entry in (r.get("stages") or {}).values():
+            if note := (entry.get("trace") or {}).get("note"):
+                return str(note)
+    return None
+
+
+@dataclass(frozen=True)
+class TraceLink:
+    variant: str
+    stage: str
+    href: str  # relative to the report directory
+    command: str
+
+
+def trace_links(records: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[TraceLink]:
+    """Links to each stored trace directory (relative to the report) and the XProf command.
+
+    Relative trace paths in a record are relative to where the sweep ran (the repository
+    root, as is the report command's working directory).
+    """
+    links = []
+    for r in records:
+        for stage, path in ((r.get("artifacts") or {}).get("traces") or {}).items():
+            href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
+            links.append(TraceLink(r["variant"]["name"], stage, Path(href).as_posix(),
+                                   f"xprof --logdir {path} --port {XPROF_PORT}"))
+    return links
+
+
+def header(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Sweep-level facts: manifest, machine, versions, commit, mode, time span."""
+    first = (ok_records(records) or list(records) or [{}])[0]
+    modes = sorted({str((r.get("target") or {}).get("mode_used")) for r in records
+                    if (r.get("target") or {}).get("mode_used")})
+    commits = sorted({(r.get("git") or {}).get("commit") or "unknown" for r in records})
+    times = sorted(t for r in records for t in (r.get("started_at"), r.get("finished_at")) if t)
+    target = first.get("target") or {}
+    return {
+        "sweep_id": first.get("sweep_id"),
+        "manifest": first.get("manifest") or {},
+        "machine": first.get("machine") or {},
+        "versions": first.get("versions") or {},
+        "commits": commits,
+        "dirty": any((r.get("git") or {}).get("dirty") for r in records),
+        "modes": modes,
+        "compile_only": modes == ["compile"],
+        "target": target,
+        "span": (times[0], times[-1]) if times else None,
+        "variants": len(records),
+        "failed": len(failed_records(records)),
+    }
