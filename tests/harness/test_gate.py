@@ -18,6 +18,7 @@ synthetic = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(synthetic)
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
 STEP = ("trillium-loop", "denoise_step")
 AA_REPEATS = 20
 
@@ -239,3 +240,21 @@ def test_cli_internal_error_is_2_not_1(workspace, template, monkeypatch, capsys)
     monkeypatch.setattr(gate, "evaluate", broken)
     assert gate_cli(manifest, head, baselines) == 2
     assert "internal error" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- CI workflow
+
+
+def test_nightly_workflow_runs_the_gate_and_keeps_the_report():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as true
+    assert triggers["schedule"][0]["cron"] and "workflow_dispatch" in triggers
+    steps = wf["jobs"]["gate"]["steps"]
+    assert steps[0]["uses"].startswith("actions/checkout@")
+    assert steps[1]["uses"].startswith("actions/setup-python@") and steps[1]["with"]["python-version"] == "3.11"
+    runs = [s.get("run") for s in steps]
+    assert "pip install nox" in runs and "nox -s gate -- experiments/nightly.toml" in runs
+    upload = steps[-1]
+    assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
+    assert upload["with"]["path"] == "reports/"
