@@ -1,0 +1,159 @@
+"""Channels-last convolutions shared by the VAEs, the vocoder and the latent upsampler.
+
+Activations are ``[B, *spatial, C]`` (``NWC``, ``NHWC``, ``NDHWC``): the layout XLA prefers on
+TPU and GPU. Kernels are ``[*kernel, C_in / groups, C_out]`` with logical names
+``(None, ..., "conv_in", "conv_out")``; :func:`kernel_from_torch` converts PyTorch's
+``[C_out, C_in / groups, *kernel]``. Padding is explicit (:func:`pad`) so every PyTorch padding
+mode (zeros, reflect, replicate, circular) and the causal time padding of LTX-2 are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ltx2.sharding import param
+
+# torch ``padding_mode`` / ``F.pad(mode=...)`` names -> ``jnp.pad`` modes.
+PADDING_MODES: dict[str, str] = {
+    "zeros": "constant",
+    "constant": "constant",
+    "reflect": "reflect",
+    "replicate": "edge",
+    "circular": "wrap",
+}
+
+
+def _ntuple(value: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
+    out = (value,) * n if isinstance(value, int) else tuple(value)
+    if len(out) != n or any(v <= 0 for v in out):
+        raise ValueError(f"{name} must be a positive int or {n} positive ints, got {value!r}")
+    return out
+
+
+def kernel_from_torch(w: np.ndarray) -> np.ndarray:
+    """torch ``ConvNd.weight`` ``[C_out, C_in/g, *k]`` -> our kernel ``[*k, C_in/g, C_out]``."""
+    return np.transpose(w, (*range(2, w.ndim), 1, 0))
+
+
+def pad(x: jax.Array, pads: Sequence[tuple[int, int]], mode: str = "zeros") -> jax.Array:
+    """Pad the spatial axes of a channels-last ``x`` (``pads`` has one pair per spatial axis)
+    with a PyTorch padding mode; batch and channel axes are never padded."""
+    if mode not in PADDING_MODES:
+        raise ValueError(f"padding mode {mode!r} is not one of {sorted(PADDING_MODES)}")
+    if len(pads) != x.ndim - 2:
+        raise ValueError(f"{len(pads)} padding pairs for an input with {x.ndim - 2} spatial axes")
+    if not any(lo or hi for lo, hi in pads):
+        return x
+    return jnp.pad(x, ((0, 0), *pads, (0, 0)), mode=PADDING_MODES[mode])
+
+
+class Conv(nnx.Module):
+    """N-d convolution on channels-last input with no implicit padding (torch ``ConvNd`` with
+    ``padding=0``); ``ndim`` is ``len(kernel_size)``. ``x [B, *S, C_in] -> [B, *S', C_out]``."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Sequence[int],
+        *,
+        stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        use_bias: bool = True,
+        dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        n = len(kernel_size)
+        self.kernel_size = _ntuple(tuple(kernel_size), n, "kernel_size")
+        self.stride = _ntuple(stride, n, "stride")
+        self.dilation = _ntuple(dilation, n, "dilation")
+        if in_channels <= 0 or out_channels <= 0 or groups <= 0:
+            raise ValueError(
+                f"Conv needs positive sizes, got in={in_channels}, out={out_channels}, groups={groups}"
+            )
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in={in_channels} and out={out_channels}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        shape = (*self.kernel_size, in_channels // groups, out_channels)
+        init = nnx.initializers.lecun_normal()
+        self.kernel = param(init(rngs.params(), shape, dtype), (*(None,) * n, "conv_in", "conv_out"))
+        self.bias = param(jnp.zeros((out_channels,), dtype), ("conv_out",)) if use_bias else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n = len(self.kernel_size)
+        spatial = "DHW"[-n:] if n <= 3 else None
+        if spatial is None:
+            raise ValueError(f"Conv supports 1 to 3 spatial dims, got {n}")
+        lhs = f"N{spatial}C"
+        y = jax.lax.conv_general_dilated(
+            x,
+            self.kernel[...].astype(x.dtype),
+            window_strides=self.stride,
+            padding="VALID",
+            rhs_dilation=self.dilation,
+            dimension_numbers=(lhs, f"{spatial}IO", lhs),
+            feature_group_count=self.groups,
+        )
+        if self.bias is not None:
+            y = y + self.bias[...].astype(y.dtype)
+        return y
+
+
+def causal_time_pads(kernel_t: int, causal: bool) -> tuple[int, int]:
+    """Frames to replicate before/after the clip: all ``k-1`` in front when causal, else
+    ``(k-1)//2`` on each side (diffusers ``LTX2VideoCausalConv3d``, which ignores dilation)."""
+    total = kernel_t - 1
+    return (total, 0) if causal else (total // 2, total // 2)
+
+
+class CausalConv3d(nnx.Module):
+    """diffusers ``LTX2VideoCausalConv3d``: time is padded by repeating the first frame
+    (causal) or the first and last frames (non-causal), then H/W get ``k//2`` of
+    ``spatial_padding_mode`` and a VALID 3-D convolution runs. ``x [B, F, H, W, C_in]``.
+
+    The inner ``conv`` attribute mirrors the diffusers key ``<name>.conv.weight``."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int] = 3,
+        *,
+        stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        spatial_padding_mode: str = "zeros",
+        dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        if spatial_padding_mode not in PADDING_MODES:
+            raise ValueError(
+                f"spatial_padding_mode {spatial_padding_mode!r} is not one of {sorted(PADDING_MODES)}"
+            )
+        kernel = _ntuple(kernel_size, 3, "kernel_size")
+        # diffusers: an int dilation applies to time only.
+        dil = (dilation, 1, 1) if isinstance(dilation, int) else _ntuple(dilation, 3, "dilation")
+        self.spatial_padding_mode = spatial_padding_mode
+        self.conv = Conv(
+            in_channels,
+            out_channels,
+            kernel,
+            stride=stride,
+            dilation=dil,
+            groups=groups,
+            dtype=dtype,
+            rngs=rngs,
+        )
+
+    def __call__(self, x: jax.Array, *, causal: bool) -> jax.Array:
+        kt, kh, kw = self.conv.kernel_size
+        front, back = causal_time_pads(kt, causal)
+        x = pad(x, ((front, back), (0, 0), (0, 0)), "replicate")
+        x = pad(x, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2)), self.spatial_padding_mode)
+        return self.conv(x)
