@@ -1,0 +1,203 @@
+"""Rotary position embeddings of LTX-2: patch coordinates, cos/sin tables, application.
+
+Follows diffusers ``LTX2AudioVideoRotaryPosEmbed`` and ``apply_{interleaved,split}_rotary_emb``
+(``diffusers/models/transformers/transformer_ltx2.py``). Positions are ``[start, end)`` bounds
+per axis in pixel units (video: time in seconds, height, width) or seconds (audio); a token's
+position is the midpoint, as a fraction of ``max_positions``. Frequencies depend only on
+static sizes, so they are computed on the host with numpy (in float64 when asked, like
+``rope_double_precision``); everything downstream is float32, as in the reference.
+
+Table layouts: ``interleaved`` cos/sin ``[B, T, dim]`` (pairs ``(x[2i], x[2i+1])``);
+``split`` cos/sin ``[B, T, N, dim/(2N)]`` (each head rotates its first half against its second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ltx2.config import ROPE_TYPES, TransformerConfig
+
+
+class RopeTables(NamedTuple):
+    """cos and sin tables of one RoPE (layout set by the rope type, see module docstring)."""
+
+    cos: jax.Array
+    sin: jax.Array
+
+
+class AVRope(NamedTuple):
+    """The four RoPEs of one forward: self-attention per stream, and the time-only cross-modal
+    pair for a2v/v2a attention (``cross_video`` on video tokens, ``cross_audio`` on audio)."""
+
+    video: RopeTables
+    audio: RopeTables
+    cross_video: RopeTables
+    cross_audio: RopeTables
+
+
+def prepare_video_coords(
+    batch_size: int,
+    num_frames: int,
+    height: int,
+    width: int,
+    *,
+    patch_size: int = 1,
+    patch_size_t: int = 1,
+    scale_factors: Sequence[int] = (8, 32, 32),
+    causal_offset: int = 1,
+    fps: float = 24.0,
+) -> np.ndarray:
+    """Patch bounds ``coords_b3l2 [B, 3, L, 2]`` (float32) of a latent video grid (F, H, W),
+    L = F*H*W (patch-strided), scaled to pixels by the VAE factors; time shifted for the causal
+    first frame, clamped at 0 and divided by ``fps`` (diffusers ``prepare_video_coords``)."""
+    f32 = np.float32
+    axes = [
+        np.arange(0, n, p, dtype=f32)
+        for n, p in ((num_frames, patch_size_t), (height, patch_size), (width, patch_size))
+    ]
+    start_3fhw = np.stack(np.meshgrid(*axes, indexing="ij"))
+    end_3fhw = start_3fhw + np.asarray([patch_size_t, patch_size, patch_size], f32)[:, None, None, None]
+    pixel_3l2 = np.stack([start_3fhw, end_3fhw], axis=-1).reshape(3, -1, 2)
+    pixel_3l2 = pixel_3l2 * np.asarray(scale_factors, f32)[:, None, None]
+    time_l2 = np.maximum(pixel_3l2[0] + f32(causal_offset) - f32(scale_factors[0]), f32(0))
+    pixel_3l2[0] = time_l2 / f32(fps)
+    return np.broadcast_to(pixel_3l2[None], (batch_size, *pixel_3l2.shape))
+
+
+def prepare_audio_coords(
+    batch_size: int,
+    num_frames: int,
+    *,
+    patch_size_t: int = 1,
+    scale_factor: int = 4,
+    causal_offset: int = 1,
+    hop_length: int = 160,
+    sampling_rate: int = 16000,
+    shift: int = 0,
+) -> np.ndarray:
+    """Time bounds in seconds ``coords_b1a2 [B, 1, A, 2]`` (float32) of A latent audio frames: back
+    to mel frames (x ``scale_factor``), causal shift, clamp at 0, x hop / sampling rate
+    (diffusers ``prepare_audio_coords``)."""
+    f32 = np.float32
+    grid_a = np.arange(shift, num_frames + shift, patch_size_t, dtype=f32)
+
+    def seconds(latent_a: np.ndarray) -> np.ndarray:
+        mel_a = np.maximum(latent_a * f32(scale_factor) + f32(causal_offset) - f32(scale_factor), f32(0))
+        return mel_a * f32(hop_length) / f32(sampling_rate)
+
+    coords_a2 = np.stack([seconds(grid_a), seconds(grid_a + f32(patch_size_t))], axis=-1)
+    return np.broadcast_to(coords_a2[None, None], (batch_size, 1, *coords_a2.shape))
+
+
+def _linspace01(steps: int, dtype: type) -> np.ndarray:
+    """``torch.linspace(0, 1, steps)``'s formula (halves counted from each end), so float32
+    frequencies round like the reference's."""
+    if steps == 1:
+        return np.zeros(1, dtype)
+    i = np.arange(steps)
+    step = dtype(1.0) / dtype(steps - 1)
+    head = i.astype(dtype) * step
+    tail = dtype(1.0) - (steps - 1 - i).astype(dtype) * step
+    return np.where(i < steps // 2, head, tail).astype(dtype)
+
+
+def rope_frequencies(dim: int, num_axes: int, theta: float, double_precision: bool) -> np.ndarray:
+    """``theta ** linspace(0, 1, dim // (2*num_axes)) * pi/2`` as float32 ``[dim // (2*num_axes)]``."""
+    dt = np.float64 if double_precision else np.float32
+    powers = np.power(dt(theta), _linspace01(dim // (2 * num_axes), dt))
+    return (powers * dt(np.pi) / dt(2.0)).astype(np.float32)
+
+
+def rope_tables(
+    coords: jax.Array | np.ndarray,
+    *,
+    dim: int,
+    max_positions: Sequence[float],
+    theta: float,
+    double_precision: bool,
+    rope_type: str,
+    num_heads: int,
+) -> RopeTables:
+    """cos/sin for ``coords`` ``[B, n_axes, T, 2]`` bounds (or ``[B, n_axes, T]`` positions) over a
+    ``dim``-wide feature vector; split tables are cut per head into ``num_heads`` slices. Numpy
+    coords (static shapes, the default) give positions computed exactly on the host."""
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+    # Host coordinates (numpy) stay on the host up to the grid: XLA:CPU float32 division is not
+    # correctly rounded, and one ulp of position is ~1e-3 of angle at the highest frequencies.
+    xp = np if isinstance(coords, np.ndarray) else jnp
+    coords = coords.astype(np.float32)
+    if coords.ndim == 4:
+        coords = (coords[..., 0] + coords[..., 1]) / np.float32(2.0)
+    batch, num_axes, tokens = coords.shape
+    grid_btn = xp.stack([coords[:, i] / np.float32(max_positions[i]) for i in range(num_axes)], axis=-1)
+    freqs_f = jnp.asarray(rope_frequencies(dim, num_axes, theta, double_precision))
+    angles_btnf = jnp.asarray(grid_btn[..., None] * np.float32(2) - np.float32(1)) * freqs_f
+    angles = jnp.swapaxes(angles_btnf, -1, -2).reshape(batch, tokens, -1)  # frequency-major, axis-minor
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    if rope_type == "interleaved":
+        cos, sin = jnp.repeat(cos, 2, axis=-1), jnp.repeat(sin, 2, axis=-1)
+        pad = dim - cos.shape[-1]
+    else:
+        pad = dim // 2 - cos.shape[-1]
+    # Unused leading features get the identity rotation (cos 1, sin 0).
+    cos = jnp.pad(cos, ((0, 0), (0, 0), (pad, 0)), constant_values=1.0)
+    sin = jnp.pad(sin, ((0, 0), (0, 0), (pad, 0)), constant_values=0.0)
+    if rope_type == "split":
+        cos, sin = cos.reshape(batch, tokens, num_heads, -1), sin.reshape(batch, tokens, num_heads, -1)
+    return RopeTables(cos, sin)
+
+
+def apply_interleaved_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
+    """Rotate pairs ``(x[2i], x[2i+1])`` of ``x_btd`` by cos/sin ``[B, T, D]`` (computed in f32)."""
+    x = x_btd.astype(jnp.float32)
+    pairs = x.reshape(*x.shape[:-1], -1, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
+    return (x * rope.cos + rotated * rope.sin).astype(x_btd.dtype)
+
+
+def apply_split_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
+    """Rotate the first half of each head's features against the second half; cos/sin
+    ``[B, T, N, R]`` and ``D = N * 2R`` (N is the *table's* head count, as in diffusers)."""
+    batch, tokens, heads, half = rope.cos.shape
+    x = x_btd.astype(jnp.float32).reshape(batch, tokens, heads, 2 * half)
+    first, second = x[..., :half], x[..., half:]
+    out = jnp.concatenate([first * rope.cos - second * rope.sin, second * rope.cos + first * rope.sin], axis=-1)
+    return out.reshape(x_btd.shape).astype(x_btd.dtype)
+
+
+def apply_rope(x_btd: jax.Array, rope: RopeTables, rope_type: str) -> jax.Array:
+    if rope_type == "interleaved":
+        return apply_interleaved_rope(x_btd, rope)
+    if rope_type == "split":
+        return apply_split_rope(x_btd, rope)
+    raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+
+
+def av_rope(
+    cfg: TransformerConfig, video_coords: jax.Array | np.ndarray, audio_coords: jax.Array | np.ndarray
+) -> AVRope:
+    """The transformer's four RoPEs from ``video_coords [B, 3, L, 2]`` and ``audio_coords
+    [B, 1, A, 2]`` (diffusers ``rope``, ``audio_rope``, ``cross_attn_rope``, ``cross_attn_audio_rope``).
+    The cross pair uses the time axis only, ``audio_cross_attention_dim`` wide, split by the video
+    and audio head counts respectively."""
+
+    def table(coords: jax.Array | np.ndarray, dim: int, heads: int, max_positions: Sequence[float]) -> RopeTables:
+        return rope_tables(
+            coords, dim=dim, max_positions=max_positions, theta=cfg.rope_theta,
+            double_precision=cfg.rope_double_precision, rope_type=cfg.rope_type, num_heads=heads,
+        )  # fmt: skip
+
+    cross_max, cross_dim = (cfg.cross_pos_embed_max_pos,), cfg.audio_cross_attention_dim
+    video_max = (cfg.pos_embed_max_pos, cfg.base_height, cfg.base_width)
+    return AVRope(
+        video=table(video_coords, cfg.inner_dim, cfg.num_attention_heads, video_max),
+        audio=table(audio_coords, cfg.audio_inner_dim, cfg.audio_num_attention_heads, (cfg.audio_pos_embed_max_pos,)),
+        cross_video=table(video_coords[:, 0:1], cross_dim, cfg.num_attention_heads, cross_max),
+        cross_audio=table(audio_coords[:, 0:1], cross_dim, cfg.audio_num_attention_heads, cross_max),
+    )
