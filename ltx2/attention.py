@@ -1,0 +1,110 @@
+"""LTX-2 attention: projections, RMS q/k norm across heads, RoPE, scaled dot product, gates.
+
+Follows diffusers ``LTX2Attention`` with ``LTX2AudioVideoAttnProcessor`` and
+``LTX2PerturbedAttnProcessor`` (``diffusers/models/transformers/transformer_ltx2.py``).
+The score/value computation is one function, :func:`dot_product_attention`, selected by
+``TransformerConfig.attention_impl`` so that fused or blocked kernels can replace it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ltx2.config import ATTENTION_IMPLS
+from ltx2.layers import Linear, RMSNorm
+from ltx2.rope import RopeTables, apply_rope
+
+
+def dot_product_attention(
+    q_blnk: jax.Array, k_bsnk: jax.Array, v_bsnk: jax.Array, bias: jax.Array | None = None, *, impl: str = "xla"
+) -> jax.Array:
+    """``softmax(q k^T / sqrt(K) + bias) v`` per head -> ``[B, L, N, K]``; scores, softmax and
+    value sums accumulate in float32. ``bias`` broadcasts to ``[B, N, L, S]`` (additive mask)."""
+    if impl != "xla":
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    scale = 1.0 / math.sqrt(q_blnk.shape[-1])
+    logits_bnls = jnp.einsum("blnk,bsnk->bnls", q_blnk, k_bsnk, preferred_element_type=jnp.float32) * scale
+    if bias is not None:
+        logits_bnls = logits_bnls + bias.astype(jnp.float32)
+    probs_bnls = jax.nn.softmax(logits_bnls, axis=-1)
+    out = jnp.einsum("bnls,bsnk->blnk", probs_bnls.astype(v_bsnk.dtype), v_bsnk, preferred_element_type=jnp.float32)
+    return out.astype(q_blnk.dtype)
+
+
+class Attention(nnx.Module):
+    """Multi-head attention of LTX-2 (self, text cross, or audio<->video cross attention).
+
+    ``to_q/to_k/to_v/to_out`` (with bias), ``norm_q``/``norm_k`` affine RMSNorm over all heads
+    (N*K), optional RoPE on q and k (separate tables allowed), optional per-head output gates
+    ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``).
+    """
+
+    def __init__(
+        self,
+        query_dim: int,
+        context_dim: int,
+        heads: int,
+        head_dim: int,
+        *,
+        bias: bool = True,
+        out_bias: bool = True,
+        gated: bool = False,
+        eps: float = 1e-6,
+        rope_type: str = "split",
+        impl: str = "xla",
+        param_dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        if heads <= 0 or head_dim <= 0:
+            raise ValueError(f"Attention needs positive heads and head_dim, got {heads=}, {head_dim=}")
+        if impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+        inner = heads * head_dim
+        kw: dict[str, Any] = dict(dtype=param_dtype, rngs=rngs)
+        self.to_q = Linear(query_dim, inner, axes=("embed", "heads"), use_bias=bias, **kw)
+        self.to_k = Linear(context_dim, inner, axes=("embed", "heads"), use_bias=bias, **kw)
+        self.to_v = Linear(context_dim, inner, axes=("embed", "heads"), use_bias=bias, **kw)
+        self.to_out = Linear(inner, query_dim, axes=("heads", "embed"), use_bias=out_bias, **kw)
+        self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads")
+        self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
+        self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
+        self.heads, self.head_dim, self.rope_type, self.impl = heads, head_dim, rope_type, impl
+
+    def __call__(
+        self,
+        x_bld: jax.Array,
+        context_bsd: jax.Array | None = None,
+        *,
+        bias: jax.Array | None = None,
+        q_rope: RopeTables | None = None,
+        k_rope: RopeTables | None = None,
+        keep: jax.Array | None = None,
+    ) -> jax.Array:
+        """``x_bld [B, L, Dq]`` attends to ``context_bsd [B, S, Dc]`` (itself if None) -> ``[B, L, Dq]``.
+
+        ``bias`` broadcasts to ``[B, N, L, S]``. ``keep`` (``[B, 1, 1]``, STG) mixes the attention
+        output with the value projection per row: 1 keeps attention, 0 returns ``to_v(x)``
+        (``torch.lerp(value, attention, keep)`` in ``LTX2PerturbedAttnProcessor``).
+        """
+        context_bsd = x_bld if context_bsd is None else context_bsd
+        q = self.norm_q(self.to_q(x_bld))
+        k = self.norm_k(self.to_k(context_bsd))
+        v = self.to_v(context_bsd)
+        if q_rope is not None:
+            q = apply_rope(q, q_rope, self.rope_type)
+            k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
+        heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
+        out = dot_product_attention(heads(q), heads(k), heads(v), bias, impl=self.impl)
+        out = out.reshape(*out.shape[:-2], -1)
+        if keep is not None:
+            keep = keep.astype(out.dtype)
+            out = jnp.where(keep == 1, out, v + keep * (out - v))
+        if self.to_gate_logits is not None:
+            gates_bln = 2.0 * jax.nn.sigmoid(self.to_gate_logits(x_bld))
+            out = (heads(out) * gates_bln[..., None]).reshape(out.shape)
+        return self.to_out(out)
