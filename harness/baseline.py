@@ -152,7 +152,7 @@ def load(path: str | Path) -> Baseline:
 
 
 def _load_results_file(path: Path) -> Baseline:
-    records = list(rec.latest_by_variant(rec.load_records(path)).values())
+    records = [dict(r) for r in rec.latest_by_variant(rec.load_records(path)).values()]
     if not records:
         raise BaselineError(f"{path}: baseline has no records")
     keys = sorted({record_key(r) for r in records})

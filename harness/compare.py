@@ -227,7 +227,7 @@ def compare_metric(variant: str, stage: str, metric: str, base: MetricValue | No
                    gate: Gate, *, timings: bool = True, seed: int = 0) -> Comparison:
     spec = spec_for(metric)
     gated = spec.kind in GATED_KINDS and (spec.kind != "timing" or timings)
-    common = dict(variant=variant, stage=stage, metric=metric, kind=spec.kind, unit=spec.unit,
+    common: dict[str, Any] = dict(variant=variant, stage=stage, metric=metric, kind=spec.kind, unit=spec.unit,
                   baseline=base.value if base else None, now=head.value if head else None)
     if base is None or head is None:
         return Comparison(**common, verdict=NEW if base is None else MISSING, gated=gated)

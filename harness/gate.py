@@ -25,6 +25,7 @@ deterministic metrics are gated everywhere.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,30 @@ def machine_fingerprint(record: Mapping[str, Any]) -> tuple[Any, ...]:
 def same_machine(baseline: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]]) -> bool:
     prints = {machine_fingerprint(r) for r in [*baseline, *now] if r.get("status") == "ok"}
     return len(prints) <= 1
+
+
+def pool_rounds(rounds: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per variant from several runs of the same code (interleaved rounds).
+
+    Timing samples are concatenated across rounds, so slow and fast periods of the
+    machine land in both base and head; everything else comes from the last round.
+    A variant that failed in any round stays failed (with that round's error).
+    """
+    pooled: dict[str, dict[str, Any]] = {}
+    for run in rounds:
+        for record in run:
+            name = record["variant"]["name"]
+            if name in pooled and pooled[name].get("status") != "ok":
+                continue  # failed once: stays failed
+            if name not in pooled or record.get("status") != "ok":
+                pooled[name] = copy.deepcopy(dict(record))
+                continue
+            previous, pooled[name] = pooled[name], copy.deepcopy(dict(record))
+            for stage, entry in pooled[name].get("stages", {}).items():
+                before = ((previous.get("stages") or {}).get(stage) or {}).get("measured") or {}
+                if entry.get("measured") and before.get("samples_s"):
+                    entry["measured"]["samples_s"] = list(before["samples_s"]) + list(entry["measured"]["samples_s"])
+    return list(pooled.values())
 
 
 @dataclass

@@ -32,6 +32,8 @@ from scipy import stats as sps
 IMPROVED, REGRESSED, UNCHANGED, NOISE = "improved", "regressed", "unchanged", "noise"
 VERDICTS: tuple[str, ...] = (IMPROVED, REGRESSED, UNCHANGED, NOISE)
 
+Samples = Sequence[float] | np.ndarray
+
 DEFAULT_THRESHOLD = 1.10
 DEFAULT_ALPHA = 0.05
 BOOTSTRAP_RESAMPLES = 2000
@@ -62,7 +64,7 @@ class Spread:
         return self.iqr / self.median if self.median else math.nan
 
 
-def _array(samples: Sequence[float]) -> np.ndarray:
+def _array(samples: Samples) -> np.ndarray:
     xs = np.asarray(samples, dtype=float)
     if xs.ndim != 1 or xs.size == 0:
         raise ValueError(f"expected a non-empty 1-D sample set, got shape {xs.shape}")
@@ -71,11 +73,11 @@ def _array(samples: Sequence[float]) -> np.ndarray:
     return xs
 
 
-def median(samples: Sequence[float]) -> float:
+def median(samples: Samples) -> float:
     return float(np.median(_array(samples)))
 
 
-def spread(samples: Sequence[float]) -> Spread:
+def spread(samples: Samples) -> Spread:
     xs = _array(samples)
     q1, med, q3 = np.percentile(xs, [25, 50, 75])  # linear interpolation == "inclusive" quartiles
     return Spread(int(xs.size), float(med), float(q1), float(q3), float(xs.min()), float(xs.max()))
@@ -110,7 +112,7 @@ def min_samples(alpha: float = DEFAULT_ALPHA) -> int:
     return n
 
 
-def mann_whitney_p(base: Sequence[float], head: Sequence[float]) -> float:
+def mann_whitney_p(base: Samples, head: Samples) -> float:
     """Two-sided Mann-Whitney U p-value (exact for small tie-free sets, else normal approx.)."""
     b, h = _array(base), _array(head)
     if np.all(np.concatenate([b, h]) == b[0]):
@@ -120,8 +122,8 @@ def mann_whitney_p(base: Sequence[float], head: Sequence[float]) -> float:
 
 
 def bootstrap_ratio_ci(
-    base: Sequence[float],
-    head: Sequence[float],
+    base: Samples,
+    head: Samples,
     *,
     confidence: float = CONFIDENCE,
     resamples: int = BOOTSTRAP_RESAMPLES,
@@ -190,8 +192,8 @@ def _p(p: float) -> str:
 
 
 def compare_samples(
-    base: Sequence[float],
-    head: Sequence[float],
+    base: Samples,
+    head: Samples,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     *,

@@ -12,14 +12,24 @@ results, and exits
 
 Timings are gated only when run and baseline come from the same kind of machine
 (--timings auto); deterministic metrics (collectives, memory, FLOPs, recompiles)
-always are. Tolerances, the timing ratio and alpha come from the manifest's [gate]."""
+always are. Tolerances, the timing ratio and alpha come from the manifest's [gate].
+
+--against REV re-measures the baseline instead of reading it: REV is checked out in
+a temporary git worktree, and each variant runs alternately from that tree and from
+this one, --rounds times per side (base/head, then head/base, ...), so a busy or
+throttled period of the machine hits both sides; timing samples are pooled per side."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-id", help="results go to <reports>/<sweep-id>/ (default: <manifest>-gate)")
     parser.add_argument("--timings", choices=TIMINGS, default="auto",
                         help="gate timings: auto (only if same machine as the baseline), on, off")
+    parser.add_argument("--against", metavar="REV",
+                        help="re-measure the baseline from git revision REV, interleaved with this tree")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side with --against")
 
 
 def _run_or_load(args: argparse.Namespace, manifest: Manifest) -> tuple[list[dict[str, Any]], Path]:
     if args.results is not None:
-        records = list(rec.latest_by_variant(bl.load_records_any(args.results)).values())
+        records = [dict(r) for r in rec.latest_by_variant(bl.load_records_any(args.results)).values()]
         out = args.results if args.results.is_dir() else args.results.parent
         return records, out
     from harness.runner import SweepOptions, run_sweep
@@ -60,24 +73,88 @@ def _run_or_load(args: argparse.Namespace, manifest: Manifest) -> tuple[list[dic
     return result.records, result.results_path.parent
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sweep(tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: str) -> None:
+    """Run one variant with ``python -m harness sweep`` using the harness and model code of ``tree``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
+    subprocess.run([sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(reports),
+                    "--sweep-id", sweep_id, "--rerun", "--variant", variant], cwd=tree, env=env, check=False)
+
+
+def _latest(reports: Path, sweep_id: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in rec.latest_by_variant(rec.load_records(rec.results_path(reports, sweep_id))).values()]
+
+
+def interleaved(manifest: Manifest, base_tree: Path, head_tree: Path, rounds: int, reports: Path, sweep_id: str
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Path]:
+    """Baseline and head records measured alternately, variant by variant, pooled over rounds.
+
+    Round r runs every variant once per side, base then head for even r and head then
+    base for odd r, so that each variant's two sides are seconds apart and a slow
+    period of the machine lands on both. Timing samples are pooled per side.
+    """
+    from harness.gate import pool_rounds
+
+    if rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {rounds}")
+    path, reports = manifest.path.resolve(), reports.resolve()
+    names = [v.name for v in manifest.expand()]
+    for i in range(rounds):
+        for name in names:
+            sides = [("base", base_tree), ("head", head_tree)]
+            for side, tree in sides if i % 2 == 0 else sides[::-1]:
+                print(f"round {i + 1}/{rounds} {side}: {name}", file=sys.stderr, flush=True)
+                _sweep(tree, path, reports, f"{sweep_id}-{side}-{i + 1}", name)
+    base = pool_rounds([_latest(reports, f"{sweep_id}-base-{i + 1}") for i in range(rounds)])
+    head = pool_rounds([_latest(reports, f"{sweep_id}-head-{i + 1}") for i in range(rounds)])
+    out = reports / sweep_id
+    out.mkdir(parents=True, exist_ok=True)
+    (out / rec.RESULTS_FILE).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in head))
+    return base, head, out
+
+
+@contextlib.contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """A temporary, detached git worktree of ``rev`` (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="harness-gate-base-") as tmp:
+        tree = Path(tmp) / "base"
+        done = subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO_ROOT,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ValueError(f"cannot check out {rev!r}: {done.stderr.strip()}")
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO_ROOT, capture_output=True)
+
+
 def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
     from harness.gate import GateResult, evaluate
     from harness.report import write_report
 
     manifest = load_manifest(args.manifest)
-    path = args.baseline or bl.path_for(manifest, args.baselines_dir)
-    base = bl.load(path)  # before running anything: a missing baseline is known up front
-    expected = bl.target_key(manifest.target)
-    if base.key != expected:
-        return GateResult(ERROR, None, problems=[f"baseline {path} is for {base.key}, this manifest targets "
-                                                 f"{expected}; baselines are per backend and topology"]), None
-    records, out = _run_or_load(args, manifest)
-    result = evaluate(base.records, records, manifest.gate, timings=args.timings)
+    if args.against:
+        sweep_id = args.sweep_id or f"{manifest.name}-gate"
+        with worktree(args.against) as tree:
+            base_records, records, out = interleaved(manifest, tree, REPO_ROOT, args.rounds, args.reports, sweep_id)
+        label = f"{args.against} (re-measured, {args.rounds} interleaved rounds)"
+    else:
+        path = args.baseline or bl.path_for(manifest, args.baselines_dir)
+        base = bl.load(path)  # before running anything: a missing baseline is known up front
+        expected = bl.target_key(manifest.target)
+        if base.key != expected:
+            return GateResult(ERROR, None, problems=[f"baseline {path} is for {base.key}, this manifest targets "
+                                                     f"{expected}; baselines are per backend and topology"]), None
+        records, out = _run_or_load(args, manifest)
+        base_records, label = base.records, str(path)
+    result = evaluate(base_records, records, manifest.gate, timings=args.timings)
     if records:
-        write_report(records, out, baseline=base.records, baseline_label=str(path), gate=manifest.gate,
+        write_report(records, out, baseline=base_records, baseline_label=label, gate=manifest.gate,
                      timings=result.timings_gated)
         (out / "gate.json").write_text(json.dumps({
-            "exit_code": result.exit_code, "baseline": str(path), "problems": result.problems,
+            "exit_code": result.exit_code, "baseline": label, "problems": result.problems,
             "failures": [{"variant": c.variant, "stage": c.stage, "metric": c.metric, "baseline": c.baseline,
                           "now": c.now, "ratio": c.ratio, "verdict": c.verdict, "detail": c.detail}
                          for c in result.failures],
@@ -90,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     # Python exception would exit 1 and read as a perf regression in CI.
     try:
         result, out = gate(args)
-    except (ManifestError, bl.BaselineError, rec.RecordError, OSError) as e:
+    except (ManifestError, bl.BaselineError, rec.RecordError, OSError, ValueError) as e:
         print(f"GATE ERROR  {e}", file=sys.stderr)
         print(f"gate could not run (exit {ERROR})")
         return ERROR

@@ -258,3 +258,54 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report():
     upload = steps[-1]
     assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
     assert upload["with"]["path"] == "reports/"
+
+
+# --------------------------------------------------------------------------- interleaved re-measurement
+
+
+def test_pool_rounds_concatenates_samples_and_keeps_failures(template):
+    r1, r2 = synthetic.synthetic_run(1, template, n=5), synthetic.synthetic_run(2, template, n=7)
+    pooled = gate.pool_rounds([r1, synthetic.failed(r2, "naive")])
+    by = {r["variant"]["name"]: r for r in pooled}
+    samples = by["trillium-loop"]["stages"]["denoise_step"]["measured"]["samples_s"]
+    assert samples == (r1[2]["stages"]["denoise_step"]["measured"]["samples_s"]
+                       + r2[2]["stages"]["denoise_step"]["measured"]["samples_s"])
+    assert by["naive"]["status"] == "failed"
+    assert gate.pool_rounds([synthetic.failed(r1, "naive"), r2])[1]["status"] == "failed"
+
+
+INTERLEAVED_MANIFEST = """
+schema_version = 1
+[target]
+platform = "cpu"
+devices = 1
+mesh = { data = 1 }
+[model]
+preset = "test:ok"
+[run]
+repeats = 6
+warmup = 1
+timeout_s = 60
+metrics = ["static", "measured"]
+[gate]
+timing_ratio = 3.0
+[[variants]]
+name = "sleep"
+overrides = { "test.run_s" = 0.002 }
+"""
+
+
+def test_cli_against_a_revision_interleaves_rounds(tmp_path, capsys):
+    """--against HEAD: the committed tree and this one run alternately; samples pool per side."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs a git checkout")
+    manifest = tmp_path / "aa.toml"
+    manifest.write_text(INTERLEAVED_MANIFEST)
+    code = cli.main(["gate", str(manifest), "--against", "HEAD", "--rounds", "2", "--reports", str(tmp_path / "r")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    assert "round 1/2 base: sleep" in captured.err and "round 2/2 head: sleep" in captured.err
+    pooled = [json.loads(line) for line in (tmp_path / "r" / "aa-gate" / "results.jsonl").read_text().splitlines()]
+    assert len(pooled[0]["stages"]["denoise_step"]["measured"]["samples_s"]) == 12
+    assert "HEAD (re-measured, 2 interleaved rounds)" in (tmp_path / "r" / "aa-gate" / "index.html").read_text()
+    assert cli.main(["gate", str(manifest), "--against", "no-such-rev", "--reports", str(tmp_path / "r")]) == 2
