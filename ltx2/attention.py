@@ -28,12 +28,17 @@ def dot_product_attention(
     if impl != "xla":
         raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
     scale = 1.0 / math.sqrt(q_blnk.shape[-1])
-    logits_bnls = jnp.einsum("blnk,bsnk->bnls", q_blnk, k_bsnk, preferred_element_type=jnp.float32) * scale
+    # Heads-major operands: with batch dims leading, XLA:CPU emits a batched GEMM; the same
+    # einsum on [B, L, N, K] operands ran ~3.5x slower (1024 tokens, 4 heads).
+    q_bnlk, k_bnsk, v_bnsk = (jnp.swapaxes(t, 1, 2) for t in (q_blnk, k_bsnk, v_bsnk))
+    logits_bnls = jnp.einsum("bnlk,bnsk->bnls", q_bnlk, k_bnsk, preferred_element_type=jnp.float32) * scale
     if bias is not None:
         logits_bnls = logits_bnls + bias.astype(jnp.float32)
     probs_bnls = jax.nn.softmax(logits_bnls, axis=-1)
-    out = jnp.einsum("bnls,bsnk->blnk", probs_bnls.astype(v_bsnk.dtype), v_bsnk, preferred_element_type=jnp.float32)
-    return out.astype(q_blnk.dtype)
+    out_bnlk = jnp.einsum(
+        "bnls,bnsk->bnlk", probs_bnls.astype(v_bnsk.dtype), v_bnsk, preferred_element_type=jnp.float32
+    )
+    return jnp.swapaxes(out_bnlk, 1, 2).astype(q_blnk.dtype)
 
 
 class Attention(nnx.Module):
