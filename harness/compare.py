@@ -72,6 +72,7 @@ class MetricValue:
 
     value: float
     samples: tuple[float, ...] = ()
+    rounds: tuple[tuple[float, ...], ...] = ()  # per interleaved round, when samples pool them
 
 
 # --------------------------------------------------------------------------- flattening
@@ -86,7 +87,8 @@ def _num(x: Any) -> float | None:
 def _measured(measured: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     samples = tuple(float(s) for s in measured.get("samples_s") or () if _num(s) is not None)
     if samples:
-        out["time"] = MetricValue(stats.median(samples), samples)
+        rounds = tuple(tuple(float(x) for x in r) for r in measured.get("rounds_s") or () if r)
+        out["time"] = MetricValue(stats.median(samples), samples, rounds)
     recompiles = _num((measured.get("recompiles") or {}).get("count"))
     if recompiles is not None:
         out["recompiles"] = MetricValue(recompiles)
@@ -232,8 +234,9 @@ def compare_metric(variant: str, stage: str, metric: str, base: MetricValue | No
     if base is None or head is None:
         return Comparison(**common, verdict=NEW if base is None else MISSING, gated=gated)
     if spec.kind == "timing":
+        rounds = tuple(zip(base.rounds, head.rounds, strict=True)) if len(base.rounds) == len(head.rounds) else ()
         v = stats.compare_samples(base.samples or (base.value,), head.samples or (head.value,),
-                                  gate.timing_ratio, gate.alpha, seed=seed)
+                                  gate.timing_ratio, gate.alpha, rounds=rounds, seed=seed)
         detail = v.describe() + ("" if gated else "; not gated (different machine)")
     elif spec.kind == "info" and spec.unit in ("s", "fraction"):
         # One measurement per side (compile time, a trace): a change beyond the timing threshold

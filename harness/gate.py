@@ -51,8 +51,9 @@ def same_machine(baseline: Sequence[Mapping[str, Any]], now: Sequence[Mapping[st
 def pool_rounds(rounds: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """One record per variant from several runs of the same code (interleaved rounds).
 
-    Timing samples are concatenated across rounds, so slow and fast periods of the
-    machine land in both base and head; everything else comes from the last round.
+    Timing samples are concatenated across rounds (``samples_s``) and kept per round
+    (``rounds_s``, for the per-round consistency check of ``stats.compare_samples``);
+    everything else comes from the last round.
     A variant that failed in any round stays failed (with that round's error).
     """
     pooled: dict[str, dict[str, Any]] = {}
@@ -62,14 +63,22 @@ def pool_rounds(rounds: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str,
             if name in pooled and pooled[name].get("status") != "ok":
                 continue  # failed once: stays failed
             if name not in pooled or record.get("status") != "ok":
-                pooled[name] = copy.deepcopy(dict(record))
+                pooled[name] = _start_rounds(copy.deepcopy(dict(record)))
                 continue
             previous, pooled[name] = pooled[name], copy.deepcopy(dict(record))
             for stage, entry in pooled[name].get("stages", {}).items():
                 before = ((previous.get("stages") or {}).get(stage) or {}).get("measured") or {}
                 if entry.get("measured") and before.get("samples_s"):
+                    entry["measured"]["rounds_s"] = [*before["rounds_s"], list(entry["measured"]["samples_s"])]
                     entry["measured"]["samples_s"] = list(before["samples_s"]) + list(entry["measured"]["samples_s"])
     return list(pooled.values())
+
+
+def _start_rounds(record: dict[str, Any]) -> dict[str, Any]:
+    for entry in (record.get("stages") or {}).values():
+        if (entry.get("measured") or {}).get("samples_s"):
+            entry["measured"]["rounds_s"] = [list(entry["measured"]["samples_s"])]
+    return record
 
 
 @dataclass

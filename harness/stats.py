@@ -164,6 +164,7 @@ class Verdict:
     ci: tuple[float, float] | None = None
     can_fire: bool | None = None
     tolerance: float | None = None
+    round_ratios: tuple[float, ...] | None = None  # head/base median per interleaved round
 
     @property
     def delta(self) -> float:
@@ -178,9 +179,15 @@ class Verdict:
         if self.tolerance is not None:
             return "must match exactly" if self.tolerance == 0 else f"tolerance ±{self.tolerance:.2%}"
         assert self.p_value is not None and self.ci is not None and self.alpha is not None
+        assert self.threshold is not None
         test = f"Mann-Whitney p={_p(self.p_value)} {'<' if self.significant else '>='} {self.alpha:g}"
         text = (f"{test}, {CONFIDENCE:.0%} CI of ratio [{self.ci[0]:.3f}, {self.ci[1]:.3f}], "
                 f"n={self.n_base}/{self.n_head}, threshold {self.threshold:.2f}x")
+        if self.round_ratios:
+            agree = all(r > self.threshold for r in self.round_ratios) or all(
+                r < 1 / self.threshold for r in self.round_ratios)
+            text += (f", per-round ratios {', '.join(f'{r:.2f}' for r in self.round_ratios)}"
+                     f"{'' if agree else ' (not consistent)'}")
         if not self.can_fire:
             text += (f"; too few samples: p cannot go below {_p(min_p_value(self.n_base, self.n_head))}, "
                      f"need >= {min_samples(self.alpha)} per side")
@@ -197,6 +204,7 @@ def compare_samples(
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     *,
+    rounds: Sequence[tuple[Samples, Samples]] = (),
     seed: int = 0,
 ) -> Verdict:
     """Verdict on two sets of timing samples (lower is better).
@@ -204,6 +212,11 @@ def compare_samples(
     * regressed: ratio > threshold and significant;  improved: ratio < 1/threshold and significant;
     * noise: ratio beyond the threshold either way but not significant (or the test cannot fire);
     * unchanged: ratio within [1/threshold, threshold], significant or not.
+
+    ``rounds`` are the (base, head) sample sets of interleaved rounds, when ``base`` and
+    ``head`` pool them. Samples of one round share that moment's machine state, so the
+    pooled test overstates the evidence; a regression (improvement) then also has to
+    show in every round's median ratio, else it is noise.
     """
     if threshold < 1.0:
         raise ValueError(f"threshold is a slowdown factor >= 1, got {threshold}")
@@ -222,7 +235,13 @@ def compare_samples(
         verdict = IMPROVED if significant else NOISE
     else:
         verdict = UNCHANGED
-    return Verdict(verdict, r, mb, mh, int(b.size), int(h.size), threshold, alpha, p, ci, can_fire)
+    round_ratios = tuple(ratio(median(rb), median(rh)) for rb, rh in rounds) or None
+    if round_ratios and verdict == REGRESSED and not all(x > threshold for x in round_ratios):
+        verdict = NOISE
+    if round_ratios and verdict == IMPROVED and not all(x < 1.0 / threshold for x in round_ratios):
+        verdict = NOISE
+    return Verdict(verdict, r, mb, mh, int(b.size), int(h.size), threshold, alpha, p, ci, can_fire,
+                   round_ratios=round_ratios)
 
 
 def compare_values(base: float, head: float, tolerance: float = 0.0) -> Verdict:

@@ -270,8 +270,23 @@ def test_pool_rounds_concatenates_samples_and_keeps_failures(template):
     samples = by["trillium-loop"]["stages"]["denoise_step"]["measured"]["samples_s"]
     assert samples == (r1[2]["stages"]["denoise_step"]["measured"]["samples_s"]
                        + r2[2]["stages"]["denoise_step"]["measured"]["samples_s"])
+    per_round = [r[2]["stages"]["denoise_step"]["measured"]["samples_s"] for r in (r1, r2)]
+    assert by["trillium-loop"]["stages"]["denoise_step"]["measured"]["rounds_s"] == per_round
     assert by["naive"]["status"] == "failed"
     assert gate.pool_rounds([synthetic.failed(r1, "naive"), r2])[1]["status"] == "failed"
+
+
+def test_interleaved_gate_ignores_one_busy_round_but_not_a_real_slowdown(template):
+    base = gate.pool_rounds([synthetic.synthetic_run(1, template), synthetic.synthetic_run(3, template)])
+    busy = gate.pool_rounds([synthetic.synthetic_run(2, template, run_sigma=0.0, slowdown={STEP: 1.8}),
+                             synthetic.synthetic_run(4, template)])
+    result = gate.evaluate(base, busy)
+    assert result.exit_code == gate.CLEAN
+    c = next(c for c in result.comparisons.comparisons if (c.variant, c.metric) == (STEP[0], "time"))
+    assert c.verdict == "noise" and "(not consistent)" in c.detail
+    slow = gate.pool_rounds([synthetic.synthetic_run(2, template, slowdown={STEP: 1.25}),
+                             synthetic.synthetic_run(4, template, slowdown={STEP: 1.25})])
+    assert gate.evaluate(base, slow).exit_code == gate.REGRESSION
 
 
 INTERLEAVED_MANIFEST = """
@@ -306,6 +321,7 @@ def test_cli_against_a_revision_interleaves_rounds(tmp_path, capsys):
     assert code == 0, captured.out + captured.err
     assert "round 1/2 base: sleep" in captured.err and "round 2/2 head: sleep" in captured.err
     pooled = [json.loads(line) for line in (tmp_path / "r" / "aa-gate" / "results.jsonl").read_text().splitlines()]
-    assert len(pooled[0]["stages"]["denoise_step"]["measured"]["samples_s"]) == 12
+    measured = pooled[0]["stages"]["denoise_step"]["measured"]
+    assert len(measured["samples_s"]) == 12 and [len(r) for r in measured["rounds_s"]] == [6, 6]
     assert "HEAD (re-measured, 2 interleaved rounds)" in (tmp_path / "r" / "aa-gate" / "index.html").read_text()
     assert cli.main(["gate", str(manifest), "--against", "no-such-rev", "--reports", str(tmp_path / "r")]) == 2

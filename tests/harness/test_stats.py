@@ -93,3 +93,17 @@ def test_compare_values(base, head, tol, verdict):
     assert v.delta == head - base
     assert v.ratio == (math.inf if base == 0 and head else (1.0 if base == 0 else head / base))
     assert v.describe() == ("must match exactly" if tol == 0 else f"tolerance ±{tol:.2%}")
+
+
+def test_interleaved_rounds_must_agree_on_a_regression():
+    rng = np.random.default_rng(4)
+    base_rounds = [lognormal(rng, 1.0, 10), lognormal(rng, 1.0, 10)]
+    busy = [lognormal(rng, 2.0, 10), lognormal(rng, 1.0, 10)]  # round 1 of head hit a busy machine
+    pooled = (base_rounds[0] + base_rounds[1], busy[0] + busy[1])
+    assert stats.compare_samples(*pooled).verdict == stats.REGRESSED  # the pooled test alone is fooled
+    v = stats.compare_samples(*pooled, rounds=list(zip(base_rounds, busy, strict=True)))
+    assert v.verdict == stats.NOISE and "(not consistent)" in v.describe()
+    slow = [lognormal(rng, 1.3, 10), lognormal(rng, 1.3, 10)]
+    v = stats.compare_samples(base_rounds[0] + base_rounds[1], slow[0] + slow[1],
+                              rounds=list(zip(base_rounds, slow, strict=True)))
+    assert v.verdict == stats.REGRESSED and len(v.round_ratios) == 2 and "per-round ratios 1.2" in v.describe()
