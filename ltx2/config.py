@@ -207,7 +207,7 @@ class TransformerConfig:
 
     @classmethod
     def small(cls, **overrides: Any) -> TransformerConfig:
-        """CPU benchmark size (~1.4 M params): width 128 (4x32) video, 64 (4x16) audio, 2 layers."""
+        """CPU benchmark size (1.3 M params): width 128 (4x32) video, 64 (4x16) audio, 2 layers."""
         base = dict(
             in_channels=128,
             out_channels=128,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,16 +67,22 @@ def test_newer_record_version_is_an_error(tmp_path: Path) -> None:
         load_records(path)
 
 
-def _append_many(args: tuple[str, int]) -> None:
-    path, worker = args
-    for i in range(40):
-        append_record(path, _record(f"{worker}-{i}", padding="x" * 5000))
+_APPENDER = """
+import sys
+from harness.records import RECORD_VERSION, append_record
+path, worker = sys.argv[1], sys.argv[2]
+for i in range(40):
+    append_record(path, {"record_version": RECORD_VERSION, "variant": {"id": f"{worker}-{i}", "name": "x"},
+                         "status": "ok", "padding": "x" * 5000})
+"""
 
 
 def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
+    # Separate interpreters (not a multiprocessing pool): a pool would have to import this test module by name,
+    # which pytest's importlib mode does not make importable, and a worker that cannot unpickle its task hangs.
     path = tmp_path / "results.jsonl"
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        pool.map(_append_many, [(str(path), w) for w in range(4)])
+    procs = [subprocess.Popen([sys.executable, "-c", _APPENDER, str(path), str(w)]) for w in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     loaded = load_records(path)
     assert len(loaded) == 160 and len({r["variant"]["id"] for r in loaded}) == 160
 
