@@ -1,6 +1,7 @@
 """Run a manifest: every variant in its own process, one record each, appended to
 reports/<sweep-id>/results.jsonl. Re-running resumes: variants with an ok record are
-skipped unless --rerun. Exit status 1 if any variant that ran did not succeed."""
+skipped unless --rerun. At the end the sweep's report (index.html, results.csv) is written
+from every record in the file. Exit status 1 if any variant that ran did not succeed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.manifest import load_manifest
+from harness.manifest import Manifest, load_manifest
 from harness.runner import SweepOptions, run_sweep
 from harness.variants import select
 
@@ -23,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME|ID",
                         help="run only these variants (repeatable; name or id prefix)")
     parser.add_argument("--list", action="store_true", help="list the variants and their ids, run nothing")
+    parser.add_argument("--no-report", action="store_true", help="do not write index.html / results.csv at the end")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,4 +40,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id, rerun=args.rerun,
                            only=tuple(args.variant))
-    return 0 if run_sweep(manifest, options).ok else 1
+    result = run_sweep(manifest, options)
+    if not args.no_report:
+        write_sweep_report(result.results_path, manifest)
+    return 0 if result.ok else 1
+
+
+def write_sweep_report(results_path: Path, manifest: Manifest) -> None:
+    """The sweep's report from all its records (the latest per variant). A report that cannot be
+    written is a warning: the records are already safe on disk and `harness report` can retry."""
+    from harness import records as rec
+    from harness.report import write_report  # matplotlib loads only here
+
+    try:
+        latest = list(rec.latest_by_variant(rec.load_records(results_path)).values())
+        if not latest:
+            return
+        files = write_report(latest, results_path.parent, gate=manifest.gate, title=f"Sweep {results_path.parent.name}")
+    except Exception as e:  # noqa: BLE001 - the sweep's results matter more than its page
+        print(f"warning: could not write the report ({type(e).__name__}: {e}); "
+              f"retry with: python -m harness report {results_path}", file=sys.stderr)
+        return
+    print(f"report: {files.index}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -128,6 +129,22 @@ def test_cli_list_inspect_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert cli.main(["sweep", str(bad)]) == 2
     assert f"error: {bad}:9: run.repeats: must be > 0, got 0" in capsys.readouterr().err
     assert cli.main(["sweep", str(path), "--variant", "nope", "--list"]) == 2
+
+
+def test_cli_sweep_writes_its_report_with_the_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = ISOLATION.replace("timeout_s = 1.5", "timeout_s = 5")
+    text = text[: text.index('[[variants]]\nname = "killed"')]  # first (ok) and raises (failed)
+    path = _manifest(tmp_path, text)
+    reports = tmp_path / "reports"
+    assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "s1"]) == 1  # one failed
+    index = reports / "s1" / "index.html"
+    assert f"report: {index}" in capsys.readouterr().out
+    page = index.read_text()
+    assert "first" in page and "raises" in page and "RuntimeError" in page
+    rows = list(csv.DictReader((reports / "s1" / "results.csv").read_text().splitlines()))
+    assert {(r["variant"], r["status"]) for r in rows} >= {("first", "ok"), ("raises", "failed")}
+    assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "s2", "--no-report"]) == 1
+    assert not (reports / "s2" / "index.html").exists() and (reports / "s2" / "results.jsonl").exists()
 
 
 def test_worker_runs_the_tiny_transformer_in_process(tmp_path: Path) -> None:
