@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import nox
 
@@ -42,10 +43,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff (style, imports) and mypy (public signatures) over the packages."""
+    """ruff (style, imports), mypy (public signatures) and the CI workflows against GitHub's schema."""
     _install(session, "lint")
     session.run("ruff", "check", "ltx2", "harness", "tests", "noxfile.py", *session.posargs)
     session.run("mypy", "ltx2", "harness")
+    # The schema ships inside check-jsonschema (vendored), so this works offline.
+    workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
 
 
 @nox.session(python=PYTHON)
