@@ -15,18 +15,62 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2.blocked_attention import blocked_attention
 from ltx2.config import ATTENTION_IMPLS
 from ltx2.layers import Linear, RMSNorm
 from ltx2.rope import RopeTables, apply_rope
 
+# "auto" picks the blocked path on CPU from this many logits (8 MiB of float32) on: measured on 2
+# cores, blocked ran 0.45x the XLA path's time at 2x8x1536x1536 and 0.65x at 2x4x576x576 (the
+# `small` self-attention), and about even below ~1M logits (text and audio cross-attention).
+AUTO_BLOCKED_MIN_LOGITS = 1 << 21
+_CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+def resolve_attention_impl(impl: str, q_blnk: jax.Array, k_bsnk: jax.Array, *, sharded: bool = False) -> str:
+    """The concrete kernel for ``impl`` on the default backend: "auto" -> cuDNN on GPU for 16-bit
+    inputs, blocked on CPU for large unsharded problems, else XLA's einsum path."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    if impl != "auto":
+        return impl
+    backend = jax.default_backend()
+    if backend == "gpu" and q_blnk.dtype in _CUDNN_DTYPES and q_blnk.shape[-1] <= 128:
+        return "cudnn"
+    B, L, N, _ = q_blnk.shape
+    if backend == "cpu" and not sharded and B * N * L * k_bsnk.shape[1] >= AUTO_BLOCKED_MIN_LOGITS:
+        return "blocked"
+    return "xla"
+
 
 def dot_product_attention(
-    q_blnk: jax.Array, k_bsnk: jax.Array, v_bsnk: jax.Array, bias: jax.Array | None = None, *, impl: str = "xla"
+    q_blnk: jax.Array,
+    k_bsnk: jax.Array,
+    v_bsnk: jax.Array,
+    bias: jax.Array | None = None,
+    *,
+    impl: str = "xla",
+    sharded: bool = False,
 ) -> jax.Array:
     """``softmax(q k^T / sqrt(K) + bias) v`` per head -> ``[B, L, N, K]``; scores, softmax and
-    value sums accumulate in float32. ``bias`` broadcasts to ``[B, N, L, S]`` (additive mask)."""
-    if impl != "xla":
-        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    value sums accumulate in float32. ``bias`` broadcasts to ``[B, N, L, S]`` (additive mask).
+
+    ``impl`` (``TransformerConfig.attention_impl``): "xla" (einsum + softmax), "blocked"
+    (online softmax over query/key tiles, for CPU), "cudnn" (``jax.nn.dot_product_attention``'s
+    fused GPU kernel, 16-bit inputs) or "auto" (see :func:`resolve_attention_impl`; ``sharded``
+    keeps sharded layouts on the XLA path, whose einsums GSPMD partitions without gathers).
+    """
+    impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded)
+    if impl == "blocked":
+        return blocked_attention(q_blnk, k_bsnk, v_bsnk, bias)
+    if impl == "cudnn":
+        if jax.default_backend() != "gpu":
+            raise ValueError(f"attention_impl='cudnn' needs a GPU backend, this one is {jax.default_backend()!r}")
+        return jax.nn.dot_product_attention(q_blnk, k_bsnk, v_bsnk, bias, implementation="cudnn")
+    return _xla_attention(q_blnk, k_bsnk, v_bsnk, bias)
+
+
+def _xla_attention(q_blnk: jax.Array, k_bsnk: jax.Array, v_bsnk: jax.Array, bias: jax.Array | None) -> jax.Array:
     scale = 1.0 / math.sqrt(q_blnk.shape[-1])
     # Heads-major operands: with batch dims leading, XLA:CPU emits a batched GEMM; the same
     # einsum on [B, L, N, K] operands ran ~3.5x slower (1024 tokens, 4 heads).
@@ -46,7 +90,8 @@ class Attention(nnx.Module):
 
     ``to_q/to_k/to_v/to_out`` (with bias), ``norm_q``/``norm_k`` affine RMSNorm over all heads
     (N*K), optional RoPE on q and k (separate tables allowed), optional per-head output gates
-    ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``).
+    ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``). ``impl`` and ``sharded``
+    choose the score/value kernel (:func:`dot_product_attention`).
     """
 
     def __init__(
@@ -62,6 +107,7 @@ class Attention(nnx.Module):
         eps: float = 1e-6,
         rope_type: str = "split",
         impl: str = "xla",
+        sharded: bool = False,
         param_dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
@@ -78,7 +124,7 @@ class Attention(nnx.Module):
         self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads")
         self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
         self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
-        self.heads, self.head_dim, self.rope_type, self.impl = heads, head_dim, rope_type, impl
+        self.heads, self.head_dim, self.rope_type, self.impl, self.sharded = heads, head_dim, rope_type, impl, sharded
 
     def __call__(
         self,
@@ -104,7 +150,7 @@ class Attention(nnx.Module):
             q = apply_rope(q, q_rope, self.rope_type)
             k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
         heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
-        out = dot_product_attention(heads(q), heads(k), heads(v), bias, impl=self.impl)
+        out = dot_product_attention(heads(q), heads(k), heads(v), bias, impl=self.impl, sharded=self.sharded)
         out = out.reshape(*out.shape[:-2], -1)
         if keep is not None:
             keep = keep.astype(out.dtype)

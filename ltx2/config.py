@@ -15,7 +15,7 @@ from typing import Any
 from ltx2.sharding import get_strategy
 
 ROPE_TYPES = ("interleaved", "split")
-ATTENTION_IMPLS = ("xla",)
+ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn")
 DTYPES = ("float32", "bfloat16")
 TIMESTEP_EMBED_DIM = 256  # sinusoidal timestep features (diffusers PixArtAlphaCombinedTimestepSizeEmbeddings)
 FF_MULT = 4
@@ -83,7 +83,7 @@ class TransformerConfig:
     # Our knobs (not diffusers fields).
     scan_layers: bool = True
     sharding: str = "replicated"
-    attention_impl: str = "xla"
+    attention_impl: str = "auto"  # see ltx2.attention.resolve_attention_impl
     dtype: str = "float32"
     param_dtype: str = "float32"
 

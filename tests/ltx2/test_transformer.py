@@ -193,6 +193,28 @@ def test_parity_with_diffusers(torch_model: Callable, reference: Callable, case_
     assert err_video <= TOL and err_audio <= TOL
 
 
+@pytest.mark.parity
+@pytest.mark.parametrize("case_name", ["ltx2.0-split", "stg-rows", "per-token-timesteps"])
+def test_parity_blocked_attention(
+    torch_model: Callable, reference: Callable, case_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """attention_impl="blocked" at the same fixed tolerance. 12-token tiles make every attention of
+    the tiny grid (32 video, 8 audio, 16 text tokens) multi-tile with ragged, padded edges."""
+    import functools
+
+    import ltx2.attention
+    from ltx2.blocked_attention import blocked_attention
+
+    small_tiles = functools.partial(blocked_attention, block_q=12, block_kv=12, tile_elements=2 * 12 * 12)
+    monkeypatch.setattr(ltx2.attention, "blocked_attention", small_tiles)
+    case = CASES[case_name]
+    model = from_diffusers(torch_model(case.config), attention_impl="blocked")
+    video, audio = _run(model, case)
+    err_video, err_audio = (_error(o, r) for o, r in zip((video, audio), reference(case_name), strict=True))
+    print(f"\nblocked parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
+    assert err_video <= TOL and err_audio <= TOL
+
+
 def test_stg_is_inert_without_perturbed_attn() -> None:
     # diffusers only perturbs in LTX2PerturbedAttnProcessor (perturbed_attn=True): 2.0 ignores STG.
     model = _abstract(TransformerConfig.tiny())

@@ -1,0 +1,109 @@
+"""Attention kernels: the blocked (online-softmax) path against the XLA einsum path and against
+PyTorch's ``scaled_dot_product_attention``, over tile edge cases; the "auto" switch.
+
+Tolerance: fp32 kernel parity 1e-5 (STYLE.md 18, small ops) as max|a - b| / max(1, max|b|).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ltx2.attention import dot_product_attention, resolve_attention_impl
+from ltx2.blocked_attention import blocked_attention, heads_per_step
+
+TOL = 1e-5
+
+
+def _qkv(B: int, L: int, S: int, N: int, K: int, seed: int = 0) -> tuple[jax.Array, ...]:
+    rng = np.random.default_rng(seed)
+    # Scaled so the softmax is peaked (logits ~ +-10): the running-max rescaling matters.
+    q, k, v = (rng.normal(size=(B, T, N, K)).astype(np.float32) for T in (L, S, S))
+    return jnp.asarray(2 * q), jnp.asarray(2 * k), jnp.asarray(v)
+
+
+def _err(a: jax.Array, b: jax.Array) -> float:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert a.shape == b.shape
+    return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
+
+
+# (B, L, S, N, K, block_q, block_kv, bias kind): whole tiles, ragged queries and keys (padding),
+# one key tile (exact softmax), many key tiles (online softmax), heads grouped per step.
+CASES = {
+    "whole-tiles": (2, 64, 64, 4, 16, 16, 32, None),
+    "ragged-q-and-kv": (1, 37, 45, 2, 8, 16, 16, None),
+    "single-kv-tile": (2, 40, 24, 3, 8, 16, 64, None),
+    "key-mask-bias": (2, 33, 40, 2, 16, 8, 16, "keys"),
+    "full-bias": (1, 30, 50, 2, 8, 8, 16, "full"),
+    "per-head-bias": (2, 20, 20, 4, 8, 8, 8, "heads"),
+}
+
+
+def _bias(kind: str | None, B: int, N: int, L: int, S: int) -> jax.Array | None:
+    rng = np.random.default_rng(3)
+    if kind is None:
+        return None
+    if kind == "keys":  # [B, 1, 1, S] text mask as the transformer builds it (0 / -10000)
+        keep = np.ones((B, S), np.float32)
+        keep[-1, : S // 3] = 0
+        return jnp.asarray(((1 - keep) * -10000.0)[:, None, None, :])
+    shape = (B, N, L, S) if kind == "full" else (1, N, 1, S)
+    return jnp.asarray(rng.normal(size=shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_blocked_matches_xla_path(case: str) -> None:
+    B, L, S, N, K, bq, bk, kind = CASES[case]
+    q, k, v = _qkv(B, L, S, N, K)
+    bias = _bias(kind, B, N, L, S)
+    want = dot_product_attention(q, k, v, bias, impl="xla")
+    got = jax.jit(lambda *a: blocked_attention(*a, block_q=bq, block_kv=bk, tile_elements=2 * bq * bk))(q, k, v, bias)
+    assert got.dtype == q.dtype
+    assert _err(got, want) <= TOL
+
+
+def test_blocked_matches_torch_sdpa() -> None:
+    import torch
+
+    q, k, v = _qkv(2, 50, 70, 3, 16, seed=5)
+    bias = _bias("keys", 2, 3, 50, 70)
+    got = blocked_attention(q, k, v, bias, block_q=16, block_kv=32)
+    to_torch = lambda t: torch.tensor(np.asarray(t)).transpose(1, 2)  # noqa: E731
+    want = torch.nn.functional.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), attn_mask=torch.tensor(np.asarray(bias))
+    ).transpose(1, 2)
+    assert _err(got, want.numpy()) <= TOL
+
+
+def test_blocked_bfloat16_tracks_float32() -> None:
+    q, k, v = _qkv(1, 64, 96, 2, 16, seed=2)
+    want = dot_product_attention(q, k, v, impl="xla")
+    bf = [t.astype(jnp.bfloat16) for t in (q, k, v)]
+    got = blocked_attention(*bf, block_q=16, block_kv=32)
+    xla_bf = dot_product_attention(*bf, impl="xla")
+    assert got.dtype == jnp.bfloat16
+    # bf16 inputs and probabilities (8 mantissa bits): both kernels land within the same band of fp32.
+    assert _err(got, want) < 2e-2 and _err(xla_bf, want) < 2e-2
+
+
+def test_heads_per_step_divides_and_respects_budget() -> None:
+    assert heads_per_step(16, 256 * 2048) == 1
+    assert heads_per_step(16, 256 * 128) == 16
+    assert heads_per_step(12, 100, budget=500) == 4  # 5 does not divide 12
+    assert heads_per_step(7, 10**9) == 1
+
+
+def test_auto_and_invalid_impls() -> None:
+    small = jnp.zeros((1, 16, 2, 8))
+    big = jnp.zeros((2, 1536, 8, 8))
+    assert resolve_attention_impl("auto", small, small) == "xla"
+    assert resolve_attention_impl("auto", big, big) == "blocked"
+    assert resolve_attention_impl("auto", big, big, sharded=True) == "xla"
+    assert resolve_attention_impl("blocked", small, small) == "blocked"
+    with pytest.raises(ValueError, match="attention_impl must be one of"):
+        resolve_attention_impl("flash", small, small)
+    with pytest.raises(ValueError, match="needs a GPU backend"):
+        dot_product_attention(small, small, small, impl="cudnn")
