@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import workload
+from harness import targets, workload
 
 SCHEMA_VERSION = 1
 PLATFORMS = ("cpu", "tpu", "gpu")
@@ -38,7 +38,6 @@ SETTING_PREFIXES = ("target.", "workload.")
 PRESET_KEY = "model.preset"
 # Override keys whose value is a table and must not be flattened further.
 _TABLE_VALUED = frozenset({"target.mesh"})
-_TOPOLOGY = re.compile(r"^[A-Za-z0-9_ ]+[:=_]([0-9]+(?:x[0-9]+)*)(?:_twisted|_untwisted)?$")
 
 KeyPath = tuple[str | int, ...]
 
@@ -84,7 +83,7 @@ class Target(_Section):
     platform: str = "cpu"
     mode: str = "auto"  # auto: measure if the platform's devices are present, else compile only
     mesh: tuple[tuple[str, int], ...] = (("data", -1),)
-    topology: str | None = None  # TPU topology name for ahead-of-time compiles, e.g. "v6e:2x4"
+    topology: str | None = None  # what to compile for without the hardware: "v6e:2x4", "tpu7x:2x2x1", "h100:1x1x8"
     devices: int | None = None  # device count; on cpu the number of simulated devices
 
     @property
@@ -257,11 +256,18 @@ def _str_list(table: Mapping[str, Any], key: str, choices: tuple[str, ...], defa
 # --------------------------------------------------------------------------- section parsers
 
 
-def topology_devices(topology: str) -> int:
-    m = _TOPOLOGY.match(topology)
-    if not m:
-        raise Invalid(("topology",), f"bad topology {topology!r} (expected e.g. 'v6e:2x4')")
-    return math.prod(int(d) for d in m.group(1).split("x"))
+def topology_devices(topology: str, platform: str) -> int:
+    try:
+        n = targets.topology_devices(topology)
+        name, dims = targets.parse_topology(topology)
+    except ValueError as e:
+        raise Invalid(("topology",), str(e)) from None
+    spec = targets.SPECS.get(name)
+    if spec is not None and spec.platform != platform:
+        raise Invalid(("topology",), f"{name!r} is a {spec.platform} target; platform is {platform!r}")
+    if platform == "gpu" and len(dims) != 3:
+        raise Invalid(("topology",), f"a GPU topology is <gpu>:<slices>x<hosts>x<gpus per host>, got {topology!r}")
+    return n
 
 
 def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:
@@ -290,9 +296,9 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
     if devices is not None:
         _positive(devices, "devices")
     if topology is not None:
-        if platform != "tpu":
-            raise Invalid(("topology",), f"a topology names a TPU slice; platform is {platform!r}")
-        n = topology_devices(topology)
+        if platform == "cpu":
+            raise Invalid(("topology",), "a topology names TPU or GPU hardware; platform is 'cpu'")
+        n = topology_devices(topology, platform)
         if devices is not None and devices != n:
             raise Invalid(("devices",), f"topology {topology!r} has {n} devices, devices = {devices}")
         devices = n

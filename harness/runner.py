@@ -24,14 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import records
-from harness.manifest import Manifest, Run
+from harness import records, targets
+from harness.manifest import Manifest, Run, Target
 from harness.progress import Progress, summary_table
 from harness.variants import Variant, select
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 ERROR_TAIL_LINES = 40
+CACHE_DIR = "aot-cache"  # under the reports directory: compile-only static metrics, shared by sweeps
 _JAX_PLATFORM = {"cpu": "cpu", "tpu": "tpu", "gpu": "cuda"}
 
 
@@ -42,6 +43,7 @@ class SweepOptions:
     rerun: bool = False
     only: tuple[str, ...] = ()  # variant names or id prefixes; empty = all
     python: str = sys.executable
+    cache_dir: Path | None = None  # compile-only static metrics cache; default <reports_dir>/aot-cache
     poll_s: float = 0.1
     kill_grace_s: float = 3.0
 
@@ -61,6 +63,13 @@ class SweepResult:
 # --------------------------------------------------------------------------- per variant
 
 
+def resolve_mode(target: Target) -> str:
+    """``measure`` or ``compile``: ``auto`` measures where the platform's devices are present."""
+    if target.mode != "auto":
+        return target.mode
+    return "measure" if targets.hardware_present(target.platform) else "compile"
+
+
 def variant_env(variant: Variant, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: the parent's, plus the device set-up this variant needs."""
     env = dict(os.environ if base is None else base)
@@ -69,22 +78,25 @@ def variant_env(variant: Variant, base: Mapping[str, str] | None = None) -> dict
     if target.platform == "cpu":
         flags.append(f"{DEVICE_COUNT_FLAG}={target.devices}")
         env["JAX_PLATFORMS"] = "cpu"
-    elif target.mode == "compile":
-        env["JAX_PLATFORMS"] = "cpu"  # ahead-of-time from the host; never grab an accelerator
-    elif target.mode == "measure":
-        env["JAX_PLATFORMS"] = _JAX_PLATFORM[target.platform]
+    elif resolve_mode(target) == "compile":
+        env.update(targets.compile_env(target.platform))  # ahead-of-time from the host; never grab an accelerator
     else:
-        env.pop("JAX_PLATFORMS", None)  # auto: use the accelerator if there is one
+        env["JAX_PLATFORMS"] = _JAX_PLATFORM[target.platform]
     env["XLA_FLAGS"] = " ".join(flags)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def worker_spec(variant: Variant, run: Run, trace_dir: Path, status_path: Path) -> dict[str, Any]:
+def worker_spec(
+    variant: Variant, run: Run, trace_dir: Path, status_path: Path, cache_dir: Path | None = None
+) -> dict[str, Any]:
     target = variant.target.to_dict()
     target["mesh"] = variant.target.mesh_shape
+    if target["platform"] != "cpu":
+        target["mode"] = resolve_mode(variant.target)
     return {
+        "cache_dir": None if cache_dir is None else str(cache_dir),
         "variant": {"name": variant.name, "id": variant.id},
         "preset": variant.preset,
         "config_overrides": dict(variant.config_overrides),
@@ -187,7 +199,8 @@ def run_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"harness-{variant.id}-") as tmp:
         spec_path, out_path, status_path = (Path(tmp) / n for n in ("spec.json", "out.json", "status.json"))
-        spec_path.write_text(json.dumps(worker_spec(variant, run, trace_dir, status_path)))
+        cache_dir = options.cache_dir or Path(options.reports_dir) / CACHE_DIR
+        spec_path.write_text(json.dumps(worker_spec(variant, run, trace_dir, status_path, cache_dir)))
         started_at, start = records.now(), time.monotonic()
         with log_path.open("wb") as log:
             proc = subprocess.Popen(

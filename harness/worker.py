@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -70,23 +71,25 @@ def error_text(exc: BaseException) -> str:
 
 
 def _device_mesh(target: dict[str, Any], compile_only: bool) -> tuple[Any, dict[str, Any]]:
-    """The mesh for this variant (Auto axes), and what the worker sees of the machine."""
+    """The mesh for this variant (Auto axes), and what the worker sees of the machine.
+
+    Compile-only for TPU or GPU uses devices described by the target's topology (no
+    hardware needed; :func:`harness.targets.compile_devices`).
+    """
     import jax
     import numpy as np
 
+    from harness import targets
     from ltx2.sharding import build_mesh
 
     shape = target["mesh"]  # resolved by the runner: axis -> size
     n = int(np.prod(list(shape.values())))
-    if compile_only and target["platform"] != jax.default_backend():
-        if target["platform"] != "tpu" or not target.get("topology"):
-            # TODO(integration): GPU ahead-of-time compiles need the cuda plugin in a separate venv.
-            raise RuntimeError(f"compile-only analysis for {target['platform']} needs a TPU topology "
-                               f"(target.topology); no {target['platform']} devices here")
-        from jax.experimental import topologies
-
-        topology = topologies.get_topology_desc(topology_name=target["topology"], platform="tpu")
-        devices: list[Any] = list(topology.devices)
+    if compile_only and target["platform"] != "cpu":
+        if not target.get("topology"):
+            example = {"tpu": "v6e:2x4", "gpu": "h100:1x1x8"}.get(target["platform"], "...")
+            raise RuntimeError(f"compile-only analysis for {target['platform']} needs target.topology "
+                               f"(e.g. {example!r}): no {target['platform']} devices here")
+        devices: list[Any] = targets.compile_devices(target["platform"], target["topology"])
     else:
         devices = list(jax.devices())
     if len(devices) < n:
@@ -195,6 +198,47 @@ def trace(stage: workload.Stage, log_dir: Path, steps: int, status: StatusFile) 
     return {**metrics, "log_dir": str(log_dir), "xplane": str(xplane), "steps": steps}
 
 
+def _compile_static(stage: workload.Stage, platform: str) -> dict[str, Any]:
+    """The stage's static metrics; a compile that runs out of device memory is a result too."""
+    from harness.metrics.aot import oom_static
+
+    try:
+        return stage.static()
+    except Exception as e:
+        oom = oom_static(e, platform)
+        if oom is None:
+            raise
+        return oom
+
+
+def static_metrics(name: str, stage: workload.Stage, spec: dict[str, Any], ctx: workload.BuildContext,
+                   notes: list[str]) -> dict[str, Any]:
+    """Static metrics of one stage (compile-only: from the on-disk cache when unchanged), and for
+    TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline."""
+    from harness import targets
+    from harness.compile_cache import CompileCache, cache_key
+    from harness.metrics.aot import analyze
+
+    target = spec["target"]
+    cache = CompileCache(spec["cache_dir"]) if ctx.compile_only and spec.get("cache_dir") else None
+    key = cache_key(spec, name) if cache is not None else ""
+    static = cache.get(key) if cache is not None else None
+    if static is not None:
+        notes.append(f"static metrics from the compile cache ({key[:12]}): unchanged variant, not recompiled")
+    else:
+        static = _compile_static(stage, target["platform"])
+        if cache is not None:
+            cache.put(key, static)
+    topology = target.get("topology")
+    if topology and target["platform"] != "cpu":
+        spec_ = targets.SPECS.get(targets.parse_topology(topology)[0])
+        static = {**static, "target": analyze(static, spec_, getattr(stage, "calls_per_video", 1),
+                                              math.prod(target["mesh"].values()))}
+    if static.get("oom"):
+        notes.append(f"does not fit: {static['oom']['message']}")
+    return static
+
+
 def run_stage(name: str, spec: dict[str, Any], ctx: workload.BuildContext, status: StatusFile) -> dict[str, Any]:
     """Everything the manifest asked for about one stage; its errors stay inside its entry."""
     run = spec["run"]
@@ -207,7 +251,7 @@ def run_stage(name: str, spec: dict[str, Any], ctx: workload.BuildContext, statu
         entry["notes"] += stage.notes
         if "static" in families:
             status(name, "compile")
-            entry["static"] = stage.static()
+            entry["static"] = static_metrics(name, stage, spec, ctx, entry["notes"])
         wants_run = "measured" in families or run["trace"] or "trace" in families
         if ctx.compile_only and wants_run:
             entry["notes"].append("compile-only: no target devices here, measured and trace metrics skipped")

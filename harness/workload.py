@@ -265,6 +265,7 @@ class JaxStage:
     abstract_args: tuple[Any, ...]
     make_args: Callable[[], tuple[Any, ...]]
     analytic_flops: float | None = None
+    calls_per_video: int = 1  # how often one video runs this program (denoising steps for a step)
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     uses_jax: bool = True
@@ -275,12 +276,14 @@ class JaxStage:
     def static(self) -> dict[str, Any]:
         import dataclasses as dc
 
+        from harness.metrics.hlo import matmul_flops
         from harness.metrics.static import analyze_compiled, lower_and_compile
 
         compiled, timing = lower_and_compile(self.fn, *self.abstract_args)
         self.hlo_text = compiled.as_text() or ""
         out = dc.replace(analyze_compiled(compiled), timing=timing).to_dict()
-        return {**out, "analytic_flops": self.analytic_flops, **self.extra}
+        return {**out, "analytic_flops": self.analytic_flops, "matmul_flops": matmul_flops(self.hlo_text),
+                **self.extra}
 
     def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None]:
         """HLO module name and collective instruction kinds, to read this stage's ops from a trace."""
@@ -415,7 +418,7 @@ def _build_denoise_step(ctx: BuildContext) -> Stage:
     B, L, A, S = wl["batch"], tokens["video_tokens"], tokens["audio_tokens"], tokens["text_tokens"]
     return JaxStage(
         "denoise_step", jax.jit(step), (state, *abstract_inputs), make_args,
-        analytic_flops=float(cfg.forward_flops(L, A, S, B)), extra={"tokens": tokens},
+        analytic_flops=float(cfg.forward_flops(L, A, S, B)), calls_per_video=wl["steps"], extra={"tokens": tokens},
         notes=["denoise_step = one transformer forward + Euler update; guidance passes are in the batch"],
     )  # fmt: skip
 

@@ -342,3 +342,99 @@ def collective_instructions(hlo_text: str) -> dict[str, str]:
         for instr in instrs
         if (kind := _collective_kind(instr)) is not None
     }
+
+
+# --------------------------------------------------------------------------- matmul FLOPs
+
+_DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
+_WINDOW = re.compile(r"\bwindow=\{([^}]*)\}")
+_LHS_CONTRACTING = re.compile(r"\blhs_contracting_dims=\{([0-9,]*)\}")
+
+
+def shape_dims(shape: str) -> tuple[int, ...] | None:
+    """Dimensions of a single-array HLO shape (``bf16[4,8]{1,0:T(8,128)}`` -> (4, 8)); None for tuples."""
+    found = _ARRAY_SHAPE.findall(shape)
+    if len(found) != 1:
+        return None
+    return tuple(int(d.strip().removeprefix("<=")) for d in found[0][1].split(",") if d.strip())
+
+
+def _elements(dims: tuple[int, ...] | None) -> int:
+    out = 1
+    for d in dims or ():
+        out *= d
+    return out
+
+
+def _matmul_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
+    """2 x output elements x contracted size of a ``dot`` or ``convolution`` (TPU writes dots as these)."""
+    def operand(i: int) -> tuple[int, ...] | None:
+        return shape_dims(instr.operand_shapes[i] or shapes.get(instr.operands[i], ""))
+
+    out = _elements(shape_dims(instr.shape))
+    if instr.opcode == "dot":
+        lhs, m = operand(0), _LHS_CONTRACTING.search(instr.attributes)
+        if lhs is None or m is None:
+            return 0
+        return 2 * out * _elements(tuple(lhs[int(i)] for i in m.group(1).split(",") if i))
+    labels, lhs, rhs = _DIM_LABELS.search(instr.attributes), operand(0), operand(1)
+    if labels is None or lhs is None or rhs is None:
+        return 0
+    lhs_l, rhs_l, out_l = labels.groups()
+    out_dims = shape_dims(instr.shape) or ()
+    window = _window(instr.attributes)
+    taps, out_spatial = 1, 1
+    for d in sorted(c for c in rhs_l if c.isdigit()):  # spatial dims: count kernel taps that hit input
+        size = rhs[rhs_l.index(d)]
+        out_n, in_n = out_dims[out_l.index(d)], lhs[lhs_l.index(d)]
+        taps *= _spatial_taps(out_n, in_n, size, {k: v[int(d)] for k, v in window.items()})
+        out_spatial *= out_n
+    return 2 * (out // max(out_spatial, 1)) * taps * rhs[rhs_l.index("i")]
+
+
+def _window(attributes: str) -> dict[str, list[int]]:
+    """``window={size=8 stride=7 pad=7_7 lhs_dilate=8}`` -> {"stride": [7], "pad_lo": [7], ...} ('x' per dim)."""
+    m = _WINDOW.search(attributes)
+    out: dict[str, list[int]] = {}
+    for item in (m.group(1).split() if m else ()):
+        key, _, value = item.partition("=")
+        if key == "pad":
+            out["pad_lo"] = [int(v.split("_")[0]) for v in value.split("x")]
+        elif key in ("stride", "lhs_dilate", "rhs_dilate"):
+            out[key] = [int(v) for v in value.split("x")]
+    return out
+
+
+def _spatial_taps(out_n: int, in_n: int, size: int, w: Mapping[str, int]) -> int:
+    """Kernel taps over all output positions of one spatial dim that land on an input element
+    (not padding, not a hole of lhs dilation: XLA writes batched matmuls as dilated convolutions)."""
+    stride, pad, lhs_d, rhs_d = w.get("stride", 1), w.get("pad_lo", 0), w.get("lhs_dilate", 1), w.get("rhs_dilate", 1)
+    return sum(1 for o in range(out_n) for t in range(size)
+               if (p := o * stride + t * rhs_d - pad) % lhs_d == 0 and 0 <= p // lhs_d < in_n)
+
+
+def matmul_flops(hlo_text: str) -> int:
+    """Matmul FLOPs (dots and convolutions) of an optimized HLO module, per device, per call of
+    ENTRY, with loop bodies multiplied by their trip counts (unknown trip counts count once).
+
+    Unlike ``cost_analysis()``, which counts a ``while`` body once, this is the work a scanned
+    model really does; unlike analytic model FLOPs, it shows what a layout duplicates.
+    """
+    module = parse_module(hlo_text)
+
+    @functools.cache
+    def visit(computation: str) -> int:
+        instrs = module.computations.get(computation, [])
+        shapes = {i.name: i.shape for i in instrs}
+        total = 0
+        for instr in instrs:
+            if instr.opcode in ("dot", "convolution"):
+                total += _matmul_flops(instr, shapes)
+                continue
+            if instr.opcode in _ASYNC_CONTINUATIONS:
+                continue
+            times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
+            total += times * sum(visit(c) for c in _callees(instr) if c in module.computations)
+        return total
+
+    return visit(module.entry) if module.entry else 0

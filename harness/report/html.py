@@ -170,6 +170,47 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None) -> s
               "the traced window.</p></section>")
 
 
+def _fits(row: tables.TargetRow) -> str:
+    if row.fits is None:
+        return "-"
+    need = f"{fmt_bytes(row.needed_bytes)} of {fmt_bytes(row.hbm_bytes)}"
+    return f'<span class="status-ok">yes</span> <span class=note>{need}</span>' if row.fits else \
+        f'<span class="status-failed">no</span> <span class=note>needs {need}</span>'
+
+
+def target_section(records: Sequence[Mapping[str, Any]]) -> str:
+    """Static analysis on the target hardware: fit, collectives per step and per video, roofline."""
+    rows = tables.target_rows(records)
+    if not rows:
+        return ""
+    kinds = sorted({k for r in rows for k in r.collective_bytes_per_call})
+    body = []
+    for r in rows:
+        coll = "".join(f"<td>{fmt_bytes(r.collective_bytes_per_call.get(k))}</td>" for k in kinds)
+        bound = f" <span class=note>{e(r.bound_by)}-bound</span>" if r.bound_by else ""
+        serial = f" <span class=note>(no overlap {fmt_time(r.step_serial_s)})</span>" if r.step_serial_s else ""
+        body.append(
+            f'<tr><td class="l">{e(r.variant)}</td><td class="l">{e(r.stage)}</td>'
+            f'<td class="l">{e(r.mode or "-")}</td><td class="l">{e(r.device_kind or "-")}</td>'
+            f'<td class="l">{_fits(r)}</td><td>{fmt_bytes(r.argument_bytes)}</td><td>{fmt_bytes(r.temp_bytes)}</td>'
+            f"{coll}<td>{fmt_bytes(r.collective_bytes_per_video)}</td><td>{fmt_num(r.flops_per_device)}</td>"
+            f"<td>{fmt_time(r.step_s)}{bound}{serial}</td><td>{fmt_time(r.video_s)}</td>"
+            f"<td>{fmt_time(r.compile_s)}</td></tr>")
+    head = (["variant", "stage", "mode", "device", "fits in HBM (per device)", "arguments", "temporaries"]
+            + [f"{k} / call" for k in kinds]
+            + ["collective bytes / video", "FLOPs / device / call", "roofline / call", "roofline / video",
+               "compile"])
+    assumptions, sources = tables.target_assumptions(records)
+    calls = sorted({(r.stage, r.calls_per_video) for r in rows})
+    notes = [f"{stage}: {n} calls per video" for stage, n in calls]
+    return ('<section id="target"><h2>On the target</h2>'
+            + _table(head, body, "target-analysis", left=5)
+            + '<p class="note">Per device. Collective columns are operand bytes per call (loop bodies counted per '
+              "trip); per video multiplies by the calls per video (" + e("; ".join(notes)) + "). Roofline "
+              "assumptions: " + e("; ".join(assumptions)) + ". Specs: " + e(" | ".join(sources)) + ".</p>"
+            + "</section>")
+
+
 def plots_section(images: Mapping[str, str | None]) -> str:
     captions = {
         "plot-stage-times": "Per-stage median time per variant; error bars span the interquartile range.",
@@ -307,7 +348,7 @@ def render(
     sections = [header_section(info, title)]
     if comparison is not None:
         sections.append(comparison_section(comparison, gate or Gate(), baseline_label))
-    sections += [variant_section(rows, ref), plots_section(plots.all_plots(records, rows)),
+    sections += [variant_section(rows, ref), target_section(records), plots_section(plots.all_plots(records, rows)),
                  collectives_section(records), top_ops_section(records), failed_section(records),
                  traces_section(records, out_dir)]
     page_title = e(title or f"Sweep {info.get('sweep_id') or '?'}")

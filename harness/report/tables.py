@@ -172,3 +172,68 @@ def header(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "variants": len(records),
         "failed": len(failed_records(records)),
     }
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """One (variant, stage) line of the on-target (compile-only) analysis."""
+
+    variant: str
+    stage: str
+    mode: str | None
+    device_kind: str | None
+    fits: bool | None
+    needed_bytes: float | None  # per device: peak, or what an out-of-memory compile asked for
+    hbm_bytes: float | None
+    argument_bytes: float | None
+    temp_bytes: float | None
+    collective_bytes_per_call: dict[str, float]  # kind -> operand bytes per device and call
+    collective_bytes_per_video: float | None
+    calls_per_video: int
+    flops_per_device: float | None
+    step_s: float | None
+    step_serial_s: float | None
+    bound_by: str | None
+    video_s: float | None
+    compile_s: float | None
+
+
+def target_rows(records: Sequence[Mapping[str, Any]]) -> list[TargetRow]:
+    """Rows for every stage that carries a ``static.target`` analysis (TPU/GPU targets)."""
+    rows = []
+    for r in records:
+        for stage, entry in (r.get("stages") or {}).items():
+            static = entry.get("static") or {}
+            t = static.get("target")
+            if not t:
+                continue
+            memory, roof = t.get("memory") or {}, t.get("roofline") or {}
+            per_call = {k: float(c.get("bytes") or 0) for k, c in (t.get("collectives_per_call") or {}).items()}
+            per_video = t.get("collectives_per_video")
+            rows.append(TargetRow(
+                variant=r["variant"]["name"], stage=stage, mode=(r.get("target") or {}).get("mode_used"),
+                device_kind=(t.get("spec") or {}).get("device_kind"), fits=t.get("fits"),
+                needed_bytes=memory.get("needed_bytes"), hbm_bytes=memory.get("hbm_bytes"),
+                argument_bytes=memory.get("argument_bytes"), temp_bytes=memory.get("temp_bytes"),
+                collective_bytes_per_call=per_call,
+                collective_bytes_per_video=(sum(float(c.get("bytes") or 0) for c in per_video.values())
+                                            if per_video is not None else None),
+                calls_per_video=int(t.get("calls_per_video") or 1), flops_per_device=t.get("flops_per_device"),
+                step_s=roof.get("step_s"), step_serial_s=roof.get("step_serial_s"), bound_by=roof.get("bound_by"),
+                video_s=t.get("roofline_per_video_s"),
+                compile_s=(static.get("timing") or {}).get("compile_seconds"),
+            ))  # fmt: skip
+    return rows
+
+
+def target_assumptions(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """(roofline assumptions, spec sources) stored with the analyses, deduplicated."""
+    assumptions: dict[str, None] = {}
+    sources: dict[str, None] = {}
+    for r in records:
+        for entry in (r.get("stages") or {}).values():
+            t = (entry.get("static") or {}).get("target") or {}
+            assumptions.update(dict.fromkeys((t.get("roofline") or {}).get("assumptions") or ()))
+            if src := (t.get("spec") or {}).get("source"):
+                sources[src] = None
+    return list(assumptions), list(sources)

@@ -58,9 +58,13 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
     ("mesh-axis-name", BASE.replace("{ data = -1 }", "{ dp = -1 }"), "target.mesh", 4,
      "unknown mesh axes ['dp'] (known: data, fsdp, context, tensor)"),
     ("topology-on-cpu", BASE.replace("devices = 8", 'topology = "v6e:2x4"'), "target.topology", 3,
-     "a topology names a TPU slice; platform is 'cpu'"),
+     "a topology names TPU or GPU hardware; platform is 'cpu'"),
     ("bad-topology", BASE.replace("devices = 8", 'platform = "tpu"\ntopology = "v6e-8"'), "target.topology", 4,
-     "bad topology 'v6e-8' (expected e.g. 'v6e:2x4')"),
+     "bad topology 'v6e-8' (expected e.g. 'v6e:2x4', 'tpu7x:2x2x1', 'h100:1x1x8')"),
+    ("tpu-topology-on-gpu", BASE.replace("devices = 8", 'platform = "gpu"\ntopology = "v6e:2x4"'), "target.topology",
+     4, "'v6e' is a tpu target; platform is 'gpu'"),
+    ("gpu-topology-dims", BASE.replace("devices = 8", 'platform = "gpu"\ntopology = "h100:8"'), "target.topology", 4,
+     "a GPU topology is <gpu>:<slices>x<hosts>x<gpus per host>, got 'h100:8'"),
     ("topology-vs-devices", BASE.replace("devices = 8", 'platform = "tpu"\ntopology = "v6e:2x2"\ndevices = 8'),
      "target.devices", 5, "topology 'v6e:2x2' has 4 devices, devices = 8"),
     ("unknown-preset", BASE.replace('"tiny"', '"huge"'), "model.preset", 6,
@@ -214,6 +218,16 @@ def test_tpu_topology_sets_the_device_count(tmp_path: Path) -> None:
     text = BASE.replace("devices = 8", 'platform = "tpu"\ntopology = "v6e:2x4"')
     target = load_manifest(_write(tmp_path, text)).target
     assert (target.devices, target.mesh_shape) == (8, {"data": 8})
+
+
+@pytest.mark.parametrize("platform,topology,devices", [
+    ("tpu", "tpu7x:2x2x1", 8),  # 4 Ironwood chips, two TensorCores (devices) each
+    ("gpu", "h100:1x1x8", 8),  # slices x hosts x GPUs per host
+    ("tpu", "v5p:2x2x1", 4),  # no spec in harness.targets: one device per chip
+])
+def test_topology_device_counts(tmp_path: Path, platform: str, topology: str, devices: int) -> None:
+    text = BASE.replace("devices = 8", f'platform = "{platform}"\ntopology = "{topology}"')
+    assert load_manifest(_write(tmp_path, text)).target.devices == devices
 
 
 def test_format_path_and_locate() -> None:

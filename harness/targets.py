@@ -1,0 +1,242 @@
+"""Target accelerators: a small spec table, compile-only devices, and a roofline estimate.
+
+A manifest's ``[target]`` names a platform and, for compile-only analysis, a topology
+(``v6e:2x4``, ``tpu7x:2x2x1``, ``h100:1x1x8``). This module turns that into:
+
+* :func:`spec_for` -- per-device peak numbers (below), to say whether a program fits in
+  HBM and how long a step would take at best;
+* :func:`compile_devices` -- device objects XLA can compile for without the hardware:
+  TPU through libtpu's topology descriptions, GPU through the CUDA PJRT plugin's target
+  config. Both come from optional extras; a missing one raises :class:`MissingExtra`
+  naming the extra to install;
+* :func:`roofline` -- a lower bound on step time from FLOPs, HBM bytes and
+  interconnect bytes.
+
+Spec numbers are the vendors' published per-chip figures, divided among the devices
+JAX exposes per chip (a v7x chip is two devices, one per TensorCore). Assumptions the
+estimate rests on (also stored with every result, see :data:`ROOFLINE_ASSUMPTIONS`):
+
+* peak is dense bf16 matmul throughput; elementwise work, softmax and attention
+  inefficiencies are ignored, so real steps are slower;
+* FLOPs are the matmul FLOPs of the partitioned HLO, loop bodies times their trip counts;
+* HBM time is XLA's `bytes accessed` (which counts a loop body once) or, if larger, the
+  argument + output bytes (every weight read once), over peak HBM bandwidth: a floor;
+* interconnect time is the bytes each device puts on the wire for its collectives (ring
+  algorithms: all-gather result - shard, reduce-scatter operand - shard, all-reduce
+  2 x operand) over its share of the chip's total ICI / NVLink bandwidth (all links, one
+  direction), i.e. as if every collective used every link at full speed: ring collectives
+  on a torus get close, small latency-bound ones do not;
+* ``step_s`` assumes compute, memory and communication overlap perfectly (the max of the
+  three); ``step_serial_s`` assumes none does (their sum). A real step lies in between,
+  nearer the max when XLA's async collectives hide behind compute.
+
+This module imports neither JAX nor the model at import time: manifests use it to count
+devices per chip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+GiB = 2**30
+TB = 1e12
+
+
+class MissingExtra(RuntimeError):
+    """Compile-only analysis needs an optional extra that is not installed."""
+
+    def __init__(self, extra: str, what: str):
+        self.extra = extra
+        super().__init__(f"{what} needs the optional extra [{extra}]: pip install -e '.[{extra}]' "
+                         f"(or run `nox -s aot`)")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Per-device peak numbers of one accelerator (a device is what JAX lists)."""
+
+    name: str  # topology prefix as written in manifests: "v6e", "tpu7x", "h100", "h200"
+    platform: str  # "tpu" | "gpu"
+    device_kind: str  # what jax reports, e.g. "TPU v6 lite"
+    devices_per_chip: int
+    hbm_bytes: int  # per device, as the compiler sees it
+    peak_bf16_flops: float  # per device, dense
+    hbm_bytes_per_s: float  # per device
+    interconnect_bytes_per_s: float  # per device, one direction, all links
+    interconnect: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Per-chip vendor figures / devices per chip. Sources in `source`.
+SPECS: dict[str, TargetSpec] = {
+    s.name: s
+    for s in (
+        TargetSpec(
+            "v6e", "tpu", "TPU v6 lite", 1,
+            hbm_bytes=int(31.25 * GiB),  # 32 GB chip; libtpu's compile-time limit ("available HBM (31.25G)")
+            peak_bf16_flops=918e12, hbm_bytes_per_s=1.64 * TB,
+            interconnect_bytes_per_s=3584e9 / 8 / 2,  # 3,584 Gbps bidirectional per chip
+            interconnect="ICI",
+            source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 32 GB HBM at 1,640 GB/s, ICI 3,584 Gbps",
+        ),
+        TargetSpec(
+            "tpu7x", "tpu", "TPU7x", 2,
+            hbm_bytes=96 * 10**9,  # 192 GB per chip, two TensorCores (devices) per chip
+            peak_bf16_flops=2307e12 / 2, hbm_bytes_per_s=7.37 * TB / 2,
+            interconnect_bytes_per_s=1.2 * TB / 2 / 2,  # 1.2 TB/s bidirectional per chip
+            interconnect="ICI",
+            source="cloud.google.com/tpu/docs/tpu7x (Ironwood): 2,307 TFLOP/s bf16, 192 GB HBM at 7.37 TB/s, "
+                   "ICI 1.2 TB/s bidirectional, per chip of 2 devices",
+        ),
+        TargetSpec(
+            "h100", "gpu", "NVIDIA H100 80GB HBM3", 1,
+            hbm_bytes=84_929_347_584, peak_bf16_flops=989e12, hbm_bytes_per_s=3.35 * TB,
+            interconnect_bytes_per_s=450e9,  # NVLink 4: 900 GB/s bidirectional
+            interconnect="NVLink",
+            source="NVIDIA H100 SXM datasheet: 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s",
+        ),
+        TargetSpec(
+            "h200", "gpu", "NVIDIA H200", 1,
+            hbm_bytes=150_754_820_096, peak_bf16_flops=989e12, hbm_bytes_per_s=4.8 * TB,
+            interconnect_bytes_per_s=450e9,
+            interconnect="NVLink",
+            source="NVIDIA H200 SXM datasheet: 989 TFLOP/s dense bf16, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s",
+        ),
+    )
+}  # fmt: skip
+
+ROOFLINE_ASSUMPTIONS = (
+    "compute = HLO matmul FLOPs (loop trip counts applied) / dense bf16 peak; elementwise/softmax ignored",
+    "HBM = max(XLA bytes accessed, argument + output bytes) / peak HBM bandwidth",
+    "interconnect = ring wire bytes of the collectives / per-device share of all links (one direction)",
+    "step_s = max(compute, HBM, interconnect): perfect overlap; step_serial_s = their sum: no overlap",
+)
+
+_TOPOLOGY = re.compile(r"^([A-Za-z0-9_ ]+?)[:=_]([0-9]+(?:x[0-9]+)*)(?:_twisted|_untwisted)?$")
+
+
+def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
+    """``"v6e:2x4"`` -> ``("v6e", (2, 4))``; ValueError when it is not of that form."""
+    m = _TOPOLOGY.match(topology)
+    if not m:
+        raise ValueError(f"bad topology {topology!r} (expected e.g. 'v6e:2x4', 'tpu7x:2x2x1', 'h100:1x1x8')")
+    return m.group(1).lower(), tuple(int(d) for d in m.group(2).split("x"))
+
+
+def spec_for(topology: str) -> TargetSpec:
+    name, _ = parse_topology(topology)
+    if name not in SPECS:
+        raise ValueError(f"no target spec for {name!r} (topology {topology!r}; known: {', '.join(SPECS)})")
+    return SPECS[name]
+
+
+def topology_devices(topology: str) -> int:
+    """Devices JAX lists for a topology: chips (the product of the dims) x devices per chip.
+
+    GPU topologies are ``slices x hosts x gpus``; unknown TPU generations count one device
+    per chip (libtpu has the last word when it builds the topology).
+    """
+    name, dims = parse_topology(topology)
+    per_chip = SPECS[name].devices_per_chip if name in SPECS else 1
+    return math.prod(dims) * per_chip
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def hardware_present(platform: str) -> bool:
+    """Whether this machine has the platform's devices, judged without starting JAX.
+
+    TPU VMs expose ``/dev/accel*`` (or ``/dev/vfio`` on newer generations); NVIDIA GPUs
+    ``/dev/nvidia0``. Starting JAX to ask would make libtpu probe for a TPU (slow, noisy)
+    on every CPU host.
+    """
+    import glob
+
+    if platform == "cpu":
+        return True
+    if platform == "tpu":
+        return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+    if platform == "gpu":
+        return bool(glob.glob("/dev/nvidia[0-9]*"))
+    return False
+
+
+# The CUDA plugin compiles for a GPU described by this text proto (stream_executor
+# GpuTargetConfigProto); the numbers are the device's, as `nvidia-smi -q` / cudaGetDeviceProperties
+# report them. No CUDA driver or library is needed to compile.
+_GPU_TARGET_CONFIG = """gpu_device_info {{ threads_per_block_limit: 1024 threads_per_warp: 32
+  shared_memory_per_block: 49152 shared_memory_per_core: 233472 threads_per_core_limit: 2048
+  core_count: 132 fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: {bandwidth} l2_cache_size: 52428800 clock_rate_ghz: 1.98
+  device_memory_size: {memory} shared_memory_per_block_optin: 232448
+  cuda_compute_capability {{ major: 9 }} registers_per_core_limit: 65536 registers_per_block_limit: 65536 }}
+platform_name: "CUDA" dnn_version_info {{ major: 9 minor: 7 }} device_description_str: "{kind}" """
+
+
+def gpu_target_config(spec: TargetSpec) -> str:
+    """The CUDA plugin's target description of a Hopper GPU (H100 / H200 share everything but memory)."""
+    return _GPU_TARGET_CONFIG.format(bandwidth=int(spec.hbm_bytes_per_s), memory=spec.hbm_bytes,
+                                     kind=spec.device_kind)
+
+
+def compile_devices(platform: str, topology: str) -> list[Any]:
+    """Devices of ``topology`` to compile for, without the hardware (JAX must run with
+    ``JAX_PLATFORMS=cpu``: the plugins are only asked to describe devices, not to open them)."""
+    from jax.experimental import topologies
+
+    if platform == "tpu":
+        if importlib.util.find_spec("libtpu") is None:
+            raise MissingExtra("tpu-aot", f"compiling for TPU topology {topology!r} without a TPU")
+        return list(topologies.get_topology_desc(topology_name=topology, platform="tpu").devices)
+    if platform == "gpu":
+        if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+            raise MissingExtra("gpu-aot", f"compiling for GPU topology {topology!r} without a GPU")
+        _, dims = parse_topology(topology)
+        if len(dims) != 3:
+            raise ValueError(f"GPU topology {topology!r} must be <gpu>:<slices>x<hosts>x<gpus per host>")
+        config = gpu_target_config(spec_for(topology))
+        return list(topologies.get_topology_desc(platform="cuda", target_config=config,
+                                                 topology="x".join(map(str, dims))).devices)
+    raise ValueError(f"no compile-only devices for platform {platform!r}")
+
+
+def compile_env(platform: str) -> dict[str, str]:
+    """Environment for a compile-only worker: JAX on the host CPU; libtpu told it is not on a TPU VM
+    (else it probes for one and logs errors). Never set these on a real TPU host."""
+    env = {"JAX_PLATFORMS": "cpu"}
+    if platform == "tpu":
+        env.update(TPU_ACCELERATOR_TYPE="v6e-8", TPU_WORKER_HOSTNAMES="localhost")
+    return env
+
+
+# --------------------------------------------------------------------------- roofline
+
+
+def roofline(spec: TargetSpec, flops: float | None, hbm_bytes: float | None,
+             collective_bytes: float | None) -> dict[str, Any]:
+    """Lower-bound step time per device (seconds) from the spec's peaks; see the module docstring."""
+    terms = {
+        "compute_s": None if flops is None else flops / spec.peak_bf16_flops,
+        "hbm_s": None if hbm_bytes is None else hbm_bytes / spec.hbm_bytes_per_s,
+        "interconnect_s": None if collective_bytes is None else collective_bytes / spec.interconnect_bytes_per_s,
+    }
+    known = {k: v for k, v in terms.items() if v is not None}
+    return {
+        **terms,
+        "step_s": max(known.values()) if known else None,
+        "step_serial_s": sum(known.values()) if known else None,
+        "bound_by": max(known, key=lambda k: known[k]).removesuffix("_s") if known else None,
+        "assumptions": list(ROOFLINE_ASSUMPTIONS),
+    }
+
+
+def fits(spec: TargetSpec, needed_bytes: float | None) -> bool | None:
+    return None if needed_bytes is None else needed_bytes <= spec.hbm_bytes
