@@ -52,12 +52,33 @@ def lint(session: nox.Session) -> None:
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
 
 
+def _aot_extras(args: list[str]) -> str:
+    """The compile-only extras the manifests among `args` may need (TPU/GPU targets)."""
+    import tomllib
+
+    platforms = set()
+    for arg in args:
+        if arg.endswith(".toml") and os.path.exists(arg):
+            with open(arg, "rb") as f:
+                platforms.add(tomllib.load(f).get("target", {}).get("platform"))
+    return ",".join(extra for platform, extra in (("tpu", "tpu-aot"), ("gpu", "gpu-aot")) if platform in platforms)
+
+
 @nox.session(python=PYTHON)
 def sweep(session: nox.Session) -> None:
-    """Run a manifest (default experiments/cpu.toml): `nox -s sweep -- experiments/v6e.toml`."""
-    _install(session)
+    """Run a manifest (default experiments/cpu.toml): `nox -s sweep -- experiments/v6e.toml`.
+    A TPU/GPU manifest installs its compile-only extra, so it compiles for the target here."""
     args = session.posargs or ["experiments/cpu.toml"]
+    _install(session, _aot_extras(args))
     session.run("python", "-m", "harness", "sweep", *args, env={**CPU_ENV, **dict(os.environ)})
+
+
+@nox.session(python=PYTHON)
+def aot(session: nox.Session) -> None:
+    """Compile-only tests for TPU targets (installs the [tpu-aot] extra, ~0.7 GB). Extra args go to pytest."""
+    _install(session, "test,tpu-aot")
+    args = session.posargs or ["-q", "-m", "aot", "tests/harness/test_aot.py"]
+    session.run("pytest", *args, env=CPU_ENV)
 
 
 @nox.session(python=PYTHON)

@@ -210,10 +210,12 @@ def compile_devices(platform: str, topology: str) -> list[Any]:
 
 def compile_env(platform: str) -> dict[str, str]:
     """Environment for a compile-only worker: JAX on the host CPU; libtpu told it is not on a TPU VM
-    (else it probes for one and logs errors). Never set these on a real TPU host."""
+    (else it probes for one and logs errors) and that other processes may load it too (else a second
+    compile-only process fails on libtpu's lockfile, /tmp/libtpu_lockfile). Never set these on a real
+    TPU host."""
     env = {"JAX_PLATFORMS": "cpu"}
     if platform == "tpu":
-        env.update(TPU_ACCELERATOR_TYPE="v6e-8", TPU_WORKER_HOSTNAMES="localhost")
+        env.update(TPU_ACCELERATOR_TYPE="v6e-8", TPU_WORKER_HOSTNAMES="localhost", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     return env
 
 

@@ -1,0 +1,242 @@
+"""Compile-only analysis: target specs, roofline, OOM results, matmul FLOPs, the compile cache,
+and (marked ``aot``, needs the [tpu-aot] extra) real compiles for a TPU v6e 2x4 slice."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from harness import targets, workload
+from harness.compile_cache import CompileCache, cache_key
+from harness.metrics.aot import analyze, oom_static, parse_oom, wire_bytes
+from harness.metrics.hlo import matmul_flops
+from harness.worker import static_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
+needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the [tpu-aot] extra (libtpu): nox -s aot")
+V6E = targets.SPECS["v6e"]
+
+# libtpu's own words for a program that does not fit (profiling_toolchain.md section 6).
+OOM_MESSAGE = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
+               "Used 40.00G of 31.25G hbm. Exceeded hbm capacity by 8.75G.")
+OOM_TEMPS = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+             "(136.97G) exceeds available HBM (31.25G).")
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def test_topology_devices_count_devices_per_chip() -> None:
+    assert targets.topology_devices("v6e:2x4") == 8
+    assert targets.topology_devices("tpu7x:2x2x1") == 8  # 4 chips x 2 TensorCores
+    assert targets.topology_devices("h100:1x1x8") == 8
+    assert targets.spec_for("h200:1x1x1").hbm_bytes > targets.spec_for("h100:1x1x1").hbm_bytes
+    with pytest.raises(ValueError, match="bad topology 'v6e-8'"):
+        targets.parse_topology("v6e-8")
+
+
+def test_roofline_is_the_max_of_its_terms() -> None:
+    # 918 TFLOP/s, 1.64 TB/s HBM, 224 GB/s ICI per v6e chip
+    r = targets.roofline(V6E, flops=918e12, hbm_bytes=1.64e12 / 2, collective_bytes=224e9 / 4)
+    assert r["compute_s"] == pytest.approx(1.0) and r["hbm_s"] == pytest.approx(0.5)
+    assert r["interconnect_s"] == pytest.approx(0.25)
+    assert (r["step_s"], r["bound_by"]) == (pytest.approx(1.0), "compute")
+    assert r["step_serial_s"] == pytest.approx(1.75)
+    assert r["assumptions"] == list(targets.ROOFLINE_ASSUMPTIONS)
+
+
+def test_wire_bytes_of_ring_collectives() -> None:
+    assert wire_bytes("all-gather", 1.0, 8.0) == 7.0  # receives the 7 shards it lacks
+    assert wire_bytes("reduce-scatter", 8.0, 1.0) == 7.0
+    assert wire_bytes("all-reduce", 8.0, 8.0) == 16.0
+    assert wire_bytes("collective-permute", 3.0, 3.0) == 3.0
+
+
+@pytest.mark.parametrize("message,required", [(OOM_MESSAGE, 40 * 2**30), (OOM_TEMPS, int(136.97 * 2**30))])
+def test_out_of_memory_compile_is_a_result(message: str, required: int) -> None:
+    assert parse_oom(message) == {"required_bytes": required, "available_bytes": int(31.25 * 2**30)}
+    static = oom_static(RuntimeError(message), "tpu")
+    assert static is not None and static["memory"] is None
+    result = analyze(static, V6E, calls_per_video=40, devices=8)
+    assert result["fits"] is False and result["memory"]["needed_bytes"] == required
+    assert result["roofline"] is None
+    assert oom_static(RuntimeError("INVALID_ARGUMENT: bad sharding"), "tpu") is None
+
+
+def test_analyze_scales_per_call_to_per_video() -> None:
+    static = {
+        "collectives": {"by_kind": {"all-gather": {"count": 3, "operand_bytes": 100, "result_bytes": 800},
+                                    "all-reduce": {"count": 0, "operand_bytes": 0, "result_bytes": 0}}},
+        "memory": {"argument_bytes": 1000, "output_bytes": 10, "temp_bytes": 500, "peak_bytes": 1510},
+        "cost": {"flops": 1.0, "bytes_accessed": 50.0}, "matmul_flops": 918e9, "analytic_flops": 8.0,
+    }  # fmt: skip
+    result = analyze(static, V6E, calls_per_video=40, devices=8)
+    assert result["collectives_per_call"] == {"all-gather": {"count": 3, "bytes": 100, "result_bytes": 800,
+                                                             "wire_bytes": 700}}
+    assert result["collectives_per_video"]["all-gather"]["bytes"] == 4000
+    assert result["fits"] is True and result["memory"]["needed_bytes"] == 1510
+    assert result["flops_per_device"] == 918e9  # HLO matmul FLOPs win over the cost model's loop-once count
+    assert result["hbm_traffic_bytes"] == 1010  # at least every argument and output once
+    assert result["roofline"]["compute_s"] == pytest.approx(1e-3)
+    assert result["roofline_per_video_s"] == pytest.approx(40 * result["roofline"]["step_s"])
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith(("libtpu", "jax_plugins")) else real(name, *a))
+    with pytest.raises(targets.MissingExtra, match=r"needs the optional extra \[tpu-aot\]: pip install -e "
+                                                   r"'\.\[tpu-aot\]'"):
+        targets.compile_devices("tpu", "v6e:2x4")
+    with pytest.raises(targets.MissingExtra, match=r"\[gpu-aot\]"):
+        targets.compile_devices("gpu", "h100:1x1x8")
+
+
+# --------------------------------------------------------------------------- matmul FLOPs
+
+
+def test_matmul_flops_applies_loop_trip_counts() -> None:
+    layers, m, k = 5, 16, 32
+
+    def f(x, ws):  # type: ignore[no-untyped-def]
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
+
+    x, ws = jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((layers, k, k), jnp.float32)
+    compiled = jax.jit(f).lower(x, ws).compile()
+    assert matmul_flops(compiled.as_text()) == layers * 2 * m * k * k
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class _CountingStage:
+    name, uses_jax, notes, calls_per_video = "denoise_step", True, [], 4
+
+    def __init__(self) -> None:
+        self.compiles = 0
+
+    def static(self) -> dict:
+        self.compiles += 1
+        return {"platform": "tpu", "collectives": None, "memory": {"peak_bytes": 10}, "cost": None}
+
+
+def _spec(tmp_path: Path, **target: object) -> dict:
+    return {"preset": "small", "config_overrides": {"transformer.sharding": "trillium"},
+            "target": {"platform": "tpu", "topology": "v6e:2x4", "mesh": {"fsdp": 2, "tensor": 4}, **target},
+            "workload": {"height": 64, "stages": ["denoise_step"]}, "cache_dir": str(tmp_path)}  # fmt: skip
+
+
+def test_compile_cache_hits_for_an_unchanged_variant(tmp_path: Path) -> None:
+    ctx = workload.BuildContext("small", {}, {}, None, compile_only=True)
+    stage, notes = _CountingStage(), []
+    first = static_metrics("denoise_step", stage, _spec(tmp_path), ctx, notes)  # type: ignore[arg-type]
+    second = static_metrics("denoise_step", stage, _spec(tmp_path), ctx, notes)  # type: ignore[arg-type]
+    assert stage.compiles == 1 and first == second
+    assert any("compile cache" in n for n in notes)
+    assert first["target"]["calls_per_video"] == 4 and first["target"]["fits"] is True
+    static_metrics("denoise_step", stage, _spec(tmp_path, mesh={"fsdp": 4, "tensor": 2}), ctx, notes)  # type: ignore
+    assert stage.compiles == 2  # another layout is another program
+
+
+def test_cache_key_ignores_the_stage_list_only(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    other = {**spec, "workload": {**spec["workload"], "stages": ["denoise_step", "video_decode"]}}
+    assert cache_key(spec, "denoise_step") == cache_key(other, "denoise_step")
+    assert cache_key(spec, "denoise_step") != cache_key(spec, "video_decode")
+    taller = {**spec, "workload": {**spec["workload"], "height": 128}}
+    assert cache_key(spec, "denoise_step") != cache_key(taller, "denoise_step")
+    cache = CompileCache(tmp_path / "c")
+    assert cache.get("missing") is None
+    cache.put("k", {"a": 1})
+    assert cache.get("k") == {"a": 1}
+
+
+# --------------------------------------------------------------------------- real TPU compiles
+
+
+SMALL_V6E = """
+schema_version = 1
+[target]
+platform = "tpu"
+mode = "auto"
+topology = "v6e:2x4"
+mesh = { fsdp = 2, context = 2, tensor = 2 }
+[model]
+preset = "small"
+overrides = { "transformer.dtype" = "bfloat16", "transformer.param_dtype" = "bfloat16" }
+[workload]
+height = 256
+width = 256
+num_frames = 65
+batch = 2
+steps = 8
+text_tokens = 128
+stages = ["denoise_step"]
+[run]
+timeout_s = 600
+metrics = ["static", "measured"]
+[matrix]
+"transformer.sharding" = ["replicated", "trillium", "context"]
+"""
+
+
+def _cpu_collectives(strategy: str) -> dict[str, int]:
+    """The same variant compiled for 8 simulated CPU devices, in this process."""
+    from harness.worker import _device_mesh
+
+    mesh, _ = _device_mesh({"platform": "cpu", "mesh": {"fsdp": 2, "context": 2, "tensor": 2}}, False)
+    overrides = {"transformer.sharding": strategy, "transformer.dtype": "bfloat16",
+                 "transformer.param_dtype": "bfloat16"}
+    wl = {"height": 256, "width": 256, "num_frames": 65, "frame_rate": 24.0, "batch": 2, "steps": 8,
+          "text_tokens": 128}
+    with jax.set_mesh(mesh):
+        static = workload.build_stage("denoise_step", workload.BuildContext("small", overrides, wl, mesh)).static()
+    return {k: c["count"] for k, c in static["collectives"]["by_kind"].items() if c["count"]}
+
+
+@pytest.mark.aot
+@pytest.mark.slow
+@needs_libtpu
+def test_small_model_compiles_for_v6e_and_caches(tmp_path: Path) -> None:
+    manifest = tmp_path / "small_v6e.toml"
+    manifest.write_text(SMALL_V6E)
+    cmd = [sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(tmp_path / "reports")]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "reports/small_v6e/results.jsonl").read_text().splitlines()]
+    by_name = {r["variant"]["name"].split("=")[1]: r for r in records}
+    for name, r in by_name.items():
+        entry = r["stages"]["denoise_step"]
+        assert (r["status"], r["target"]["mode_used"], r["machine"]["device_kind"]) == ("ok", "compile",
+                                                                                         "TPU v6 lite")
+        assert entry["measured"] is None and any("compile-only" in n for n in entry["notes"])
+        t = entry["static"]["target"]
+        assert t["fits"] is True and 0 < t["memory"]["peak_bytes"] < V6E.hbm_bytes
+        assert t["memory"]["argument_bytes"] > 0 and t["flops_per_device"] > 0
+        assert t["calls_per_video"] == 8 and t["roofline"]["step_s"] > 0
+        tpu = {k: int(c["count"]) for k, c in t["collectives_per_call"].items()}
+        cpu = _cpu_collectives(f"{name}")
+        # The backends lower collectives differently (CPU has no reduce-scatter, TPU adds permutes),
+        # but a layout that needs no communication needs none anywhere, and one that gathers does both.
+        assert bool(tpu) == bool(cpu), (name, tpu, cpu)
+        assert ("all-gather" in tpu) == ("all-gather" in cpu), (name, tpu, cpu)
+    assert not by_name["replicated"]["stages"]["denoise_step"]["static"]["target"]["collectives_per_call"]
+    assert by_name["trillium"]["stages"]["denoise_step"]["static"]["target"]["collectives_per_call"]
+    # Second run of the unchanged manifest: every variant comes from the compile cache.
+    again = subprocess.run(cmd + ["--rerun", "--sweep-id", "again"], cwd=REPO, capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rerun = [json.loads(line) for line in (tmp_path / "reports/again/results.jsonl").read_text().splitlines()]
+    for r in rerun:
+        entry = r["stages"]["denoise_step"]
+        assert any("compile cache" in n for n in entry["notes"])
+        first = by_name[r["variant"]["name"].split("=")[1]]["stages"]["denoise_step"]["static"]
+        assert entry["static"]["collectives"] == first["collectives"] and entry["static"]["memory"] == first["memory"]
