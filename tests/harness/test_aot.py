@@ -240,3 +240,23 @@ def test_small_model_compiles_for_v6e_and_caches(tmp_path: Path) -> None:
         assert any("compile cache" in n for n in entry["notes"])
         first = by_name[r["variant"]["name"].split("=")[1]]["stages"]["denoise_step"]["static"]
         assert entry["static"]["collectives"] == first["collectives"] and entry["static"]["memory"] == first["memory"]
+
+
+def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
+    from harness.report import html, tables
+
+    fits = {"collectives": {"by_kind": {"all-gather": {"count": 2, "operand_bytes": 2**30, "result_bytes": 2**33}}},
+            "memory": {"argument_bytes": 5 * 2**30, "peak_bytes": 6 * 2**30}, "matmul_flops": 1e12}
+    oom = oom_static(RuntimeError(OOM_TEMPS), "tpu")
+    assert oom is not None
+    entries = {name: {"status": "ok", "static": {**static, "target": analyze(static, V6E, 40, 8)}}
+               for name, static in (("trillium", fits), ("replicated", oom))}
+    records = [{"variant": {"name": name, "id": name}, "status": "ok", "target": {"mode_used": "compile"},
+                "stages": {"denoise_step": entry}} for name, entry in entries.items()]
+    rows = {r.variant: r for r in tables.target_rows(records)}
+    assert rows["trillium"].fits and rows["trillium"].collective_bytes_per_call == {"all-gather": 2**30}
+    assert rows["trillium"].collective_bytes_per_video == 40 * 2**30
+    assert rows["replicated"].fits is False and rows["replicated"].step_s is None
+    page = html.target_section(records)
+    assert 'id="target-analysis"' in page and "all-gather / call" in page and "40 calls per video" in page
+    assert "needs 137 GiB of 31.2 GiB" in page and "TPU v6 lite" in page and "perfect overlap" in page
