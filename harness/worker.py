@@ -215,6 +215,8 @@ def static_metrics(name: str, stage: workload.Stage, spec: dict[str, Any], ctx: 
                    notes: list[str]) -> dict[str, Any]:
     """Static metrics of one stage (compile-only: from the on-disk cache when unchanged), and for
     TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline."""
+    if not stage.uses_jax:  # test workloads: nothing compiled, and JAX must stay unimported
+        return stage.static()
     from harness import targets
     from harness.compile_cache import CompileCache, cache_key
     from harness.metrics.aot import analyze

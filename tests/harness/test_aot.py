@@ -118,7 +118,7 @@ def test_matmul_flops_applies_loop_trip_counts() -> None:
 
 
 class _CountingStage:
-    name, uses_jax, notes, calls_per_video = "denoise_step", True, [], 4
+    name, uses_jax, calls_per_video = "denoise_step", True, 4
 
     def __init__(self) -> None:
         self.compiles = 0
