@@ -75,8 +75,9 @@ def sweep(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def aot(session: nox.Session) -> None:
-    """Compile-only tests for TPU targets (installs the [tpu-aot] extra, ~0.7 GB). Extra args go to pytest."""
-    _install(session, "test,tpu-aot")
+    """Compile-only tests for TPU and GPU targets (installs the [tpu-aot] and [gpu-aot] extras, ~1.1 GB).
+    Extra args go to pytest."""
+    _install(session, "test,tpu-aot,gpu-aot")
     args = session.posargs or ["-q", "-m", "aot", "tests/harness/test_aot.py"]
     session.run("pytest", *args, env=CPU_ENV)
 

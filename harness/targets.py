@@ -187,17 +187,24 @@ def gpu_target_config(spec: TargetSpec) -> str:
                                      kind=spec.device_kind)
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def compile_devices(platform: str, topology: str) -> list[Any]:
     """Devices of ``topology`` to compile for, without the hardware (JAX must run with
     ``JAX_PLATFORMS=cpu``: the plugins are only asked to describe devices, not to open them)."""
     from jax.experimental import topologies
 
     if platform == "tpu":
-        if importlib.util.find_spec("libtpu") is None:
+        if not _installed("libtpu"):
             raise MissingExtra("tpu-aot", f"compiling for TPU topology {topology!r} without a TPU")
         return list(topologies.get_topology_desc(topology_name=topology, platform="tpu").devices)
     if platform == "gpu":
-        if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+        if not _installed("jax_plugins.xla_cuda12"):
             raise MissingExtra("gpu-aot", f"compiling for GPU topology {topology!r} without a GPU")
         _, dims = parse_topology(topology)
         if len(dims) != 3:

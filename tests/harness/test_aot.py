@@ -89,6 +89,13 @@ def test_analyze_scales_per_call_to_per_video() -> None:
     assert result["roofline_per_video_s"] == pytest.approx(40 * result["roofline"]["step_s"])
 
 
+@pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is not None, reason="a jax plugin is installed")
+def test_missing_gpu_extra_names_it() -> None:
+    with pytest.raises(targets.MissingExtra, match=r"compiling for GPU topology 'h100:1x1x8' without a GPU needs "
+                                                   r"the optional extra \[gpu-aot\]"):
+        targets.compile_devices("gpu", "h100:1x1x8")
+
+
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -260,3 +267,21 @@ def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
     page = html.target_section(records)
     assert 'id="target-analysis"' in page and "all-gather / call" in page and "40 calls per video" in page
     assert "needs 137 GiB of 31.2 GiB" in page and "TPU v6 lite" in page and "perfect overlap" in page
+
+
+@pytest.mark.aot
+@pytest.mark.slow
+@pytest.mark.skipif(not targets._installed("jax_plugins.xla_cuda12"), reason="needs the [gpu-aot] extra")
+def test_small_model_compiles_for_h100(tmp_path: Path) -> None:
+    text = SMALL_V6E.replace('platform = "tpu"', 'platform = "gpu"').replace("v6e:2x4", "h100:1x1x1")
+    text = text.replace("{ fsdp = 2, context = 2, tensor = 2 }", "{ data = 1 }").split("[matrix]")[0]
+    manifest = tmp_path / "small_h100.toml"
+    manifest.write_text(text)
+    cmd = [sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(tmp_path), "--no-report"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = [json.loads(line) for line in (tmp_path / "small_h100/results.jsonl").read_text().splitlines()]
+    static = record["stages"]["denoise_step"]["static"]
+    assert (record["target"]["mode_used"], record["machine"]["device_kind"]) == ("compile", "NVIDIA H100 80GB HBM3")
+    assert static["matmul_flops"] == static["analytic_flops"]  # one device: the HLO does exactly the model's matmuls
+    assert static["target"]["fits"] is True and static["target"]["collectives_per_call"] == {}
