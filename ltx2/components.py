@@ -1,0 +1,74 @@
+"""Randomly initialised pipeline components for a :class:`~ltx2.pipeline_config.PipelineConfig`.
+
+Random weights give true timings (speed does not depend on values) and let presets run
+without a checkpoint; ``ltx2.convert.load_pretrained`` builds the same set from a diffusers
+directory. With ``pipeline.vae_replication`` the VAEs and the vocoder are built replicated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any
+
+import jax
+from flax import nnx
+
+from ltx2.pipeline_config import PipelineConfig
+from ltx2.text.connectors import LTX2TextConnectors
+from ltx2.text.gemma import GemmaTextEncoder
+from ltx2.transformer import LTX2Transformer
+from ltx2.vae.audio import AutoencoderKLLTX2Audio
+from ltx2.vae.upsampler import LTX2LatentUpsamplerModel
+from ltx2.vae.video import VideoVAE
+from ltx2.vae.vocoder import LTX2Vocoder, LTX2VocoderWithBWE, VocoderWithBWEConfig
+
+
+def vae_configs(cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` with the VAEs and vocoder set to ``sharding="replicated"`` when ``vae_replication``."""
+    if not cfg.pipeline.vae_replication:
+        return cfg
+    rep = {name: dataclasses.replace(getattr(cfg, name), sharding="replicated")
+           for name in ("video_vae", "audio_vae", "vocoder")}  # fmt: skip
+    return cfg.replace(**rep)
+
+
+def random_gemma(cfg: PipelineConfig, seed: int) -> GemmaTextEncoder:
+    """A randomly initialised transformers ``Gemma3TextModel`` of ``cfg.gemma`` sizes, wrapped."""
+    import torch
+    from transformers import Gemma3TextModel
+
+    torch.manual_seed(seed)
+    return GemmaTextEncoder(Gemma3TextModel(cfg.gemma.to_transformers()).eval(), cfg.text_encoder)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _random_state(cls: type, cfg: Any, key: jax.Array) -> nnx.State:
+    return nnx.state(cls(cfg, rngs=nnx.Rngs(key)))
+
+
+def init_random(cls: type, cfg: Any, seed: int) -> Any:
+    """``cls(cfg, rngs=...)`` initialised in one compiled program from an ``unsafe_rbg`` key.
+
+    Eager init runs one small XLA program per parameter, and threefry makes the one-program
+    init slow to compile: 143 s for the tiny video VAE on a busy 2-core machine, 12 s this way.
+    Weight values only need to be random, not any particular stream."""
+    key = jax.random.key(seed, impl="unsafe_rbg")
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: cls(cfg, rngs=nnx.Rngs(key))))
+    return nnx.merge(graphdef, _random_state(cls, cfg, key))
+
+
+def build_components(cfg: PipelineConfig, *, seed: int = 0, text_encoder: bool = True) -> dict[str, Any]:
+    """Every component with random weights, as ``LTX2Pipeline`` keyword arguments."""
+    cfg = vae_configs(cfg)
+    vocoder_cls: Any = LTX2VocoderWithBWE if isinstance(cfg.vocoder, VocoderWithBWEConfig) else LTX2Vocoder
+    up = cfg.upsampler
+    return dict(  # each component its own seed offset, so they do not share random streams
+        transformer=init_random(LTX2Transformer, cfg.transformer, seed),
+        connectors=init_random(LTX2TextConnectors, cfg.connectors, seed + 1),
+        video_vae=init_random(VideoVAE, cfg.video_vae, seed + 2),
+        audio_vae=init_random(AutoencoderKLLTX2Audio, cfg.audio_vae, seed + 3),
+        vocoder=init_random(vocoder_cls, cfg.vocoder, seed + 4),
+        upsampler=init_random(LTX2LatentUpsamplerModel, up, seed + 5) if up is not None else None,
+        text_encoder=random_gemma(cfg, seed) if text_encoder else None,
+    )
