@@ -38,4 +38,11 @@ def from_diffusers(module: Any, **kwargs: Any) -> Any:
     return getattr(importlib.import_module(module_name), fn)(module, **kwargs)
 
 
-__all__ = ["Rule", "from_diffusers", "ignore", "linear", "load_state_dict"]
+def load_pretrained(directory: Any, **kwargs: Any) -> Any:
+    """The ``LTX2Pipeline`` saved in a diffusers-format directory (see :mod:`ltx2.convert.pipeline`)."""
+    from ltx2.convert.pipeline import load_pretrained as load
+
+    return load(directory, **kwargs)
+
+
+__all__ = ["Rule", "from_diffusers", "ignore", "linear", "load_pretrained", "load_state_dict"]

@@ -258,3 +258,43 @@ def _tiny_components_stub() -> dict[str, Any]:
         audio_vae=nnx.eval_shape(lambda: c.AutoencoderKLLTX2Audio(cfg.audio_vae, rngs=nnx.Rngs(0))),
         vocoder=nnx.eval_shape(lambda: c.LTX2Vocoder(cfg.vocoder, rngs=nnx.Rngs(0))),
     )
+
+
+def _leaves(module: Any) -> dict[str, np.ndarray]:
+    from flax import nnx
+
+    return {".".join(map(str, p)): np.asarray(v) for p, v in nnx.to_flat_state(nnx.state(module))}
+
+
+def test_load_pretrained_round_trips_save_pretrained(case: dict[str, Any], tmp_path: Any) -> None:
+    from ltx2.convert import load_pretrained
+
+    case["ref"].save_pretrained(tmp_path)
+    loaded = load_pretrained(tmp_path)
+    ours = case["ours"]
+    assert loaded.cfg.transformer == case["cfg"].transformer
+    assert loaded.cfg.scheduler == case["cfg"].scheduler
+    assert loaded.text_encoder is None and loaded.upsampler is None  # none saved
+    for name in ("transformer", "connectors", "video_vae", "audio_vae", "vocoder"):
+        got, want = _leaves(getattr(loaded, name)), _leaves(getattr(ours, name))
+        assert got.keys() == want.keys(), name
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{name}.{key}")
+
+
+def test_load_pretrained_names_missing_and_corrupt_files(case: dict[str, Any], tmp_path: Any) -> None:
+    import shutil
+
+    from ltx2.convert import load_pretrained
+
+    case["ref"].save_pretrained(tmp_path)
+    shutil.rmtree(tmp_path / "audio_vae")
+    with pytest.raises(FileNotFoundError, match=f"missing component folder {tmp_path / 'audio_vae'}"):
+        load_pretrained(tmp_path)
+    weights = tmp_path / "vae" / "diffusion_pytorch_model.safetensors"  # loaded before audio_vae
+    weights.write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match=f"corrupt safetensors file {weights}"):
+        load_pretrained(tmp_path)
+    (tmp_path / "model_index.json").unlink()
+    with pytest.raises(FileNotFoundError, match=f"missing {tmp_path / 'model_index.json'}"):
+        load_pretrained(tmp_path)
