@@ -1,0 +1,225 @@
+"""JAX vs diffusers benchmark plumbing: paired, interleaved timing on pytest-benchmark, compile time
+apart from run time, peak working memory of both sides, and a markdown table next to the JSON.
+
+Run through ``nox -s bench`` (``pytest tests/benchmarks --benchmark-json=reports/bench.json``);
+the normal test run never collects this directory (``norecursedirs`` in pyproject.toml).
+
+Every case is one pytest-benchmark entry timing the compiled JAX program; the PyTorch call runs
+in the untimed ``setup`` slot before each JAX round, so the two alternate sample by sample and
+share the machine's state (this box's cores are shared: between-run noise dwarfs within-run).
+The PyTorch samples, their median, the median of per-pair time ratios, compile time and memory go
+to ``extra_info``; :func:`write_markdown` turns the JSON into ``reports/bench.md``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import pytest
+
+# Idle gap before each timed call: XLA's and PyTorch's worker threads spin-wait after their work;
+# on 2 cores a still-spinning pool of one library would steal the next call's cores from the other.
+SETTLE_S = 0.02
+# Per case: enough rounds for a stable median, bounded so a slow case stays within ~this budget.
+TIME_BUDGET_S = 12.0
+MIN_ROUNDS, MAX_ROUNDS = 5, 30
+
+
+@dataclass
+class Case:
+    """One side-by-side measurement: ``jax_fn(*jax_args)`` (jitted here) vs ``torch_fn()`` (eager)."""
+
+    jax_fn: Callable[..., Any]
+    jax_args: Sequence[Any]
+    torch_fn: Callable[[], Any]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def torch_peak_bytes(fn: Callable[[], Any]) -> int:
+    """Peak bytes of tensors the call allocates and holds at once (intermediates + outputs; weights
+    and inputs excluded), counted op by op with a ``TorchDispatchMode``: new (non-view) outputs
+    add their storage, a tensor's collection subtracts it. The analogue of XLA's temp + output."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    state = {"live": 0, "peak": 0}
+    seen: set[int] = set()
+
+    def free(key: int, nbytes: int) -> None:
+        seen.discard(key)
+        state["live"] -= nbytes
+
+    class Peak(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t._base is None:
+                    key = t.untyped_storage().data_ptr()
+                    if key and key not in seen:
+                        nbytes = t.untyped_storage().nbytes()
+                        seen.add(key)
+                        state["live"] += nbytes
+                        state["peak"] = max(state["peak"], state["live"])
+                        weakref.finalize(t, free, key, nbytes)
+            return out
+
+    with torch.inference_mode(), Peak():
+        result = fn()
+    del result
+    return state["peak"]
+
+
+def _jax_peak_bytes(compiled: Any) -> int | None:
+    mem = compiled.memory_analysis()
+    if mem is None:
+        return None
+    return int(mem.temp_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes)
+
+
+def _block(x: Any) -> Any:
+    return jax.block_until_ready(x)
+
+
+def run_case(benchmark: Any, case: Case) -> None:
+    """Compile (timed apart), warm up both sides, then time JAX rounds interleaved with PyTorch."""
+    import torch
+
+    t0 = time.perf_counter()
+    lowered = jax.jit(case.jax_fn).lower(*case.jax_args)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    args = case.jax_args
+
+    def jax_call() -> Any:
+        return _block(compiled(*args))
+
+    torch_samples: list[float] = []
+
+    def torch_round() -> None:
+        time.sleep(SETTLE_S)
+        with torch.inference_mode():
+            start = time.perf_counter()
+            case.torch_fn()
+            torch_samples.append(time.perf_counter() - start)
+        time.sleep(SETTLE_S)  # the timed JAX call follows this untimed setup
+
+    jax_call()
+    torch_round()  # warm-up of both sides (allocator, oneDNN primitive caches)
+    t_jax = min(_timed(jax_call) for _ in range(2))
+    torch_samples.clear()
+    torch_round()
+    rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, TIME_BUDGET_S // max(t_jax + torch_samples[0], 1e-6))))
+    torch_samples.clear()
+    benchmark.pedantic(jax_call, setup=torch_round, rounds=rounds, iterations=1, warmup_rounds=0)
+    jax_samples = list(benchmark.stats.stats.data)
+    pairs = [j / t for j, t in zip(jax_samples, torch_samples, strict=True)]
+    benchmark.extra_info.update(
+        case.info,
+        jax_trace_lower_s=t1 - t0,
+        jax_compile_s=t2 - t1,
+        jax_median_s=statistics.median(jax_samples),
+        torch_median_s=statistics.median(torch_samples),
+        torch_samples_s=torch_samples,
+        paired_time_ratio_median=statistics.median(pairs),  # JAX time / PyTorch time, per pair
+        jax_peak_bytes=_jax_peak_bytes(compiled),
+        torch_peak_bytes=torch_peak_bytes(case.torch_fn),
+        torch_threads=torch.get_num_threads(),
+        jax_backend=jax.default_backend(),
+    )
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads for the diffusers side (default: torch's). On a loaded 2-core box, "
+        "2 OpenMP threads spin on barriers while preempted: a small step measured 2.6 s at 2 threads vs "
+        "0.16 s at 1 thread (load average 6); pass 1 there.",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads(request: Any) -> None:
+    threads = request.config.getoption("--torch-threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def compare(benchmark: Any) -> Callable[..., None]:
+    """``compare(jax_fn, jax_args, torch_fn, info)``: the paired measurement of one case."""
+    return lambda *args: run_case(benchmark, Case(*args))
+
+
+# ---------------------------------------------------------------------------- markdown report
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def markdown_table(benchmarks: Sequence[dict[str, Any]], machine: dict[str, Any]) -> str:
+    """The JSON's benchmarks as one markdown table (times in ms; ratio = JAX time / PyTorch time of
+    interleaved pairs, < 1 means JAX is faster)."""
+    head = (
+        "| case | preset | dtype | JAX median ms | PyTorch median ms | JAX/PyTorch time (paired median) "
+        "| speed-up | JAX compile s | JAX peak MiB | PyTorch peak MiB | rounds |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    rows, threads = [], set()
+    for b in benchmarks:
+        x = b.get("extra_info", {})
+        if "torch_median_s" not in x:
+            continue
+        ratio = x["paired_time_ratio_median"]
+        threads.add(str(x.get("torch_threads", "?")))
+        rows.append(
+            f"| {x.get('component', b['name'])} | {x.get('preset', '')} | {x.get('dtype', '')} "
+            f"| {x['jax_median_s'] * 1e3:.2f} | {x['torch_median_s'] * 1e3:.2f} | {ratio:.2f} | {1 / ratio:.2f}x "
+            f"| {x['jax_trace_lower_s'] + x['jax_compile_s']:.1f} | {_mib(x['jax_peak_bytes'])} "
+            f"| {_mib(x['torch_peak_bytes'])} | {b['stats']['rounds']} |"
+        )
+    cpu = machine.get("cpu", {}).get("brand_raw", machine.get("processor", "?"))
+    note = (
+        f"\nMachine: {cpu}, {machine.get('cpu', {}).get('count', '?')} logical CPUs; load average at the end "
+        f"{_loadavg()}; PyTorch threads {', '.join(sorted(threads)) or '?'}.\n"
+        "JAX compile s = trace + lower + XLA compile (not in the run times). Peak MiB: XLA "
+        "temp + output buffers of the compiled program; PyTorch: peak live bytes of tensors allocated during "
+        "one call (TorchDispatchMode count). Both exclude weights and inputs.\n"
+    )
+    return "# JAX vs diffusers (PyTorch eager)\n\n" + head + "\n".join(rows) + "\n" + note
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    """Write ``<json stem>.md`` next to ``--benchmark-json``."""
+    path = config.getoption("benchmark_json")
+    if path is None:
+        return
+    md = Path(path).with_suffix(".md")
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(markdown_table(output_json["benchmarks"], output_json.get("machine_info", {})))

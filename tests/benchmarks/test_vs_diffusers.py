@@ -1,0 +1,244 @@
+"""Our JAX modules against diffusers' PyTorch ones, same converted weights, same inputs, one run.
+
+Cases (each at the ``tiny`` and ``small`` presets, float32 and bfloat16): one denoising step of
+the transformer on a classifier-free-guidance batch (forward on [uncond, cond], guidance mix,
+Euler update), the text connectors, the video VAE decode, the audio VAE decode + vocoder.
+Weights are random (speed does not depend on their values). Ours run as one jitted program with
+``attention_impl="auto"``; diffusers runs eagerly under ``torch.inference_mode``.
+
+The whole denoising loop is not here yet: it needs ``ltx2.pipeline`` (issue 8 lists it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ltx2.config import TransformerConfig
+from ltx2.text.connectors import ConnectorsConfig
+from ltx2.vae.audio import AudioVAEConfig
+from ltx2.vae.video import VideoVAEConfig
+from ltx2.vae.vocoder import VocoderConfig
+
+PRESETS = ("tiny", "small")
+DTYPES = ("float32", "bfloat16")
+_OURS_ONLY = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """Latent grid (F, H, W), audio latent frames A, text tokens S; batch is 2 (CFG) or 1 (decode)."""
+
+    grid: tuple[int, int, int]
+    audio_frames: int
+    text_tokens: int
+
+
+# small = experiments/cpu.toml's workload (256x256 px, 65 frames -> 9x8x8 latents, 68 audio
+# frames, 128 text tokens); the VAE decodes a 3x4x4 latent (17 frames of 128x128) to stay short.
+SHAPES = {"tiny": Shapes((2, 4, 4), 8, 16), "small": Shapes((9, 8, 8), 68, 128)}
+VAE_GRID = {"tiny": (2, 4, 4), "small": (3, 4, 4)}
+
+
+def _transformer_config(preset: str) -> TransformerConfig:
+    return getattr(TransformerConfig, preset)()
+
+
+def _connectors_config(preset: str) -> ConnectorsConfig:
+    if preset == "tiny":
+        return ConnectorsConfig.tiny()
+    streams = {
+        f"{m}_connector_{k}": v
+        for m in ("video", "audio")
+        for k, v in (("num_attention_heads", 4), ("attention_head_dim", 32), ("num_layers", 2),
+                     ("num_learnable_registers", 128))
+    }
+    # small: the `small` transformer's 128 caption channels, Gemma-3's 49 hidden states per token.
+    return ConnectorsConfig.tiny(caption_channels=128, text_proj_in_factor=49, **streams)
+
+
+def _audio_configs(preset: str) -> tuple[AudioVAEConfig, VocoderConfig]:
+    if preset == "tiny":
+        return AudioVAEConfig.tiny(), VocoderConfig.tiny()
+    # small: the released layout (64 mel bins, 8 latent channels, 240x upsampling) at narrow widths.
+    return (
+        AudioVAEConfig(base_channels=32, ch_mult=(1, 2, 4), num_res_blocks=2, latent_channels=8, mel_bins=64),
+        VocoderConfig(in_channels=128, hidden_channels=128),
+    )
+
+
+@dataclasses.dataclass
+class Built:
+    """A case: ``jax_fn(*jax_args)`` (jitted by the harness) against eager ``torch_fn()``."""
+
+    jax_fn: Callable[..., Any]
+    jax_args: tuple[Any, ...]
+    torch_fn: Callable[[], Any]
+    info: dict[str, Any]
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+
+def _kwargs(cfg: Any) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _OURS_ONLY}
+
+
+def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.normal(size=shape).astype(np.float32)
+
+
+def _jax_call(module: nnx.Module, fn: Callable[..., Any]) -> tuple[Callable[..., Any], nnx.State]:
+    graphdef, state = nnx.split(module)
+    return (lambda state, *a: fn(nnx.merge(graphdef, state), *a)), state
+
+
+# ---------------------------------------------------------------------------- transformer step
+
+
+def _step_case(preset: str, dtype: str) -> Built:
+    import torch
+    from diffusers import LTX2VideoTransformer3DModel
+
+    from ltx2.convert.transformer import from_diffusers
+
+    cfg, shapes = _transformer_config(preset), SHAPES[preset]
+    torch.manual_seed(0)
+    ref = LTX2VideoTransformer3DModel(**_kwargs(cfg)).eval().to(_torch_dtype(dtype))
+    ours = from_diffusers(ref, attention_impl="auto", dtype=dtype, param_dtype=dtype)
+    F, H, W = shapes.grid
+    A, S, rng = shapes.audio_frames, shapes.text_tokens, np.random.default_rng(0)
+    latents, audio = _rand(rng, 1, F * H * W, cfg.in_channels), _rand(rng, 1, A, cfg.audio_in_channels)
+    text, audio_text = _rand(rng, 2, S, cfg.caption_channels), _rand(rng, 2, S, cfg.caption_channels)
+    mask = np.ones((2, S), np.float32)
+    mask[0, : S // 2] = 0  # the negative prompt is shorter (left padding)
+    t, sigma, sigma_next, guidance = 500.0, 0.5, 0.45, 4.0
+    static = dict(num_frames=F, height=H, width=W, audio_num_frames=A)
+
+    def mix(x: Any, pred: Any) -> Any:  # CFG on [uncond, cond] rows, then the Euler step, in fp32
+        pred = pred.float() if isinstance(pred, torch.Tensor) else pred.astype(jnp.float32)
+        return x + (sigma_next - sigma) * (pred[:1] + guidance * (pred[1:] - pred[:1]))
+
+    def jax_step(model: Any, x: Any, a: Any, txt: Any, atxt: Any, m: Any) -> Any:
+        v, va = model(
+            jnp.concatenate([x, x]), jnp.concatenate([a, a]), txt, atxt, jnp.full((2,), t),
+            encoder_attention_mask=m, audio_encoder_attention_mask=m, **static,
+        )  # fmt: skip
+        return mix(x, v), mix(a, va)
+
+    fn, state = _jax_call(ours, jax_step)
+    j = [jnp.asarray(v) for v in (latents, audio, text, audio_text, mask)]
+    tt = [torch.from_numpy(v) for v in (latents, audio, text, audio_text, mask)]
+    td = _torch_dtype(dtype)
+
+    def torch_step() -> Any:
+        x, a, txt, atxt, m = tt
+        v, va = ref(
+            hidden_states=torch.cat([x, x]).to(td), audio_hidden_states=torch.cat([a, a]).to(td),
+            encoder_hidden_states=txt.to(td), audio_encoder_hidden_states=atxt.to(td),
+            timestep=torch.full((2,), t, dtype=td), encoder_attention_mask=m, audio_encoder_attention_mask=m,
+            return_dict=False, **static,
+        )  # fmt: skip
+        return mix(x, v), mix(a, va)
+
+    tokens = dict(video_tokens=F * H * W, audio_tokens=A, text_tokens=S, batch=2)
+    flops = cfg.forward_flops(F * H * W, A, S, batch_size=2)
+    return Built(fn, (state, *j), torch_step, dict(tokens, analytic_gflop=flops / 1e9))
+
+
+# ---------------------------------------------------------------------------- other components
+
+
+def _connectors_case(preset: str, dtype: str) -> Built:
+    import torch
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors
+
+    from ltx2.convert.connectors import from_diffusers
+
+    cfg = _connectors_config(preset)
+    torch.manual_seed(0)
+    ref = LTX2TextConnectors(**_kwargs(cfg)).eval().to(_torch_dtype(dtype))
+    ours = from_diffusers(ref, dtype=dtype, param_dtype=dtype)
+    S, rng = SHAPES[preset].text_tokens, np.random.default_rng(0)
+    x = _rand(rng, 2, S, cfg.text_encoder_dim)
+    mask = np.ones((2, S), np.int64)
+    mask[0, : S // 2] = 0
+    fn, state = _jax_call(ours, lambda m, x, mask: m(x, mask))
+    tx, tm = torch.from_numpy(x).to(_torch_dtype(dtype)), torch.from_numpy(mask)
+    return Built(fn, (state, jnp.asarray(x), jnp.asarray(mask, jnp.int32)), lambda: ref(tx, tm), {})
+
+
+def _video_vae_case(preset: str, dtype: str) -> Built:
+    import torch
+    from diffusers import AutoencoderKLLTX2Video
+
+    from ltx2.convert.video_vae import from_diffusers
+
+    cfg = getattr(VideoVAEConfig, preset)()
+    torch.manual_seed(0)
+    ref = AutoencoderKLLTX2Video(**_kwargs(cfg)).eval().to(_torch_dtype(dtype))
+    ours = from_diffusers(ref, dtype=dtype)
+    z = _rand(np.random.default_rng(0), 1, cfg.latent_channels, *VAE_GRID[preset])
+    fn, state = _jax_call(ours, lambda m, z: m.decode(z))
+    tz = torch.from_numpy(z).to(_torch_dtype(dtype))
+    return Built(fn, (state, jnp.asarray(z)), lambda: ref.decode(tz).sample, {"latent_grid": VAE_GRID[preset]})
+
+
+def _audio_case(preset: str, dtype: str) -> Built:
+    import torch
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    from ltx2.convert import from_diffusers
+
+    vae_cfg, voc_cfg = _audio_configs(preset)
+    torch.manual_seed(0)
+    td = _torch_dtype(dtype)
+    ref_vae = AutoencoderKLLTX2Audio(**_kwargs(vae_cfg)).eval().to(td)
+    ref_voc = LTX2Vocoder(**_kwargs(voc_cfg)).eval().to(td)
+    vae, voc = from_diffusers(ref_vae, dtype=dtype), from_diffusers(ref_voc, dtype=dtype)
+    assert vae_cfg.latent_mel_bins is not None
+    latent_shape = (vae_cfg.latent_channels, SHAPES[preset].audio_frames, vae_cfg.latent_mel_bins)
+    z = _rand(np.random.default_rng(0), 1, *latent_shape)
+    graph_vae, state_vae = nnx.split(vae)
+    graph_voc, state_voc = nnx.split(voc)
+
+    def fn(s_vae: Any, s_voc: Any, z: Any) -> Any:
+        return nnx.merge(graph_voc, s_voc)(nnx.merge(graph_vae, s_vae).decode(z))
+
+    tz = torch.from_numpy(z).to(td)
+    return Built(fn, (state_vae, state_voc, jnp.asarray(z)), lambda: ref_voc(ref_vae.decode(tz).sample), {})
+
+
+BUILDERS: dict[str, Callable[[str, str], Built]] = {
+    "transformer_step_cfg": _step_case,
+    "text_connectors": _connectors_case,
+    "video_vae_decode": _video_vae_case,
+    "audio_decode_vocoder": _audio_case,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("component", list(BUILDERS))
+def test_jax_vs_diffusers(
+    compare: Callable[..., None], benchmark: Any, component: str, preset: str, dtype: str
+) -> None:
+    benchmark.group = f"{component}-{preset}-{dtype}"
+    case = BUILDERS[component](preset, dtype)
+    case.info.update(component=component, preset=preset, dtype=dtype)
+    try:
+        case.torch_fn()  # diffusers may lack a CPU kernel for an op in bfloat16: say so, skip the case
+    except RuntimeError as e:
+        pytest.skip(f"diffusers {component} does not run in {dtype} on {jax.default_backend()}: {e}")
+    compare(case.jax_fn, case.jax_args, case.torch_fn, case.info)
