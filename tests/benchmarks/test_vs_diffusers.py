@@ -6,7 +6,9 @@ Euler update), the text connectors, the video VAE decode, the audio VAE decode +
 Weights are random (speed does not depend on their values). Ours run as one jitted program with
 ``attention_impl="auto"``; diffusers runs eagerly under ``torch.inference_mode``.
 
-The whole denoising loop is not here yet: it needs ``ltx2.pipeline`` (issue 8 lists it).
+The whole denoising loop (text connectors + every step with CFG, STG and modality guidance, scan
+loop; diffusers ``LTX2Pipeline(output_type="latent")``) runs at float32 only: ``ltx2.pipeline``
+jits its own stages, so its compile time is the first call's excess over the steady state.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Built:
     jax_args: tuple[Any, ...]
     torch_fn: Callable[[], Any]
     info: dict[str, Any]
+    jit: bool = True  # False: jax_fn compiles its own programs on first call
 
 
 def _torch_dtype(dtype: str) -> Any:
@@ -220,7 +223,78 @@ def _audio_case(preset: str, dtype: str) -> Built:
     return Built(fn, (state_vae, state_voc, jnp.asarray(z)), lambda: ref_voc(ref_vae.decode(tz).sample), {})
 
 
+def _loop_case(preset: str, dtype: str) -> Built:
+    import torch
+
+    from ltx2.convert import from_diffusers
+    from ltx2.pipeline import LTX2Pipeline
+    from ltx2.pipeline_config import PipelineConfig
+
+    if dtype != "float32":
+        pytest.skip("the whole-loop case runs the pipeline presets' float32 components only")
+    cfg = getattr(PipelineConfig, preset)()
+    ref = _diffusers_pipeline(cfg)
+    ours = LTX2Pipeline(
+        cfg, transformer=from_diffusers(ref.transformer, attention_impl="auto"),
+        connectors=from_diffusers(ref.connectors), video_vae=from_diffusers(ref.vae),
+        audio_vae=from_diffusers(ref.audio_vae), vocoder=from_diffusers(ref.vocoder),
+    )  # fmt: skip
+    plan, rng = ours.plan(), np.random.default_rng(0)
+    s, d = cfg.text_encoder.max_sequence_length, cfg.connectors.text_encoder_dim
+    pos, neg = (_rand(rng, 1, s, d) for _ in range(2))
+    pos_mask, neg_mask = np.ones((1, s), np.int64), np.ones((1, s), np.int64)
+    pos_mask[0, : s // 4], neg_mask[0, : s // 2] = 0, 0
+    video = _rand(rng, 1, cfg.video_vae.latent_channels, plan.frames, plan.height, plan.width)
+    audio = _rand(rng, 1, cfg.audio_vae.latent_channels, plan.audio_frames, plan.latent_mel_bins)
+    schedule, scales = ours.schedule(plan), ours.scales()
+
+    def jax_loop() -> Any:
+        text = ours.embed_text(pos, pos_mask, neg, neg_mask)
+        return ours.denoise(ours.prepare_latents(plan, video=video, audio=audio), text, schedule, scales, plan)
+
+    g, o, t = cfg.guidance, cfg.pipeline, torch.from_numpy
+    kwargs = dict(
+        prompt_embeds=t(pos), prompt_attention_mask=t(pos_mask),
+        negative_prompt_embeds=t(neg), negative_prompt_attention_mask=t(neg_mask),
+        height=o.height, width=o.width, num_frames=o.num_frames, frame_rate=o.frame_rate,
+        num_inference_steps=o.num_inference_steps, guidance_scale=g.guidance_scale, stg_scale=g.stg_scale,
+        modality_scale=g.modality_scale, guidance_rescale=g.guidance_rescale,
+        audio_guidance_scale=g.audio_guidance_scale, audio_stg_scale=g.audio_stg_scale,
+        audio_modality_scale=g.audio_modality_scale, audio_guidance_rescale=g.audio_guidance_rescale,
+        spatio_temporal_guidance_blocks=list(o.spatio_temporal_guidance_blocks),
+        use_cross_timestep=o.use_cross_timestep, latents=t(video), audio_latents=t(audio),
+        output_type="latent", return_dict=False,
+    )  # fmt: skip
+    info = dict(steps=o.num_inference_steps, video_tokens=plan.frames * plan.height * plan.width)
+    return Built(jax_loop, (), lambda: ref(**kwargs), info, jit=False)
+
+
+def _diffusers_pipeline(cfg: Any) -> Any:
+    """diffusers ``LTX2Pipeline`` of ``cfg``'s sizes (random weights, no text encoder)."""
+    import torch
+    from diffusers import (
+        AutoencoderKLLTX2Audio,
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        LTX2VideoTransformer3DModel,
+    )
+    from diffusers import LTX2Pipeline as Reference
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    torch.manual_seed(0)
+    return Reference(
+        scheduler=FlowMatchEulerDiscreteScheduler(**dataclasses.asdict(cfg.scheduler)),
+        vae=AutoencoderKLLTX2Video(**_kwargs(cfg.video_vae)).eval(),
+        audio_vae=AutoencoderKLLTX2Audio(**_kwargs(cfg.audio_vae)).eval(), text_encoder=None, tokenizer=None,
+        connectors=LTX2TextConnectors(**_kwargs(cfg.connectors)).eval(),
+        transformer=LTX2VideoTransformer3DModel(**_kwargs(cfg.transformer)).eval(),
+        vocoder=LTX2Vocoder(**_kwargs(cfg.vocoder)).eval(),
+    )  # fmt: skip
+
+
 BUILDERS: dict[str, Callable[[str, str], Built]] = {
+    "denoise_loop": _loop_case,
     "transformer_step_cfg": _step_case,
     "text_connectors": _connectors_case,
     "video_vae_decode": _video_vae_case,
@@ -241,4 +315,4 @@ def test_jax_vs_diffusers(
         case.torch_fn()  # diffusers may lack a CPU kernel for an op in bfloat16: say so, skip the case
     except RuntimeError as e:
         pytest.skip(f"diffusers {component} does not run in {dtype} on {jax.default_backend()}: {e}")
-    compare(case.jax_fn, case.jax_args, case.torch_fn, case.info)
+    compare(case.jax_fn, case.jax_args, case.torch_fn, case.info, case.jit)
