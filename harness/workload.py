@@ -59,12 +59,12 @@ def check_preset(preset: str) -> str:
 
 
 def base_config(preset: str) -> dict[str, Any]:
-    """The preset's component configs by top-level override name (``transformer``, ...)."""
-    from ltx2 import config as ltx2_config
+    """The preset's component configs by override prefix (``transformer``, ``video_vae``, ``pipeline``...):
+    the fields of :class:`ltx2.pipeline_config.PipelineConfig`."""
+    from ltx2.pipeline_config import PipelineConfig
 
-    # TODO(integration): use the pipeline's root config once ltx2 has one
-    # (components `pipeline`, `vae`, `text`, `scheduler` join `transformer`).
-    return {"transformer": getattr(ltx2_config.TransformerConfig, preset)()}
+    cfg = PipelineConfig.preset(preset)
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
 def _coerce(current: Any, value: Any, key: str) -> Any:
@@ -133,7 +133,13 @@ def check_override(preset: str, key: str, value: Any) -> Any:
 
 
 def build_config(preset: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return apply_overrides(base_config(preset), overrides)
+    """Component configs with overrides applied, checked together (linked fields such as latent
+    channels must still agree across components)."""
+    from ltx2.pipeline_config import PipelineConfig
+
+    config = apply_overrides(base_config(preset), overrides)
+    PipelineConfig(**config)
+    return config
 
 
 def check_mesh_axes(preset: str, axes: Sequence[str]) -> None:
@@ -223,9 +229,11 @@ def build_stage(stage: str, ctx: BuildContext) -> Stage:
     """The stage's runnable form; stages the model cannot build yet raise :class:`StageUnavailable`."""
     if is_test_preset(ctx.preset):
         return TestStage(stage, TEST_BEHAVIOUR[ctx.preset], dict(ctx.overrides))
-    builder = _BUILDERS.get(stage)
+    from harness.pipeline_stages import BUILDERS
+
+    builder = {**BUILDERS, **_BUILDERS}.get(stage)
     if builder is None:
-        raise StageUnavailable(f"stage {stage} needs the pipeline (issue 3)")
+        raise StageUnavailable(f"no stage named {stage!r}")
     return builder(ctx)
 
 

@@ -76,7 +76,8 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
      "model.overrides.transformer.scan_layer", 13,
      "unknown config key 'transformer.scan_layer': TransformerConfig has no field 'scan_layer'"),
     ("unknown-component", BASE + '[model.overrides]\n"vae.tiling" = true\n', 'model.overrides."vae.tiling"', 13,
-     "unknown config key 'vae.tiling' (components: transformer)"),
+     "unknown config key 'vae.tiling' (components: transformer, connectors, text_encoder, gemma, video_vae, audio_vae, "
+     "vocoder, upsampler, scheduler, guidance, pipeline)"),
     ("override-type", BASE + '[model.overrides]\n"transformer.num_layers" = "two"\n',
      'model.overrides."transformer.num_layers"', 13, "expected int, got str ('two')"),
     ("override-invalid-value", BASE + '[model.overrides]\n"transformer.dtype" = "float8"\n',
