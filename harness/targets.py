@@ -19,8 +19,11 @@ estimate rests on (also stored with every result, see :data:`ROOFLINE_ASSUMPTION
 * peak is dense bf16 matmul throughput; elementwise work, softmax and attention
   inefficiencies are ignored, so real steps are slower;
 * FLOPs are the matmul FLOPs of the partitioned HLO, loop bodies times their trip counts;
-* HBM time is XLA's `bytes accessed` (which counts a loop body once) or, if larger, the
-  argument + output bytes (every weight read once), over peak HBM bandwidth: a floor;
+* HBM time is the bytes the top-level ops (fusions, collectives) read and write, loop
+  bodies times their trip counts (:func:`harness.metrics.hlo.memory_traffic_bytes`; XLA's
+  own `bytes accessed` counts a loop body once, and on the small model it is ~1.4x ours
+  because it also counts re-reads inside fusions), at least the argument + output bytes,
+  over peak HBM bandwidth;
 * interconnect time is the bytes each device puts on the wire for its collectives (ring
   algorithms: all-gather result - shard, reduce-scatter operand - shard, all-reduce
   2 x operand) over its share of the chip's total ICI / NVLink bandwidth (all links, one
@@ -114,7 +117,8 @@ SPECS: dict[str, TargetSpec] = {
 
 ROOFLINE_ASSUMPTIONS = (
     "compute = HLO matmul FLOPs (loop trip counts applied) / dense bf16 peak; elementwise/softmax ignored",
-    "HBM = max(XLA bytes accessed, argument + output bytes) / peak HBM bandwidth",
+    "HBM = max(fusion-level HLO traffic with trip counts, XLA bytes accessed, argument + output bytes) "
+    "/ peak HBM bandwidth",
     "interconnect = ring wire bytes of the collectives / per-device share of all links (one direction)",
     "step_s = max(compute, HBM, interconnect): perfect overlap; step_serial_s = their sum: no overlap",
 )

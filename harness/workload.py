@@ -284,14 +284,14 @@ class JaxStage:
     def static(self) -> dict[str, Any]:
         import dataclasses as dc
 
-        from harness.metrics.hlo import matmul_flops
+        from harness.metrics.hlo import matmul_flops, memory_traffic_bytes
         from harness.metrics.static import analyze_compiled, lower_and_compile
 
         compiled, timing = lower_and_compile(self.fn, *self.abstract_args)
         self.hlo_text = compiled.as_text() or ""
         out = dc.replace(analyze_compiled(compiled), timing=timing).to_dict()
         return {**out, "analytic_flops": self.analytic_flops, "matmul_flops": matmul_flops(self.hlo_text),
-                **self.extra}
+                "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text), **self.extra}
 
     def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None]:
         """HLO module name and collective instruction kinds, to read this stage's ops from a trace."""

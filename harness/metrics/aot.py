@@ -97,11 +97,13 @@ def _flops(static: Mapping[str, Any], devices: int) -> float | None:
 
 
 def _hbm_bytes(static: Mapping[str, Any]) -> float | None:
-    """HBM traffic per call: XLA's bytes accessed (loop bodies counted once), at least every
-    argument read and every output written once."""
+    """HBM traffic per call: the HLO's fusion-level traffic with loop trip counts, or XLA's bytes
+    accessed (loop bodies counted once) if larger, and at least every argument read and every
+    output written once."""
     memory, cost = static.get("memory") or {}, static.get("cost") or {}
     io = (memory.get("argument_bytes") or 0) + (memory.get("output_bytes") or 0)
-    values = [float(x) for x in (cost.get("bytes_accessed"), io or None) if x is not None]
+    values = [float(x) for x in (cost.get("bytes_accessed"), static.get("memory_traffic_bytes"), io or None)
+              if x is not None]
     return max(values) if values else None
 
 

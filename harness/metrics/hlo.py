@@ -438,3 +438,71 @@ def matmul_flops(hlo_text: str) -> int:
         return total
 
     return visit(module.entry) if module.entry else 0
+
+
+# --------------------------------------------------------------------------- memory traffic
+
+# Ops that move no data (aliases, bookkeeping) or whose work is counted in what they call.
+_NO_TRAFFIC = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
+                         "conditional", "after-all", "partition-id", "replica-id", "opt-barrier",
+                         "copy-start", "copy-done", *_ASYNC_CONTINUATIONS})
+
+
+_SLICING = ("dynamic-slice", "slice", "gather")
+
+
+def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: _Module) -> int:
+    """Bytes a fusion reads and writes. An operand the fused code only slices is read as its
+    slices (a scan reading layer i of stacked weights); an in-place dynamic-update-slice root
+    writes only its update (a scan writing step i of its outputs)."""
+    fused = next((module.computations[c] for c in _callees(instr) if c in module.computations), None)
+    if fused is None:
+        return shape_bytes(instr.shape) + _operand_bytes(instr, shapes)
+    inner = {i.name: i.shape for i in fused}
+    params = {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
+    users: dict[str, list[Instruction]] = {}
+    for i in fused:
+        for operand in i.operands:
+            users.setdefault(operand, []).append(i)
+    root = fused[-1] if fused else None
+    in_place = root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1
+    total = shape_bytes(inner.get(root.operands[1], "")) if in_place and root else shape_bytes(instr.shape)
+    for index, (name, inline) in enumerate(zip(instr.operands, instr.operand_shapes, strict=True)):
+        param = params.get(index)
+        uses = users.get(param, []) if param else []
+        if in_place and root is not None and param == root.operands[0]:
+            continue  # the buffer updated in place is not read
+        if uses and all(u.opcode in _SLICING and u.operands[0] == param for u in uses):
+            total += sum(shape_bytes(u.shape) for u in uses)
+        else:
+            total += shape_bytes(inline or shapes.get(name, ""))
+    return total
+
+
+def memory_traffic_bytes(hlo_text: str) -> int:
+    """Bytes read and written by the top-level ops of an optimized HLO module (each fusion,
+    collective or custom call reads its operands and writes its result), per device and call,
+    with loop bodies multiplied by their trip counts.
+
+    The model of ``cost_analysis()["bytes accessed"]`` at the granularity of fusions, which XLA
+    counts once per loop body; this is the HBM traffic of a scanned model, to within what the
+    fusions' own access patterns add or save.
+    """
+    module = parse_module(hlo_text)
+
+    @functools.cache
+    def visit(computation: str) -> int:
+        instrs = module.computations.get(computation, [])
+        shapes = {i.name: i.shape for i in instrs}
+        total = 0
+        for instr in instrs:
+            if instr.opcode in ("while", "call", "conditional"):
+                times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
+                total += times * sum(visit(c) for c in _callees(instr) if c in module.computations)
+            elif instr.opcode == "fusion":
+                total += _fusion_traffic(instr, shapes, module)
+            elif instr.opcode not in _NO_TRAFFIC and not instr.opcode.endswith("-done"):
+                total += shape_bytes(instr.shape) + _operand_bytes(instr, shapes)
+        return total
+
+    return visit(module.entry) if module.entry else 0

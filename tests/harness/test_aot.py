@@ -285,3 +285,21 @@ def test_small_model_compiles_for_h100(tmp_path: Path) -> None:
     assert (record["target"]["mode_used"], record["machine"]["device_kind"]) == ("compile", "NVIDIA H100 80GB HBM3")
     assert static["matmul_flops"] == static["analytic_flops"]  # one device: the HLO does exactly the model's matmuls
     assert static["target"]["fits"] is True and static["target"]["collectives_per_call"] == {}
+
+
+def test_memory_traffic_counts_scan_slices_not_whole_stacks() -> None:
+    from harness.metrics.hlo import memory_traffic_bytes
+
+    layers, m, k = 6, 64, 256
+
+    def f(x, ws, unroll):  # type: ignore[no-untyped-def]
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws, unroll=unroll)[0]
+
+    x, ws = jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((layers, k, k), jnp.float32)
+    scanned, unrolled = (memory_traffic_bytes(jax.jit(f, static_argnums=2).lower(x, ws, u).compile().as_text())
+                         for u in (1, layers))
+    # Each step touches its k x k slice of the stack (XLA:CPU copies the slice out, then the dot reads
+    # it: 3 passes) and a few m x k activations, never the whole stack (layers x the stack).
+    weights, activations = layers * k * k * 4, layers * m * k * 4
+    assert 3 * weights <= scanned <= 3 * weights + 6 * activations < layers * weights
+    assert weights <= unrolled <= 3 * weights + 6 * activations
