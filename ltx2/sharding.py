@@ -68,24 +68,50 @@ class Strategy:
         unknown = sorted(set(self.rules) - LOGICAL_AXES)
         if unknown:
             raise ValueError(f"strategy {self.name!r}: unknown logical axis names {unknown}")
+        if self.rules.get("conv_in") and self.rules.get("activation_frames"):
+            # XLA's SPMD partitioner (jax 0.10.2, CPU) returns wrong numbers for a convolution whose
+            # spatial dim and kernel input-feature dim are both sharded, even over different axes.
+            raise ValueError(
+                f"strategy {self.name!r}: conv_in {tuple(self.rules['conv_in'])} and activation_frames "
+                f"{tuple(self.rules['activation_frames'])} cannot both be sharded (XLA miscompiles such convolutions)"
+            )
 
     def mesh_axes(self, logical: str | None) -> MeshAxes:
         return () if logical is None else tuple(self.rules.get(logical, ()))
 
-    def spec(self, names: Sequence[str | None], mesh_axis_names: Sequence[str] | None = None) -> P:
+    def spec(
+        self,
+        names: Sequence[str | None],
+        mesh_axis_names: Sequence[str] | None = None,
+        *,
+        shape: Sequence[int] | None = None,
+        mesh_shape: Mapping[str, int] | None = None,
+    ) -> P:
         """PartitionSpec for one array; mesh axes absent from the mesh are dropped, and a
-        mesh axis is used at most once (first dimension wins), as PartitionSpec requires."""
+        mesh axis is used at most once (first dimension wins), as PartitionSpec requires.
+
+        With ``shape`` and ``mesh_shape`` (parameters), a dimension keeps only the longest
+        prefix of its mesh axes whose sizes multiply to a divisor of it: odd-sized weights
+        (a stereo output conv, a single KV head) stay whole instead of failing to place."""
         used: set[str] = set()
         out: list[str | tuple[str, ...] | None] = []
-        for logical in names:
+        for i, logical in enumerate(names):
             axes = tuple(
                 a
                 for a in self.mesh_axes(logical)
                 if (mesh_axis_names is None or a in mesh_axis_names) and a not in used
             )
+            if shape is not None and mesh_shape is not None:
+                axes = _dividing_prefix(axes, shape[i], mesh_shape)
             used.update(axes)
             out.append(None if not axes else axes[0] if len(axes) == 1 else axes)
         return P(*out)
+
+
+def _dividing_prefix(axes: MeshAxes, size: int, mesh_shape: Mapping[str, int]) -> MeshAxes:
+    while axes and size % math.prod(mesh_shape[a] for a in axes):
+        axes = axes[:-1]
+    return axes
 
 
 MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
@@ -156,8 +182,13 @@ _REGISTRY: dict[str, Strategy] = {s.name: s for s in (REPLICATED, NAIVE, CONTEXT
 
 
 def register(strategy: Strategy) -> Strategy:
-    _REGISTRY[strategy.name] = strategy
-    return strategy
+    """Make ``strategy`` nameable by component configs; re-registering an equal table is a
+    no-op, a different table under a taken name is an error naming it."""
+    known = _REGISTRY.get(strategy.name)
+    if known is not None and dict(known.rules) != dict(strategy.rules):
+        raise ValueError(f"sharding strategy {strategy.name!r} is already registered with other rules")
+    _REGISTRY.setdefault(strategy.name, strategy)
+    return _REGISTRY[strategy.name]
 
 
 def get_strategy(name: str) -> Strategy:
@@ -186,6 +217,58 @@ def with_overrides(base: str | Strategy, overrides: Mapping[str, Sequence[str] |
             raise ValueError(f"override {logical!r} names unknown mesh axes {bad}; known: {list(MESH_AXES)}")
         rules[logical] = mesh_axes
     return Strategy(f"{strat.name}+overrides", rules, strat.description)
+
+
+# Logical names of the convolutional components (video / audio VAE, vocoders, latent upsampler).
+VAE_PARAM_AXES: tuple[str, ...] = ("conv_in", "conv_out", "norm", "table")
+VAE_ACTIVATION_AXES: tuple[str, ...] = ("activation_batch", "activation_frames", "activation_channels")
+VAE_COMPONENTS: tuple[str, ...] = ("video_vae", "audio_vae", "vocoder", "upsampler")
+
+
+def vae_strategy(strategy: str | Strategy, replicate: bool) -> Strategy:
+    """The layout of the VAEs, vocoders and latent upsampler under a model strategy: the
+    pipeline's ``vae_replication`` decision, as a table derived from the model's one.
+
+    ``replicate=True``: every VAE weight whole on every device (no weight traffic); the batch
+    goes over the strategy's batch axes and latent / pixel frames over every other mesh axis,
+    so all devices decode a slice of the video (causal temporal convs exchange frame halos).
+    ``replicate=False``: the VAE is sharded like the transformer: conv output channels over the
+    strategy's ``heads`` axes (model parallel, channel-sharded activations), conv input channels
+    over its ``embed`` axes (FSDP-style gathers), batch over its batch axes, frames over its
+    sequence axes unless conv input channels are sharded (XLA miscompiles convolutions sharded on
+    both). Less memory per device, collectives on channels.
+
+    Only the VAE names (:data:`VAE_PARAM_AXES`, :data:`VAE_ACTIVATION_AXES`) change. A strategy
+    with no rules (``replicated``, the numerical reference) is returned as is. The result is
+    registered as ``<name>+vae-replicated`` / ``<name>+vae-sharded`` so that component configs,
+    which name their strategy, can use it (deriving twice gives the same object)."""
+    base = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    if not base.rules:
+        return base
+    batch = base.mesh_axes("activation_batch")
+    rules = {k: v for k, v in base.rules.items() if k not in (*VAE_PARAM_AXES, *VAE_ACTIVATION_AXES)}
+    rules["activation_batch"] = batch
+    if replicate:
+        rules["activation_frames"] = tuple(a for a in MESH_AXES if a not in batch)
+    else:
+        channels = tuple(a for a in base.mesh_axes("heads") if a not in batch)
+        rules["conv_out"] = rules["activation_channels"] = channels
+        rules["conv_in"] = base.mesh_axes("embed")
+        # Frames are sharded only when conv input channels are not (see Strategy.__post_init__).
+        frames = () if rules["conv_in"] else base.mesh_axes("activation_length")
+        rules["activation_frames"] = tuple(a for a in frames if a not in (*batch, *channels))
+    kind = "replicated" if replicate else "sharded"
+    return register(Strategy(f"{base.name}+vae-{kind}", rules, f"{base.description}; VAE {kind}"))
+
+
+def component_strategies(strategy: str | Strategy, vae_replication: bool) -> dict[str, str]:
+    """Strategy name per pipeline component: the model strategy for the transformer, the text
+    connectors and the text encoder; :func:`vae_strategy` for :data:`VAE_COMPONENTS`. ``strategy``
+    must be registered (its name is what component configs hold)."""
+    base = get_strategy(strategy) if isinstance(strategy, str) else get_strategy(strategy.name)
+    vae = vae_strategy(base, vae_replication).name
+    return {"transformer": base.name, "connectors": base.name, "text_encoder": base.name,
+            **{c: vae for c in VAE_COMPONENTS}}  # fmt: skip
 
 
 def _context_mesh_axis_names() -> tuple[str, ...]:
@@ -275,7 +358,8 @@ def param_shardings(module_or_state: Any, strategy: str | Strategy, mesh: Mesh) 
     def one(var: Any) -> Any:
         if not isinstance(var, nnx.Variable):
             return NamedSharding(mesh, P())
-        return NamedSharding(mesh, strat.spec(logical_axes(var), mesh.axis_names))
+        spec = strat.spec(logical_axes(var), mesh.axis_names, shape=var.shape, mesh_shape=mesh.shape)
+        return NamedSharding(mesh, spec)
 
     return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
@@ -288,7 +372,11 @@ def shard_module(module: nnx.Module, strategy: str | Strategy, mesh: Mesh) -> nn
     return module
 
 
-def input_sharding(names: LogicalAxes, strategy: str | Strategy, mesh: Mesh) -> NamedSharding:
-    """Where an input with these logical names lives under ``strategy``."""
+def input_sharding(
+    names: LogicalAxes, strategy: str | Strategy, mesh: Mesh, shape: Sequence[int] | None = None
+) -> NamedSharding:
+    """Where an input with these logical names lives under ``strategy``; with ``shape``, dimensions
+    keep only the mesh axes that divide them (as parameters do), so an input is always placeable."""
     strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    return NamedSharding(mesh, strat.spec(names, mesh.axis_names))
+    mesh_shape = None if shape is None else mesh.shape
+    return NamedSharding(mesh, strat.spec(names, mesh.axis_names, shape=shape, mesh_shape=mesh_shape))

@@ -74,3 +74,38 @@ def test_constrain_is_a_noop_without_mesh_and_applies_with_one() -> None:
     with jax.set_mesh(mesh):
         y = jax.jit(lambda a: sharding.constrain(a * 2, names, "context"))(x)
     assert y.sharding.spec == P("data", "context")
+
+
+def test_vae_strategy_tables() -> None:
+    """vae_replication as data: replicated weights + batch/frames activations, or sharded weights."""
+    rep = sharding.vae_strategy("context", replicate=True)
+    assert rep.name == "context+vae-replicated" and sharding.get_strategy(rep.name) is rep
+    assert rep.mesh_axes("conv_in") == rep.mesh_axes("conv_out") == ()
+    assert rep.mesh_axes("activation_batch") == ("data",)
+    assert rep.mesh_axes("activation_frames") == ("fsdp", "context", "tensor")
+    assert rep.mesh_axes("activation_length") == ("context", "fsdp")  # non-VAE rules kept
+    shd = sharding.vae_strategy("context", replicate=False)
+    assert (shd.mesh_axes("conv_out"), shd.mesh_axes("activation_channels")) == (("tensor",), ("tensor",))
+    assert shd.mesh_axes("activation_frames") == ("context", "fsdp") and shd.mesh_axes("conv_in") == ()
+    trillium = sharding.vae_strategy("trillium", replicate=False)
+    assert trillium.mesh_axes("conv_in") == ("fsdp",) and trillium.mesh_axes("activation_frames") == ()
+    assert sharding.vae_strategy("replicated", replicate=True).name == "replicated"
+    assert sharding.vae_strategy("ironwood", replicate=False) is sharding.vae_strategy("ironwood", replicate=False)
+    assert sharding.component_strategies("trillium", vae_replication=True) == {
+        "transformer": "trillium", "connectors": "trillium", "text_encoder": "trillium",
+        "video_vae": "trillium+vae-replicated", "audio_vae": "trillium+vae-replicated",
+        "vocoder": "trillium+vae-replicated", "upsampler": "trillium+vae-replicated",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="'context' is already registered with other rules"):
+        sharding.register(sharding.Strategy("context", {"mlp": ("tensor",)}))
+
+
+def test_params_and_inputs_keep_only_dividing_axes() -> None:
+    mesh = sharding.build_mesh({"fsdp": 2, "tensor": 4})
+    conv = Linear(8, 2, axes=("conv_in", "conv_out"), rngs=nnx.Rngs(0))  # a stereo output: 2 channels
+    sharding.shard_module(conv, sharding.vae_strategy("trillium", replicate=False), mesh)
+    assert conv.kernel[...].sharding.spec == P("fsdp", None)
+    names = ("activation_batch", "activation_frames")
+    vae = sharding.vae_strategy("ironwood", replicate=True)
+    assert sharding.input_sharding(names, vae, mesh, (2, 6)).spec == P(None, "fsdp")
+    assert sharding.input_sharding(names, vae, mesh, (2, 8)).spec == P(None, ("fsdp", "tensor"))
