@@ -24,7 +24,9 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
 
+from ltx2.sharding import LogicalAxes, constrain, get_strategy
 from ltx2.text.torchax_compat import import_torchax
 
 Placement = Literal["torchax", "host"]
@@ -32,6 +34,24 @@ Batching = Literal["joint", "separate"]
 PLACEMENTS = ("torchax", "host")
 BATCHINGS = ("joint", "separate")
 Array = jax.Array | np.ndarray
+HIDDEN_AXES: LogicalAxes = ("activation_batch", "activation_text_length", "activation_embed", None)
+
+# Logical names of the Gemma-3 weights (torch layout: a Linear weight is [out, in]), by key suffix;
+# the first match wins. Gemma has no biases; rotary tables and the embedding scale stay whole.
+GEMMA_WEIGHT_AXES: tuple[tuple[str, LogicalAxes], ...] = (
+    ("embed_tokens.weight", ("vocab", "embed")),
+    ("self_attn.q_proj.weight", ("heads", "embed")),
+    ("self_attn.k_proj.weight", ("kv", "embed")),
+    ("self_attn.v_proj.weight", ("kv", "embed")),
+    ("self_attn.o_proj.weight", ("embed", "heads")),
+    ("mlp.gate_proj.weight", ("mlp", "embed")),
+    ("mlp.up_proj.weight", ("mlp", "embed")),
+    ("mlp.down_proj.weight", ("embed", "mlp")),
+    ("norm.weight", ("norm",)),  # every RMSNorm: per layer, q/k norms, the final norm
+    ("layernorm.weight", ("norm",)),
+    ("embed_tokens.embed_scale", ()),
+    ("inv_freq", (None,)),
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,7 @@ class TextEncoderConfig:
     batching: Batching = "joint"
     max_sequence_length: int = 1024
     tokenizer_dir: str | None = None
+    sharding: str = "replicated"
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -58,6 +79,33 @@ class TextEncoderConfig:
             raise ValueError(
                 f"TextEncoderConfig.max_sequence_length={self.max_sequence_length!r}: must be a positive integer"
             )
+        try:
+            get_strategy(self.sharding)
+        except ValueError as e:
+            raise ValueError(f"TextEncoderConfig.sharding={self.sharding!r}: {e}") from None
+
+
+def gemma_logical_axes(key: str, ndim: int) -> LogicalAxes:
+    """Logical names of one torchax weight of the Gemma-3 text model (see ``GEMMA_WEIGHT_AXES``);
+    a key no rule covers is an error naming it, so a new weight is never placed by accident."""
+    for suffix, names in GEMMA_WEIGHT_AXES:
+        if key.endswith(suffix):
+            if len(names) != ndim:
+                raise ValueError(f"Gemma weight {key!r}: rank {ndim} does not match logical names {names}")
+            return names
+    raise ValueError(f"Gemma weight {key!r} has no logical axis rule in GEMMA_WEIGHT_AXES")
+
+
+def gemma_weight_shardings(weights: dict[str, jax.Array], strategy: str, mesh: Mesh) -> dict[str, NamedSharding]:
+    """Where each torchax weight lives under ``strategy`` on ``mesh`` (dimensions the mesh axes
+    do not divide stay whole, as for every parameter)."""
+    strat = get_strategy(strategy)
+    return {
+        k: NamedSharding(
+            mesh, strat.spec(gemma_logical_axes(k, w.ndim), mesh.axis_names, shape=w.shape, mesh_shape=mesh.shape)
+        )
+        for k, w in weights.items()
+    }
 
 
 def load_tokenizer(path: str) -> Any:
@@ -110,8 +158,9 @@ def _stacked_hidden_states_module(language_model: Any, attn_implementation: str 
     return StackedHiddenStates().eval()
 
 
-def _extract(language_model: Any) -> tuple[dict[str, jax.Array], Callable[..., jax.Array]]:
-    """torchax: weights pytree and a pure ``apply(weights, ids, mask) -> [B, S, H, L+1]``.
+def _extract(language_model: Any, strategy: str) -> tuple[dict[str, jax.Array], Callable[..., jax.Array]]:
+    """torchax: weights pytree and a pure ``apply(weights, ids, mask) -> [B, S, H, L+1]``, its
+    output constrained to ``strategy``'s text layout under a context mesh (no-op without one).
 
     Attention runs in transformers' ``eager`` form while traced: its ``sdpa`` form becomes a JAX
     softmax over ``-inf`` for the fully masked rows of left padding, whose NaNs then reach valid
@@ -122,7 +171,7 @@ def _extract(language_model: Any) -> tuple[dict[str, jax.Array], Callable[..., j
     weights, fn = torchax.extract_jax(wrapper)
 
     def apply(weights: dict[str, jax.Array], ids_bs: jax.Array, mask_bs: jax.Array) -> jax.Array:
-        return fn(weights, (ids_bs, mask_bs))
+        return constrain(fn(weights, (ids_bs, mask_bs)), HIDDEN_AXES, strategy)
 
     return weights, apply
 
@@ -142,10 +191,18 @@ class GemmaTextEncoder:
         self.weights: dict[str, jax.Array] | None = None
         self.apply: Callable[..., jax.Array] | None = None
         if cfg.placement == "torchax":
-            self.weights, self.apply = _extract(self.language_model)
+            self.weights, self.apply = _extract(self.language_model, cfg.sharding)
             self._jitted = jax.jit(self.apply)
         else:
             self._host_module = _stacked_hidden_states_module(self.language_model, None)
+
+    def shard(self, mesh: Mesh) -> GemmaTextEncoder:
+        """Place the torchax weights on ``mesh`` by ``cfg.sharding`` (in place); run :meth:`encode`
+        under ``jax.set_mesh(mesh)`` so the output is constrained too."""
+        if self.weights is None:
+            raise ValueError("placement='host' runs Gemma in PyTorch on the host: there are no JAX weights to shard")
+        self.weights = jax.device_put(self.weights, gemma_weight_shardings(self.weights, self.cfg.sharding, mesh))
+        return self
 
     @property
     def num_hidden_states(self) -> int:

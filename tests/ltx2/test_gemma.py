@@ -105,6 +105,48 @@ def test_host_matches_transformers(gemma: Any, tokens: dict) -> None:
     assert isinstance(ours, np.ndarray) and err <= 1e-6
 
 
+@pytest.mark.parametrize("strategy", ["trillium", "naive"])
+def test_sharded_torchax_matches_unsharded(
+    gemma: Any, torchax_encoder: GemmaTextEncoder, tokens: dict, strategy: str
+) -> None:
+    """Weights placed by their logical names on fsdp=2 x context=2 x tensor=2, output constrained:
+    the same hidden states (fp32; only the order of partial sums may change, so 1e-5)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from ltx2 import sharding
+
+    mesh = sharding.build_mesh({"fsdp": 2, "context": 2, "tensor": 2})
+    cfg = TextEncoderConfig(placement="torchax", batching="separate", max_sequence_length=SEQ, sharding=strategy)
+    encoder = GemmaTextEncoder(gemma, cfg).shard(mesh)
+    ids, mask = tokens["pos_ids"], tokens["pos_mask"]
+    with jax.set_mesh(mesh):
+        ours = encoder.encode(ids, mask)
+    err = valid_error(ours, np.asarray(torchax_encoder.encode(ids, mask)), mask)
+    print(f"gemma torchax {strategy} vs replicated: {err:.3g}")
+    assert err <= 1e-5
+    assert encoder.weights is not None
+    q_spec = encoder.weights["language_model.layers.0.self_attn.q_proj.weight"].sharding.spec
+    assert q_spec == {"trillium": P("tensor", "fsdp"), "naive": P(None, ("context", "fsdp"))}[strategy]
+    if strategy == "trillium":  # batch over data x fsdp; this mesh has no data axis
+        assert ours.sharding.spec[0] == "fsdp"
+
+
+def test_every_gemma_weight_has_logical_names(torchax_encoder: GemmaTextEncoder) -> None:
+    from ltx2.text.gemma import gemma_logical_axes
+
+    assert torchax_encoder.weights is not None
+    axes = {k: gemma_logical_axes(k, w.ndim) for k, w in torchax_encoder.weights.items()}
+    assert axes["language_model.layers.0.mlp.down_proj.weight"] == ("embed", "mlp")
+    assert axes["language_model.norm.weight"] == ("norm",)
+    with pytest.raises(ValueError, match="'language_model.lm_head.weight' has no logical axis rule"):
+        gemma_logical_axes("language_model.lm_head.weight", 2)
+    with pytest.raises(ValueError, match="sharding='zigzag'"):
+        TextEncoderConfig(sharding="zigzag")
+    with pytest.raises(ValueError, match="no JAX weights to shard"):
+        GemmaTextEncoder(torchax_encoder.language_model, TextEncoderConfig(placement="host")).shard(None)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("placement", ["torchax", "host"])
 def test_joint_and_separate_batching_agree(
     gemma: Any, torchax_encoder: GemmaTextEncoder, tokens: dict, placement: str
