@@ -146,6 +146,7 @@ def _build_text_encode(ctx: BuildContext) -> Stage:
         connect_jit = jax.jit(connect)
 
         def run_host(state: Any, *ids_masks: Any) -> Any:
+            hidden: Any
             if cfg_on:
                 pos, neg = encoder.encode_pair(*ids_masks)
                 hidden, mask = np.concatenate([neg, pos]), np.concatenate([ids_masks[3], ids_masks[1]])
@@ -238,7 +239,10 @@ def _loop_inputs(s: _Setup, ctx: BuildContext, strategy: str) -> tuple[Any, Any,
                             _sds((rows, S), jnp.int32, ("activation_batch", None), strategy, mesh))  # fmt: skip
     sched = cfg.scheduler
     sigmas = sigma_schedule(sched, cfg.pipeline.num_inference_steps, mu=sched.mu(plan.video_tokens))
-    schedule = Schedule(np.asarray(sigmas, np.float32), np.asarray(timesteps(sched, sigmas), np.float32))
+    # Host arrays in the Schedule container: placed on the mesh by the stage (replicated).
+    host_sigmas: Any = np.asarray(sigmas, np.float32)
+    host_timesteps: Any = np.asarray(timesteps(sched, sigmas), np.float32)
+    schedule = Schedule(host_sigmas, host_timesteps)
     scales = jax_to_host(cfg.guidance.scales())
     return latents, embeds, schedule, scales
 
