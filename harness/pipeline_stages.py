@@ -8,7 +8,8 @@ metrics, and runs on random weights for timings.
 Batch convention (shared with ``denoise_step``): ``workload.batch`` counts transformer rows of
 the conditional + unconditional pass, so with classifier-free guidance ``batch = 2`` is one
 video; without it, ``batch`` videos. Each component is laid out by its own config's
-``sharding`` (``pipeline.vae_replication`` forces the VAEs and vocoder to ``replicated``).
+``sharding``; the VAEs, vocoder and upsampler follow ``pipeline.vae_replication`` under the
+transformer's strategy (:func:`ltx2.components.vae_configs`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _sds(shape: tuple[int, ...], dtype: Any, names: tuple[str | None, ...], stra
 
     from ltx2.sharding import input_sharding
 
-    return jax.ShapeDtypeStruct(shape, dtype, sharding=input_sharding(names, strategy, mesh))
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=input_sharding(names, strategy, mesh, shape))
 
 
 def _concrete(abstract: Any, seed: int, fill: Callable[[Any, Any], Any] | None = None) -> Any:

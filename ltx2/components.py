@@ -15,6 +15,7 @@ import jax
 from flax import nnx
 
 from ltx2.pipeline_config import PipelineConfig
+from ltx2.sharding import vae_strategy
 from ltx2.text.connectors import LTX2TextConnectors
 from ltx2.text.gemma import GemmaTextEncoder
 from ltx2.transformer import LTX2Transformer
@@ -23,14 +24,16 @@ from ltx2.vae.upsampler import LTX2LatentUpsamplerModel
 from ltx2.vae.video import VideoVAE
 from ltx2.vae.vocoder import LTX2Vocoder, LTX2VocoderWithBWE, VocoderWithBWEConfig
 
+VAE_FIELDS = ("video_vae", "audio_vae", "vocoder", "upsampler")
+
 
 def vae_configs(cfg: PipelineConfig) -> PipelineConfig:
-    """``cfg`` with the VAEs and vocoder set to ``sharding="replicated"`` when ``vae_replication``."""
-    if not cfg.pipeline.vae_replication:
-        return cfg
-    rep = {name: dataclasses.replace(getattr(cfg, name), sharding="replicated")
-           for name in ("video_vae", "audio_vae", "vocoder")}  # fmt: skip
-    return cfg.replace(**rep)
+    """``cfg`` with the VAEs, vocoder and upsampler laid out by ``pipeline.vae_replication`` under the
+    transformer's strategy (:func:`ltx2.sharding.vae_strategy`: replicated weights with batch/frames
+    split, or weights sharded like the model; ``replicated`` stays replicated)."""
+    name = vae_strategy(cfg.transformer.sharding, cfg.pipeline.vae_replication).name
+    names = [n for n in VAE_FIELDS if getattr(cfg, n) is not None]
+    return cfg.replace(**{n: dataclasses.replace(getattr(cfg, n), sharding=name) for n in names})
 
 
 def random_gemma(cfg: PipelineConfig, seed: int) -> GemmaTextEncoder:

@@ -42,7 +42,11 @@ def test_config_is_the_pipeline_config_with_the_workload() -> None:
     cfg = pipeline_config("tiny", {"pipeline.diffusion_loop": "python", "transformer.sharding": "context"}, WL)
     assert cfg.pipeline.diffusion_loop == "python" and cfg.pipeline.num_inference_steps == 2
     assert (cfg.pipeline.height, cfg.pipeline.num_frames) == (64, 65) and cfg.transformer.sharding == "context"
-    assert cfg.video_vae.sharding == "replicated"  # vae_replication (default on) forces the VAEs replicated
+    # vae_replication (default on): VAE weights whole, batch and frames split over the mesh
+    assert cfg.video_vae.sharding == cfg.vocoder.sharding == cfg.upsampler.sharding == "context+vae-replicated"
+    off = pipeline_config("tiny", {"pipeline.vae_replication": False, "transformer.sharding": "context"}, WL)
+    assert off.audio_vae.sharding == "context+vae-sharded"
+    assert pipeline_config("tiny", {}, WL).video_vae.sharding == "replicated"
     assert set(workload.base_config("tiny")) >= {"transformer", "video_vae", "audio_vae", "vocoder", "pipeline",
                                                  "text_encoder", "connectors", "scheduler", "guidance"}
 
