@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from harness.records import library_versions
 
 CACHE_VERSION = 1
 LIBRARIES = ("jax", "jaxlib", "flax", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt")
@@ -34,13 +35,7 @@ CODE_FILES = ("harness/workload.py", "harness/metrics/static.py", "harness/metri
 
 
 def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return library_versions(LIBRARIES)
 
 
 @functools.cache

@@ -181,9 +181,10 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def library_versions() -> dict[str, str | None]:
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution (None where it is not installed)."""
     out: dict[str, str | None] = {}
-    for name in LIBRARIES:
+    for name in names:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

@@ -158,3 +158,19 @@ def load_pretrained(
         upsampler=upsampler.load(cfg.upsampler, up[1]) if up is not None and cfg.upsampler is not None else None,
         text_encoder=_text_encoder(root, te_cfg) if has_encoder and load_text_encoder else None,
     )
+
+
+def diffusers_call_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
+    """The keyword arguments of diffusers ``LTX2Pipeline.__call__`` that make it generate what
+    ``cfg`` does (size, steps, every guidance scale, STG blocks); add the prompts, latents and
+    ``output_type``. For side-by-side runs (parity tests, benchmarks)."""
+    g, o = cfg.guidance, cfg.pipeline
+    return dict(
+        height=o.height, width=o.width, num_frames=o.num_frames, frame_rate=o.frame_rate,
+        num_inference_steps=o.num_inference_steps, guidance_scale=g.guidance_scale, stg_scale=g.stg_scale,
+        modality_scale=g.modality_scale, guidance_rescale=g.guidance_rescale,
+        audio_guidance_scale=g.audio_guidance_scale, audio_stg_scale=g.audio_stg_scale,
+        audio_modality_scale=g.audio_modality_scale, audio_guidance_rescale=g.audio_guidance_rescale,
+        spatio_temporal_guidance_blocks=list(o.spatio_temporal_guidance_blocks),
+        use_cross_timestep=o.use_cross_timestep,
+    )  # fmt: skip

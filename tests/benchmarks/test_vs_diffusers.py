@@ -24,6 +24,7 @@ import pytest
 from flax import nnx
 
 from ltx2.config import TransformerConfig
+from ltx2.convert.pipeline import diffusers_call_kwargs
 from ltx2.text.connectors import ConnectorsConfig
 from ltx2.vae.audio import AudioVAEConfig
 from ltx2.vae.video import VideoVAEConfig
@@ -252,20 +253,14 @@ def _loop_case(preset: str, dtype: str) -> Built:
         text = ours.embed_text(pos, pos_mask, neg, neg_mask)
         return ours.denoise(ours.prepare_latents(plan, video=video, audio=audio), text, schedule, scales, plan)
 
-    g, o, t = cfg.guidance, cfg.pipeline, torch.from_numpy
+    t = torch.from_numpy
     kwargs = dict(
         prompt_embeds=t(pos), prompt_attention_mask=t(pos_mask),
         negative_prompt_embeds=t(neg), negative_prompt_attention_mask=t(neg_mask),
-        height=o.height, width=o.width, num_frames=o.num_frames, frame_rate=o.frame_rate,
-        num_inference_steps=o.num_inference_steps, guidance_scale=g.guidance_scale, stg_scale=g.stg_scale,
-        modality_scale=g.modality_scale, guidance_rescale=g.guidance_rescale,
-        audio_guidance_scale=g.audio_guidance_scale, audio_stg_scale=g.audio_stg_scale,
-        audio_modality_scale=g.audio_modality_scale, audio_guidance_rescale=g.audio_guidance_rescale,
-        spatio_temporal_guidance_blocks=list(o.spatio_temporal_guidance_blocks),
-        use_cross_timestep=o.use_cross_timestep, latents=t(video), audio_latents=t(audio),
+        **diffusers_call_kwargs(cfg), latents=t(video), audio_latents=t(audio),
         output_type="latent", return_dict=False,
     )  # fmt: skip
-    info = dict(steps=o.num_inference_steps, video_tokens=plan.frames * plan.height * plan.width)
+    info = dict(steps=cfg.pipeline.num_inference_steps, video_tokens=plan.frames * plan.height * plan.width)
     return Built(jax_loop, (), lambda: ref(**kwargs), info, jit=False)
 
 

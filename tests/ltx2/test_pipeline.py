@@ -21,6 +21,7 @@ import pytest
 from jax import monitoring
 
 from ltx2.convert import from_diffusers
+from ltx2.convert.pipeline import diffusers_call_kwargs
 from ltx2.denoise import Latents
 from ltx2.guidance import GuidanceConfig
 from ltx2.pipeline import LTX2Pipeline, adain_filter, tone_map_latents
@@ -109,18 +110,11 @@ def case() -> dict[str, Any]:
     video = rng.standard_normal((1, cfg.video_vae.latent_channels, plan.frames, plan.height, plan.width))
     audio = rng.standard_normal((1, cfg.audio_vae.latent_channels, plan.audio_frames, plan.latent_mel_bins))
     video, audio = video.astype(np.float32), audio.astype(np.float32)
-    g, o = cfg.guidance, cfg.pipeline
     t = torch.from_numpy
     ref_video, ref_audio = ref(
         prompt_embeds=t(pos), prompt_attention_mask=t(pos_mask),
         negative_prompt_embeds=t(neg), negative_prompt_attention_mask=t(neg_mask),
-        height=o.height, width=o.width, num_frames=o.num_frames, frame_rate=o.frame_rate,
-        num_inference_steps=o.num_inference_steps, guidance_scale=g.guidance_scale, stg_scale=g.stg_scale,
-        modality_scale=g.modality_scale, guidance_rescale=g.guidance_rescale,
-        audio_guidance_scale=g.audio_guidance_scale, audio_stg_scale=g.audio_stg_scale,
-        audio_modality_scale=g.audio_modality_scale, audio_guidance_rescale=g.audio_guidance_rescale,
-        spatio_temporal_guidance_blocks=list(o.spatio_temporal_guidance_blocks),
-        use_cross_timestep=o.use_cross_timestep, latents=t(video), audio_latents=t(audio),
+        **diffusers_call_kwargs(cfg), latents=t(video), audio_latents=t(audio),
         output_type="np", return_dict=False,
     )  # fmt: skip
     text = ours.embed_text(pos, pos_mask, neg, neg_mask)
