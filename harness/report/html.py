@@ -154,6 +154,8 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None) -> s
         time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, "
                                       f"n={t.n}</span>")
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        if r.speedup is not None and r.speedup_reference not in (None, reference):
+            speedup += f' <span class=note>vs {e(r.speedup_reference)}</span>'
         wasted = "-" if r.wasted_fraction is None else f"{r.wasted_fraction:.1%}"
         body.append(
             f'<tr><td class="l">{e(r.variant)} <span class=note>{e(r.variant_id)}</span></td>'

@@ -44,30 +44,26 @@ def _label(variant: str, stage: str, stages: int) -> str:
 
 
 def stage_times(rows: Sequence[StageRow]) -> str | None:
-    """Median time per stage per variant, error bars from the first to the third quartile."""
+    """Median time per variant, one panel per stage (stages differ by orders of magnitude), error
+    bars from the first to the third quartile."""
     timed = [r for r in rows if r.time is not None]
     if not timed:
         return None
-    variants = list(dict.fromkeys(r.variant for r in timed))
     stages = list(dict.fromkeys(r.stage for r in timed))
-    fig, ax = _figure(len(variants) * len(stages))
-    width = 0.8 / len(stages)
-    for j, stage in enumerate(stages):
-        xs, med, lo, hi = [], [], [], []
-        for i, v in enumerate(variants):
-            row = next((r for r in timed if r.variant == v and r.stage == stage), None)
-            if row is None or row.time is None:
-                continue
-            xs.append(i + (j - (len(stages) - 1) / 2) * width)
-            med.append(row.time.median * 1e3)
-            lo.append((row.time.median - row.time.q1) * 1e3)
-            hi.append((row.time.q3 - row.time.median) * 1e3)
-        ax.bar(xs, med, width * 0.9, yerr=[lo, hi], capsize=3, label=stage)
-    ax.set_xticks(range(len(variants)), variants, rotation=20, ha="right")
-    ax.set_ylabel("median time per call (ms)")
-    ax.set_title("Per-stage time (error bars: interquartile range)")
-    ax.legend(fontsize="small")
-    ax.grid(axis="y", alpha=0.3)
+    widest = max(sum(r.stage == s for r in timed) for s in stages)
+    fig = Figure(figsize=(max(6.0, 0.9 * widest + 2.5), 3.0 * len(stages)))
+    for k, stage in enumerate(stages):
+        ax = fig.add_subplot(len(stages), 1, k + 1)
+        mine = [r for r in timed if r.stage == stage and r.time is not None]
+        med = [r.time.median * 1e3 for r in mine if r.time]
+        lo = [(r.time.median - r.time.q1) * 1e3 for r in mine if r.time]
+        hi = [(r.time.q3 - r.time.median) * 1e3 for r in mine if r.time]
+        ax.bar(range(len(mine)), med, 0.7, yerr=[lo, hi], capsize=3, color=f"C{k % 10}")
+        ax.set_xticks(range(len(mine)), [r.variant for r in mine], rotation=20, ha="right")
+        ax.set_ylabel("ms per call")
+        ax.set_title(f"{stage}: median time (error bars: interquartile range)", fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
     return to_png(fig)
 
 

@@ -36,6 +36,7 @@ class StageRow:
     collective_bytes: float | None
     wasted_fraction: float | None
     error: str | None
+    speedup_reference: str | None = None  # the variant `speedup` is relative to, for this stage
 
 
 def ok_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -69,13 +70,16 @@ def _samples(entry: Mapping[str, Any]) -> list[float]:
 
 
 def stage_rows(records: Sequence[Mapping[str, Any]], reference: str | None = None) -> list[StageRow]:
+    """One row per (variant, stage). A stage's speedups are relative to the reference variant when
+    it ran that stage, else to the first variant that did (e.g. a knob against the variant that
+    runs the whole pipeline)."""
     ref = pick_reference(records, reference)
-    ref_medians: dict[str, float] = {}
-    for r in records:
-        if r["variant"]["name"] == ref:
-            for stage, entry in (r.get("stages") or {}).items():
-                if xs := _samples(entry):
-                    ref_medians[stage] = stats.median(xs)
+    ref_medians: dict[str, tuple[str, float]] = {}
+    ordered = sorted(records, key=lambda r: r["variant"]["name"] != ref)  # the reference first
+    for r in ordered:
+        for stage, entry in (r.get("stages") or {}).items():
+            if stage not in ref_medians and r.get("status") == "ok" and (xs := _samples(entry)):
+                ref_medians[stage] = (r["variant"]["name"], stats.median(xs))
     rows = []
     for r in records:
         stages = r.get("stages") or {}
@@ -88,12 +92,13 @@ def stage_rows(records: Sequence[Mapping[str, Any]], reference: str | None = Non
             m = flatten_stage(entry)
             xs = _samples(entry)
             time = stats.spread(xs) if xs else None
-            speedup = ref_medians[stage] / time.median if time and time.median and stage in ref_medians else None
+            ref_name, ref_median = ref_medians.get(stage, (None, 0.0))
+            speedup = ref_median / time.median if time and time.median and ref_name else None
             memory = m.get("memory.bound_bytes") or m.get("memory.peak_bytes")
             rows.append(StageRow(
                 variant=r["variant"]["name"], variant_id=r["variant"]["id"], stage=stage,
                 status=entry.get("status", r.get("status", "?")), mode=(r.get("target") or {}).get("mode_used"),
-                time=time, speedup=speedup,
+                time=time, speedup=speedup, speedup_reference=ref_name if speedup is not None else None,
                 compile_s=_value(m, "compile_s"), recompiles=_value(m, "recompiles"),
                 memory_bytes=memory.value if memory else None,
                 collective_count=_value(m, "collectives.total.count"),

@@ -175,3 +175,17 @@ def test_report_in_headless_chromium(rendered, tmp_path):
     for element in ('id="variants"', 'id="comparison-changed"', 'id="plot-stage-times"', 'id="plot-breakdown"',
                     'id="plot-collective-bytes"', 'id="plot-memory"', 'id="failed"', 'id="trace-links"'):
         assert element in dom
+
+
+def test_speedup_of_a_stage_the_reference_did_not_run_is_against_the_first_variant_that_did() -> None:
+    from harness.report import tables
+
+    def rec(name: str, **stages: list[float]) -> dict:
+        return {"variant": {"name": name, "id": name}, "status": "ok",
+                "stages": {s: {"status": "ok", "measured": {"samples_s": xs}} for s, xs in stages.items()}}
+
+    rows = tables.stage_rows([rec("ref", step=[2.0, 2.0]), rec("pipe", step=[4.0], loop=[1.0, 1.0]),
+                              rec("knob", loop=[0.5, 0.5])], reference="ref")  # fmt: skip
+    got = {(r.variant, r.stage): (r.speedup, r.speedup_reference) for r in rows}
+    assert got == {("ref", "step"): (1.0, "ref"), ("pipe", "step"): (0.5, "ref"),
+                   ("pipe", "loop"): (1.0, "pipe"), ("knob", "loop"): (2.0, "pipe")}  # fmt: skip
