@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 KINDS: tuple[str, ...] = (
@@ -413,6 +413,13 @@ def _spatial_taps(out_n: int, in_n: int, size: int, w: Mapping[str, int]) -> int
                if (p := o * stride + t * rhs_d - pad) % lhs_d == 0 and 0 <= p // lhs_d < in_n)
 
 
+def _nested(instr: Instruction, module: _Module, visit: Callable[[str], int]) -> int:
+    """``visit``'s total over the computations ``instr`` calls, a ``while`` body times its trip
+    count (once where the count is unknown)."""
+    times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
+    return times * sum(visit(c) for c in _callees(instr) if c in module.computations)
+
+
 def matmul_flops(hlo_text: str) -> int:
     """Matmul FLOPs (dots and convolutions) of an optimized HLO module, per device, per call of
     ENTRY, with loop bodies multiplied by their trip counts (unknown trip counts count once).
@@ -433,8 +440,7 @@ def matmul_flops(hlo_text: str) -> int:
                 continue
             if instr.opcode in _ASYNC_CONTINUATIONS:
                 continue
-            times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
-            total += times * sum(visit(c) for c in _callees(instr) if c in module.computations)
+            total += _nested(instr, module, visit)
         return total
 
     return visit(module.entry) if module.entry else 0
@@ -497,8 +503,7 @@ def memory_traffic_bytes(hlo_text: str) -> int:
         total = 0
         for instr in instrs:
             if instr.opcode in ("while", "call", "conditional"):
-                times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
-                total += times * sum(visit(c) for c in _callees(instr) if c in module.computations)
+                total += _nested(instr, module, visit)
             elif instr.opcode == "fusion":
                 total += _fusion_traffic(instr, shapes, module)
             elif instr.opcode not in _NO_TRAFFIC and not instr.opcode.endswith("-done"):
