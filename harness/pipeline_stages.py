@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from harness.workload import BuildContext, JaxStage, Stage, StageUnavailable, abstract_state, build_config, random_state
@@ -78,14 +79,19 @@ def _concrete(abstract: Any, seed: int, fill: Callable[[Any, Any], Any] | None =
     return jax.tree.map(leaf, abstract)
 
 
+def _replicated(mesh: Any) -> Any:
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return NamedSharding(mesh, P())
+
+
 def _replicated_like(tree: Any, mesh: Any) -> Any:
     """Abstract, replicated twins of concrete host values (schedules, guidance scales)."""
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    rep = NamedSharding(mesh, P())
+    rep = _replicated(mesh)
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=rep), tree)
 
 
@@ -107,6 +113,7 @@ def _build_text_encode(ctx: BuildContext) -> Stage:
     from ltx2.components import random_gemma
     from ltx2.denoise import TextEmbeddings
     from ltx2.text.connectors import LTX2TextConnectors
+    from ltx2.text.gemma import encode_pair_with
 
     s = _setup(ctx)
     cfg, mesh = s.cfg, ctx.mesh
@@ -159,7 +166,7 @@ def _build_text_encode(ctx: BuildContext) -> Stage:
         def make_host() -> tuple[Any, ...]:
             return (random_state(cstate, ctx.seed), *ids_and_masks(np.random.default_rng(ctx.seed + 1)))
 
-        return HostStage("text_encode", connect_jit, abstract_in, make_host, run_host,
+        return HostStage("text_encode", connect_jit, abstract_in, make_host, host_run=run_host,
                          notes=notes + ["static metrics cover the connectors only: Gemma-3 runs in PyTorch on the "
                                         "host (text_encoder.placement = 'host')"])  # fmt: skip
 
@@ -171,12 +178,9 @@ def _build_text_encode(ctx: BuildContext) -> Stage:
     def encode(gemma: Any, state: Any, *ids_masks: Any) -> Any:
         if not cfg_on:
             return connect(state, apply(gemma, ids_masks[0], ids_masks[1]), ids_masks[1])
-        pos_ids, pos_mask, neg_ids, neg_mask = ids_masks
-        if cfg.text_encoder.batching == "separate":
-            hidden = jnp.concatenate([apply(gemma, neg_ids, neg_mask), apply(gemma, pos_ids, pos_mask)])
-        else:
-            hidden = apply(gemma, jnp.concatenate([neg_ids, pos_ids]), jnp.concatenate([neg_mask, pos_mask]))
-        return connect(state, hidden, jnp.concatenate([neg_mask, pos_mask]))
+        _, pos_mask, _, neg_mask = ids_masks  # as GemmaTextEncoder.encode_pair, with the weights traced
+        pos, neg = encode_pair_with(partial(apply, gemma), cfg.text_encoder.batching, *ids_masks)
+        return connect(state, jnp.concatenate([neg, pos]), jnp.concatenate([neg_mask, pos_mask]))
 
     id_sds = _sds(tokens, jnp.int32, ids_names, strategy, mesh)
     abstract_args = (gemma_abstract, cstate, *([id_sds] * (4 if cfg_on else 2)))
@@ -198,15 +202,10 @@ def _rngs(seed: int) -> Any:
 
 @dataclass
 class HostStage(JaxStage):
-    """A stage whose run mixes host work (PyTorch) with a compiled program: ``fn`` is the
-    program analysed statically, ``host_run(*args)`` is what one call of the stage does."""
+    """A stage whose run mixes host work (PyTorch, a Python loop) with a compiled program: ``fn``
+    is the program analysed statically, ``host_run(*args)`` is what one call of the stage does."""
 
     host_run: Callable[..., Any] | None = None
-
-    def __init__(self, name: str, fn: Any, abstract_args: tuple[Any, ...], make_args: Callable[[], tuple[Any, ...]],
-                 host_run: Callable[..., Any], notes: list[str]) -> None:  # fmt: skip
-        super().__init__(name, fn, abstract_args, make_args, notes=notes)
-        self.host_run = host_run
 
     def run(self) -> Any:
         import jax
@@ -310,11 +309,10 @@ def _build_denoise_loop(ctx: BuildContext) -> Stage:
             x = denoise_step(graphdef, st, x, text, sigma, sigma_next, t, sc, plan=plan)
         return x
 
-    stage = HostStage("denoise_loop", jax.jit(one_step), (state, latents, embeds, scalar, scalar, scalar, scales_abs),
-                      make_args, run_loop, notes=notes + ["static metrics are of one step (the program the loop "
-                                                          "calls); per video they repeat once per step"])  # fmt: skip
-    stage.analytic_flops, stage.calls_per_video, stage.extra = flops, steps, extra
-    return stage
+    return HostStage("denoise_loop", jax.jit(one_step), (state, latents, embeds, scalar, scalar, scalar, scales_abs),
+                     make_args, analytic_flops=flops, calls_per_video=steps, extra=extra, host_run=run_loop,
+                     notes=notes + ["static metrics are of one step (the program the loop calls); per video "
+                                    "they repeat once per step"])  # fmt: skip
 
 
 # --------------------------------------------------------------------------- decoders
@@ -325,7 +323,7 @@ def _build_video_decode(ctx: BuildContext) -> Stage:
     import jax
     import jax.numpy as jnp
 
-    from ltx2.pipeline import _decode_video
+    from ltx2.pipeline import _decode_video, decode_video_inputs
     from ltx2.vae.video import VideoVAE
 
     s = _setup(ctx)
@@ -334,20 +332,12 @@ def _build_video_decode(ctx: BuildContext) -> Stage:
     graphdef, state = abstract_state(lambda: VideoVAE(v, rngs=_rngs(ctx.seed)), strategy, mesh)
     batch = ("activation_batch", None, None)
     packed = _sds((s.videos, plan.video_tokens, cfg.transformer.in_channels), jnp.float32, batch, strategy, mesh)
-    o = cfg.pipeline
-    scale = o.decode_timestep if o.decode_noise_scale is None else o.decode_noise_scale
 
-    def decode(st: Any, x: Any, key: Any) -> Any:
-        k_mix, inject = jax.random.split(key)
-        noise = None
-        if v.timestep_conditioning:
-            noise = jax.random.normal(k_mix, (plan.batch, v.latent_channels, plan.frames, plan.height, plan.width))
-        t = jnp.full((plan.batch,), o.decode_timestep, jnp.float32)
-        return _decode_video(graphdef, st, x, noise, t, jnp.full((plan.batch,), scale, jnp.float32),
-                             inject if any(v.decoder_inject_noise) else None, plan=plan)  # fmt: skip
+    def decode(st: Any, x: Any, key: Any) -> Any:  # = LTX2Pipeline.decode_video on abstract weights
+        return _decode_video(graphdef, st, x, *decode_video_inputs(key, plan, v, cfg.pipeline, x.dtype), plan=plan)
 
     key_abs = jax.eval_shape(lambda: jax.random.key(0))
-    key_abs = jax.ShapeDtypeStruct(key_abs.shape, key_abs.dtype, sharding=_replicated_like(0.0, mesh).sharding)
+    key_abs = jax.ShapeDtypeStruct(key_abs.shape, key_abs.dtype, sharding=_replicated(mesh))
 
     def make_args() -> tuple[Any, ...]:
         key = jax.device_put(jax.random.key(ctx.seed), key_abs.sharding)
@@ -364,7 +354,8 @@ def _build_audio_decode(ctx: BuildContext) -> Stage:
     import jax.numpy as jnp
     from flax import nnx
 
-    from ltx2.vae.audio import AutoencoderKLLTX2Audio, unpack_latents
+    from ltx2.pipeline import waveform
+    from ltx2.vae.audio import AutoencoderKLLTX2Audio
     from ltx2.vae.vocoder import LTX2Vocoder, LTX2VocoderWithBWE, VocoderWithBWEConfig
 
     s = _setup(ctx)
@@ -378,9 +369,8 @@ def _build_audio_decode(ctx: BuildContext) -> Stage:
     packed = _sds((s.videos, plan.audio_frames, cfg.transformer.audio_in_channels), jnp.float32,
                   ("activation_batch", None, None), cfg.audio_vae.sharding, mesh)  # fmt: skip
 
-    def decode(sv: Any, so: Any, x: Any) -> Any:  # = ltx2.pipeline._decode_audio over two graphs
-        vae, vocoder = nnx.merge(vae_graph, sv), nnx.merge(voc_graph, so)
-        return vocoder(vae.decode(unpack_latents(vae.denormalize_packed(x), plan.latent_mel_bins)))
+    def decode(sv: Any, so: Any, x: Any) -> Any:  # = LTX2Pipeline.decode_audio, one graph per module
+        return waveform(nnx.merge(vae_graph, sv), nnx.merge(voc_graph, so), x, plan)
 
     def make_args() -> tuple[Any, ...]:
         return (random_state(vae_state, ctx.seed), random_state(voc_state, ctx.seed + 1),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,14 +26,14 @@ from flax import nnx
 from ltx2.denoise import Latents, Schedule, TextEmbeddings, denoise_python, denoise_scan, step_inputs
 from ltx2.guidance import AVGuidanceScales, GuidanceConfig
 from ltx2.latents import Plan, pack_video, unpack_video
-from ltx2.pipeline_config import PipelineConfig
+from ltx2.pipeline_config import PipelineConfig, PipelineOptions
 from ltx2.scheduler import sigma_schedule, timesteps
 from ltx2.text.connectors import LTX2TextConnectors
 from ltx2.text.gemma import GemmaTextEncoder
 from ltx2.transformer import LTX2Transformer
 from ltx2.vae.audio import AutoencoderKLLTX2Audio, pack_latents, unpack_latents
 from ltx2.vae.upsampler import LTX2LatentUpsamplerModel
-from ltx2.vae.video import VideoVAE, mix_decode_noise
+from ltx2.vae.video import VideoVAE, VideoVAEConfig, mix_decode_noise
 from ltx2.vae.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
 Array = jax.Array | np.ndarray
@@ -70,11 +71,32 @@ def _decode_video(
     return jnp.transpose(jnp.clip(video / 2 + 0.5, 0.0, 1.0), (0, 2, 3, 4, 1))
 
 
+def decode_video_inputs(
+    key: jax.Array, plan: Plan, vae: VideoVAEConfig, options: PipelineOptions, dtype: Any
+) -> tuple[jax.Array | None, jax.Array, jax.Array, jax.Array | None]:
+    """``(noise, decode_t, noise_scale, inject_key)`` for :func:`_decode_video`: decode noise from
+    ``key`` for a timestep-conditioned VAE at ``decode_noise_scale`` (default ``decode_timestep``),
+    and the decoder's own noise-injection key when it injects any."""
+    k_mix, inject_key = jax.random.split(key)
+    noise = None
+    if vae.timestep_conditioning:
+        noise = jax.random.normal(k_mix, (plan.batch, vae.latent_channels, plan.frames, plan.height, plan.width), dtype)
+    scale = options.decode_timestep if options.decode_noise_scale is None else options.decode_noise_scale
+    return (noise, jnp.full((plan.batch,), options.decode_timestep, jnp.float32),
+            jnp.full((plan.batch,), scale, jnp.float32), inject_key if any(vae.decoder_inject_noise) else None)
+
+
+def waveform(audio_vae: AutoencoderKLLTX2Audio, vocoder: LTX2Vocoder | LTX2VocoderWithBWE, packed: jax.Array,
+             plan: Plan) -> jax.Array:  # fmt: skip
+    """Packed, normalised audio latents ``[B, A, Ca]`` -> mel spectrogram -> waveform ``[B, ch, samples]``."""
+    z = unpack_latents(audio_vae.denormalize_packed(packed), plan.latent_mel_bins)
+    return vocoder(audio_vae.decode(z))
+
+
 @partial(jax.jit, static_argnames=("graphdef", "plan"))
 def _decode_audio(graphdef: nnx.GraphDef, state: nnx.State, packed: jax.Array, *, plan: Plan) -> jax.Array:
     audio_vae, vocoder = nnx.merge(graphdef, state)
-    z = unpack_latents(audio_vae.denormalize_packed(packed), plan.latent_mel_bins)
-    return vocoder(audio_vae.decode(z))
+    return waveform(audio_vae, vocoder, packed, plan)
 
 
 @partial(jax.jit, static_argnames=("graphdef",))
@@ -278,19 +300,9 @@ class LTX2Pipeline:
         """Packed video latents ``[B, L, C]`` -> frames ``[B, F, H, W, 3]`` in [0, 1] (diffusers
         ``output_type="np"``). A timestep-conditioned VAE first mixes in decode noise from
         ``key`` at ``pipeline.decode_noise_scale`` (default: ``decode_timestep``)."""
-        o, vcfg = self.cfg.pipeline, self.cfg.video_vae
-        noise = None
-        key = jax.random.key(o.seed + 1) if key is None else key
-        k_mix, inject_key = jax.random.split(key)
-        if vcfg.timestep_conditioning:
-            shape = (plan.batch, vcfg.latent_channels, plan.frames, plan.height, plan.width)
-            noise = jax.random.normal(k_mix, shape, video.dtype)
-        if not any(vcfg.decoder_inject_noise):
-            inject_key = None
-        scale = o.decode_timestep if o.decode_noise_scale is None else o.decode_noise_scale
-        decode_t = jnp.full((plan.batch,), o.decode_timestep, jnp.float32)
-        return _decode_video(self.video_vae_graph, self.video_vae_state, video, noise, decode_t,
-                             jnp.full((plan.batch,), scale, jnp.float32), inject_key, plan=plan)  # fmt: skip
+        key = jax.random.key(self.cfg.pipeline.seed + 1) if key is None else key
+        inputs = decode_video_inputs(key, plan, self.cfg.video_vae, self.cfg.pipeline, video.dtype)
+        return _decode_video(self.video_vae_graph, self.video_vae_state, video, *inputs, plan=plan)
 
     def decode_audio(self, audio: jax.Array, plan: Plan) -> jax.Array:
         """Packed audio latents ``[B, A, Ca]`` -> waveform ``[B, channels, samples]`` (audio VAE

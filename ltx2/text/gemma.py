@@ -176,6 +176,24 @@ def _extract(language_model: Any, strategy: str) -> tuple[dict[str, jax.Array], 
     return weights, apply
 
 
+def encode_pair_with(
+    encode: Callable[[Any, Any], Any], batching: str, pos_ids: Any, pos_mask: Any, neg_ids: Any, neg_mask: Any,
+    xp: Any = jnp,
+) -> tuple[Any, Any]:
+    """(positive, negative) ``encode(ids, mask)`` outputs: one pass of ``[negative; positive]``
+    (``joint``) or two passes (``separate``). ``xp`` concatenates (``jnp`` when traced)."""
+    if np.shape(pos_ids) != np.shape(neg_ids):
+        raise ValueError(
+            f"positive and negative ids must have the same shape for CFG, got "
+            f"{np.shape(pos_ids)} and {np.shape(neg_ids)}"
+        )
+    if batching == "separate":
+        return encode(pos_ids, pos_mask), encode(neg_ids, neg_mask)
+    both = encode(xp.concatenate([neg_ids, pos_ids]), xp.concatenate([neg_mask, pos_mask]))
+    batch = np.shape(pos_ids)[0]
+    return both[batch:], both[:batch]
+
+
 class GemmaTextEncoder:
     """Gemma-3 text model -> stacked hidden states ``[B, S, H, L+1]``, placed per ``cfg``."""
 
@@ -230,17 +248,8 @@ class GemmaTextEncoder:
     def encode_pair(self, pos_ids: Array, pos_mask: Array, neg_ids: Array, neg_mask: Array) -> tuple[Array, Array]:
         """(positive, negative) hidden states, in one pass of ``[negative; positive]`` (joint)
         or two passes (separate), per ``cfg.batching``."""
-        if np.shape(pos_ids) != np.shape(neg_ids):
-            raise ValueError(
-                f"positive and negative ids must have the same shape for CFG, got "
-                f"{np.shape(pos_ids)} and {np.shape(neg_ids)}"
-            )
-        if self.cfg.batching == "separate":
-            return self.encode(pos_ids, pos_mask), self.encode(neg_ids, neg_mask)
         xp = jnp if self.cfg.placement == "torchax" else np
-        both = self.encode(xp.concatenate([neg_ids, pos_ids]), xp.concatenate([neg_mask, pos_mask]))
-        batch = np.shape(pos_ids)[0]
-        return both[batch:], both[:batch]
+        return encode_pair_with(self.encode, self.cfg.batching, pos_ids, pos_mask, neg_ids, neg_mask, xp)
 
     def tokenize(self, prompts: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Prompts -> (ids, mask) ``[B, max_sequence_length]`` int32, left padded, truncated."""
