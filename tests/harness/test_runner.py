@@ -147,6 +147,24 @@ def test_cli_sweep_writes_its_report_with_the_failures(tmp_path: Path, capsys: p
     assert not (reports / "s2" / "index.html").exists() and (reports / "s2" / "results.jsonl").exists()
 
 
+def test_a_report_that_cannot_be_written_warns_and_keeps_the_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.report
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(harness.report, "write_report", broken)
+    path = _manifest(tmp_path, ISOLATION[: ISOLATION.index('[[variants]]\nname = "raises"')])  # `first` only
+    reports = tmp_path / "reports"
+    assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "s"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: could not write the report (OSError: disk full)" in err
+    assert f"retry with: python -m harness report {reports / 's' / 'results.jsonl'}" in err
+    assert len((reports / "s" / "results.jsonl").read_text().splitlines()) == 1
+
+
 def test_worker_runs_the_tiny_transformer_in_process(tmp_path: Path) -> None:
     """The real stage path: static (collectives), measured (no recompiles), trace; a pipeline stage beside it."""
     spec = {
