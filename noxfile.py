@@ -102,4 +102,5 @@ def bench(session: nox.Session) -> None:
     """JAX vs diffusers benchmarks (pytest-benchmark), not part of `tests`."""
     _install(session, "test")
     args = session.posargs or ["tests/benchmarks", "--benchmark-json=reports/bench.json"]
-    session.run("pytest", "-p", "no:cacheprovider", *args, env=CPU_ENV)
+    # One CPU device (tests/benchmarks/conftest.py drops the 8 simulated ones): single-device timings.
+    session.run("pytest", "-p", "no:cacheprovider", *args, env={"JAX_PLATFORMS": "cpu"})

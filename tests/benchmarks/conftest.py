@@ -13,6 +13,16 @@ to ``extra_info``; :func:`write_markdown` turns the JSON into ``reports/bench.md
 
 from __future__ import annotations
 
+import os
+
+# The benchmark times single-device programs on the real machine. tests/conftest.py (loaded first)
+# simulates 8 CPU devices for the sharding tests; under that flag XLA:CPU ran the `small` step
+# 1.5x slower (58 vs 38 ms, same program, one device used), so it is undone here, before any JAX
+# backend exists, and `_one_device` below refuses to time if it was too late.
+os.environ["XLA_FLAGS"] = " ".join(
+    f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")
+)
+
 import statistics
 import time
 import weakref
@@ -142,6 +152,7 @@ def run_case(benchmark: Any, case: Case) -> None:
         torch_peak_bytes=torch_peak_bytes(case.torch_fn),
         torch_threads=torch.get_num_threads(),
         jax_backend=jax.default_backend(),
+        jax_devices=jax.device_count(),
     )
 
 
@@ -160,6 +171,17 @@ def pytest_addoption(parser: Any) -> None:
         "2 OpenMP threads spin on barriers while preempted: a small step measured 2.6 s at 2 threads vs "
         "0.16 s at 1 thread (load average 6); pass 1 there.",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_device() -> None:
+    if jax.default_backend() == "cpu" and jax.device_count() != 1:
+        pytest.exit(
+            f"the benchmark needs the machine's single CPU device, JAX has {jax.device_count()}: a JAX backend "
+            "was created before tests/benchmarks/conftest.py removed --xla_force_host_platform_device_count "
+            "from XLA_FLAGS; run `nox -s bench` or `pytest tests/benchmarks` on its own",
+            returncode=4,
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
