@@ -31,6 +31,15 @@ def heads_per_step(heads: int, tile: int, budget: int = TILE_ELEMENTS) -> int:
     return max([d for d in range(1, heads + 1) if heads % d == 0 and d * tile <= budget], default=1)
 
 
+def even_tiles(size: int, block: int) -> tuple[int, int]:
+    """(tile, count) covering ``size`` with the fewest tiles of at most ``block`` (rounded up to 8),
+    split evenly: 576 queries -> 3 x 192 rather than 3 x 256 with 192 padded rows (the `small`
+    preset's video self-attention; the even split measured 48 -> 33 ms at 16 heads x 64)."""
+    count = math.ceil(size / min(block, size))
+    tile = size if count == 1 else 8 * math.ceil(math.ceil(size / count) / 8)
+    return tile, math.ceil(size / tile)
+
+
 def _pad_to(x: jax.Array, axis: int, size: int) -> jax.Array:
     pad = [(0, 0)] * x.ndim
     pad[axis] = (0, size - x.shape[axis])
@@ -93,8 +102,7 @@ def blocked_attention(
     and padded query rows dropped. One key tile (``S <= block_kv``) is an exact single-pass softmax."""
     B, L, N, K = q_blnk.shape
     S = k_bsnk.shape[1]
-    bq, bk = min(block_q, L), min(block_kv, S)
-    nq, nk = -(-L // bq), -(-S // bk)
+    (bq, nq), (bk, nk) = even_tiles(L, block_q), even_tiles(S, block_kv)
     hb = heads_per_step(B * N, bq * bk, tile_elements)
     q_t = _tiles(_pad_to(q_blnk, 1, nq * bq), hb, bq)  # [G, nq, hb, bq, K]
     k_t, v_t = (_tiles(_pad_to(t, 1, nk * bk), hb, bk) for t in (k_bsnk, v_bsnk))  # [G, nk, hb, bk, K]

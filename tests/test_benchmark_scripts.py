@@ -67,3 +67,43 @@ def test_tiny_run_on_cpu(tmp_path: Path) -> None:
     for r in result["results"].values():
         assert len(r["samples_s"]) == 2 and r["median_s"] > 0 and r["mfu"] is None  # fp32 on CPU: no peak
     assert result["analytic_flops"] > 0
+
+
+def _bench_plumbing():  # type: ignore[no-untyped-def]
+    """tests/benchmarks/conftest.py as a module; it edits XLA_FLAGS on import, restored here."""
+    import importlib.util
+    import os
+
+    flags = os.environ.get("XLA_FLAGS")
+    path = Path(__file__).resolve().parent / "benchmarks" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("bench_conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_conftest"] = module  # dataclasses resolve annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if flags is not None:
+            os.environ["XLA_FLAGS"] = flags
+    return module
+
+
+def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
+    def entry(component: str, gflop: float, jax_s: float, torch_s: float, **extra: object) -> dict:
+        info = dict(
+            component=component, preset="p", dtype="float32", analytic_gflop=gflop, jax_median_s=jax_s,
+            torch_median_s=torch_s, paired_time_ratio_median=jax_s / torch_s, jax_trace_lower_s=0.5,
+            jax_compile_s=1.0, jax_peak_bytes=2**20, torch_peak_bytes=2**21, torch_threads=2, **extra,
+        )  # fmt: skip
+        return {"name": component, "extra_info": info, "stats": {"rounds": 5}}
+
+    bench = _bench_plumbing()
+    # torch's matmul is the faster side: 17.18 GFLOP in 0.1 s -> the peak is 171.8 GFLOP/s
+    rows = [entry("matmul", 17.18, 0.125, 0.1, matmul_reference=True), entry("step", 92.0, 0.8, 0.9)]
+    assert bench.matmul_peak_gflops(rows) == pytest.approx(171.8)
+    table = bench.markdown_table(rows, {"cpu": {"brand_raw": "X", "count": 2}})
+    step = next(line for line in table.splitlines() if line.startswith("| step"))
+    assert "| 0.89 | 1.12x | 115.0 (67%) | 102.2 | 1.5 | 1.0 | 2.0 | 5 |" in step, step
+    assert "Matmul peak: 171.8 GFLOP/s" in table
+    assert bench.matmul_peak_gflops(rows[1:]) is None  # no reference case: rates without a fraction
+    assert "| 115.0 | 102.2 |" in bench.markdown_table(rows[1:], {})

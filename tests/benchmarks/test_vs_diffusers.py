@@ -3,6 +3,9 @@
 Cases (each at the ``tiny`` and ``small`` presets, float32 and bfloat16): one denoising step of
 the transformer on a classifier-free-guidance batch (forward on [uncond, cond], guidance mix,
 Euler update), the text connectors, the video VAE decode, the audio VAE decode + vocoder.
+Compute-bound reference, float32: the step at the ``medium`` preset (92 GFLOP, same workload as
+``small``) and a 2048x2048 matmul in both libraries, the machine's peak measured in the same run
+(reports/bench.md gives each step's achieved GFLOP/s as a fraction of it).
 Weights are random (speed does not depend on their values). Ours run as one jitted program with
 ``attention_impl="auto"``; diffusers runs eagerly under ``torch.inference_mode``.
 
@@ -45,8 +48,9 @@ class Shapes:
 
 
 # small = experiments/cpu.toml's workload (256x256 px, 65 frames -> 9x8x8 latents, 68 audio
-# frames, 128 text tokens); the VAE decodes a 3x4x4 latent (17 frames of 128x128) to stay short.
-SHAPES = {"tiny": Shapes((2, 4, 4), 8, 16), "small": Shapes((9, 8, 8), 68, 128)}
+# frames, 128 text tokens), also medium's; the VAE decodes a 3x4x4 latent (17 frames of 128x128).
+SHAPES = {"tiny": Shapes((2, 4, 4), 8, 16), "small": Shapes((9, 8, 8), 68, 128), "medium": Shapes((9, 8, 8), 68, 128)}
+MATMUL_N = 2048
 VAE_GRID = {"tiny": (2, 4, 4), "small": (3, 4, 4)}
 
 
@@ -264,6 +268,17 @@ def _loop_case(preset: str, dtype: str) -> Built:
     return Built(jax_loop, (), lambda: ref(**kwargs), info, jit=False)
 
 
+def _matmul_case(preset: str, dtype: str) -> Built:
+    """``a @ b``, ``MATMUL_N`` squared, float32: the machine's matmul ceiling, for FLOP/s fractions."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    a, b = _rand(rng, MATMUL_N, MATMUL_N), _rand(rng, MATMUL_N, MATMUL_N)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    info = dict(analytic_gflop=2 * MATMUL_N**3 / 1e9, matmul_reference=True)
+    return Built(lambda a, b: a @ b, (jnp.asarray(a), jnp.asarray(b)), lambda: ta @ tb, info)
+
+
 def _diffusers_pipeline(cfg: Any) -> Any:
     """diffusers ``LTX2Pipeline`` of ``cfg``'s sizes (random weights, no text encoder)."""
     import torch
@@ -297,9 +312,12 @@ BUILDERS: dict[str, Callable[[str, str], Built]] = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("component", list(BUILDERS))
+CASES = [(c, p, d) for c in BUILDERS for p in PRESETS for d in DTYPES]
+CASES += [("transformer_step_cfg", "medium", "float32"), ("matmul", str(MATMUL_N), "float32")]
+BUILDERS["matmul"] = _matmul_case
+
+
+@pytest.mark.parametrize(("component", "preset", "dtype"), CASES, ids=["-".join(c) for c in CASES])
 def test_jax_vs_diffusers(
     compare: Callable[..., None], benchmark: Any, component: str, preset: str, dtype: str
 ) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ltx2.attention import dot_product_attention, resolve_attention_impl
-from ltx2.blocked_attention import blocked_attention, heads_per_step
+from ltx2.blocked_attention import blocked_attention, even_tiles, heads_per_step
 
 TOL = 1e-5
 
@@ -87,6 +87,14 @@ def test_blocked_bfloat16_tracks_float32() -> None:
     assert got.dtype == jnp.bfloat16
     # bf16 inputs and probabilities (8 mantissa bits): both kernels land within the same band of fp32.
     assert _err(got, want) < 2e-2 and _err(xla_bf, want) < 2e-2
+
+
+def test_even_tiles_fewest_tiles_split_evenly() -> None:
+    assert even_tiles(576, 256) == (192, 3)  # not 3 x 256 with a third of the last tile padding
+    assert even_tiles(1536, 256) == (256, 6)
+    assert even_tiles(257, 256) == (136, 2)  # multiples of 8: 2 x 136 = 272 rows, 15 padded
+    assert even_tiles(40, 256) == (40, 1)  # one tile is the whole axis, unpadded
+    assert even_tiles(37, 16) == (16, 3)
 
 
 def test_heads_per_step_divides_and_respects_budget() -> None:

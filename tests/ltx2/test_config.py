@@ -23,6 +23,9 @@ def test_presets_and_derived_sizes() -> None:
     assert v23.prompt_modulation and v23.perturbed_attn and not v23.use_prompt_embeddings
     assert (v23.video_mod_params, v23.audio_mod_params) == (9, 9)
     assert TransformerConfig.small(num_layers=4).num_layers == 4
+    medium = TransformerConfig.medium()
+    assert (medium.inner_dim, medium.audio_inner_dim, medium.head_dim, medium.num_layers) == (1024, 512, 64, 2)
+    assert round(medium.forward_flops(576, 68, 128, batch_size=2) / 1e9, 2) == 92.15  # the bench's step
     with pytest.raises(dataclasses.FrozenInstanceError):
         tiny.num_layers = 3  # type: ignore[misc]
 
