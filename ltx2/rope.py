@@ -9,6 +9,7 @@ static sizes, so they are computed on the host with numpy (in float64 when asked
 
 Table layouts: ``interleaved`` cos/sin ``[B, T, dim]`` (pairs ``(x[2i], x[2i+1])``);
 ``split`` cos/sin ``[B, T, N, dim/(2N)]`` (each head rotates its first half against its second).
+A table with B = 1 applies to every row of the batch (the transformer's grid coordinates).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def rope_tables(
 
 
 def apply_interleaved_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
-    """Rotate pairs ``(x[2i], x[2i+1])`` of ``x_btd`` by cos/sin ``[B, T, D]`` (computed in f32)."""
+    """Rotate pairs ``(x[2i], x[2i+1])`` of ``x_btd`` by cos/sin ``[B | 1, T, D]`` (computed in f32)."""
     x = x_btd.astype(jnp.float32)
     pairs = x.reshape(*x.shape[:-1], -1, 2)
     rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
@@ -163,9 +164,9 @@ def apply_interleaved_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
 
 def apply_split_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
     """Rotate the first half of each head's features against the second half; cos/sin
-    ``[B, T, N, R]`` and ``D = N * 2R`` (N is the *table's* head count, as in diffusers)."""
-    batch, tokens, heads, half = rope.cos.shape
-    x = x_btd.astype(jnp.float32).reshape(batch, tokens, heads, 2 * half)
+    ``[B | 1, T, N, R]`` and ``D = N * 2R`` (N is the *table's* head count, as in diffusers)."""
+    tokens, heads, half = rope.cos.shape[1:]
+    x = x_btd.astype(jnp.float32).reshape(x_btd.shape[0], tokens, heads, 2 * half)
     first, second = x[..., :half], x[..., half:]
     out = jnp.concatenate([first * rope.cos - second * rope.sin, second * rope.cos + first * rope.sin], axis=-1)
     return out.reshape(x_btd.shape).astype(x_btd.dtype)

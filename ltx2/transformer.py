@@ -323,10 +323,12 @@ class LTX2Transformer(nnx.Module):
         batch = hidden_states.shape[0]
         audio_timestep = timestep if audio_timestep is None else audio_timestep
         audio_sigma = sigma if audio_sigma is None else audio_sigma
+        # Grid coordinates are the same for every row: tables for one row, broadcast over the batch
+        # (half the cos/sin work and table memory of the CFG batch; explicit coords keep their B).
         if video_coords is None:
-            video_coords = self._video_coords(batch, num_frames, height, width, fps)
+            video_coords = self._video_coords(1, num_frames, height, width, fps)
         if audio_coords is None:
-            audio_coords = self._audio_coords(batch, audio_num_frames)
+            audio_coords = self._audio_coords(1, audio_num_frames)
         rope = av_rope(cfg, video_coords, audio_coords)
         text, audio_text = self._text(encoder_hidden_states, audio_encoder_hidden_states, dt)
         temb, emb = self.time_embed(jnp.asarray(timestep), dt)
