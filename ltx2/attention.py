@@ -9,6 +9,7 @@ The score/value computation is one function, :func:`dot_product_attention`, sele
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -19,6 +20,8 @@ from ltx2.blocked_attention import blocked_attention
 from ltx2.config import ATTENTION_IMPLS
 from ltx2.layers import Linear, RMSNorm
 from ltx2.rope import RopeTables, apply_rope
+from ltx2.sharding import get_strategy
+from ltx2.splash_attention import splash_attention
 
 # "auto" picks the blocked path on CPU from this many logits (8 MiB of float32) on: measured on 2
 # cores, blocked ran 0.45x the XLA path's time at 2x8x1536x1536 and 0.65x at 2x4x576x576 (the
@@ -51,16 +54,22 @@ def dot_product_attention(
     *,
     impl: str = "xla",
     sharded: bool = False,
+    mesh_rules: Mapping[str, tuple[str, ...]] | None = None,
 ) -> jax.Array:
     """``softmax(q k^T / sqrt(K) + bias) v`` per head -> ``[B, L, N, K]``; scores, softmax and
     value sums accumulate in float32. ``bias`` broadcasts to ``[B, N, L, S]`` (additive mask).
 
     ``impl`` (``TransformerConfig.attention_impl``): "xla" (einsum + softmax), "blocked"
     (online softmax over query/key tiles, for CPU), "cudnn" (``jax.nn.dot_product_attention``'s
-    fused GPU kernel, 16-bit inputs) or "auto" (see :func:`resolve_attention_impl`; ``sharded``
-    keeps sharded layouts on the XLA path, whose einsums GSPMD partitions without gathers).
+    fused GPU kernel, 16-bit inputs), "splash" (the Pallas TPU flash kernel, see
+    :mod:`ltx2.splash_attention`; key-padding masks only; ``mesh_rules`` ``{"batch", "heads"}`` ->
+    mesh axes shard it under ``shard_map`` when ``sharded``) or "auto" (see
+    :func:`resolve_attention_impl`; ``sharded`` keeps sharded layouts on the XLA path, whose einsums
+    GSPMD partitions without gathers).
     """
     impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded)
+    if impl == "splash":
+        return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, mesh_rules=mesh_rules if sharded else None)
     if impl == "blocked":
         return blocked_attention(q_blnk, k_bsnk, v_bsnk, bias)
     if impl == "cudnn":
@@ -90,8 +99,8 @@ class Attention(nnx.Module):
 
     ``to_q/to_k/to_v/to_out`` (with bias), ``norm_q``/``norm_k`` affine RMSNorm over all heads
     (N*K), optional RoPE on q and k (separate tables allowed), optional per-head output gates
-    ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``). ``impl`` and ``sharded``
-    choose the score/value kernel (:func:`dot_product_attention`).
+    ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``). ``impl`` and
+    ``strategy`` (a sharding strategy name) choose the score/value kernel (:func:`dot_product_attention`).
     """
 
     def __init__(
@@ -107,7 +116,7 @@ class Attention(nnx.Module):
         eps: float = 1e-6,
         rope_type: str = "split",
         impl: str = "xla",
-        sharded: bool = False,
+        strategy: str = "replicated",
         param_dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
@@ -124,7 +133,7 @@ class Attention(nnx.Module):
         self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads")
         self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
         self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
-        self.heads, self.head_dim, self.rope_type, self.impl, self.sharded = heads, head_dim, rope_type, impl, sharded
+        self.heads, self.head_dim, self.rope_type, self.impl, self.strategy = heads, head_dim, rope_type, impl, strategy
 
     def __call__(
         self,
@@ -150,7 +159,11 @@ class Attention(nnx.Module):
             q = apply_rope(q, q_rope, self.rope_type)
             k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
         heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
-        out = dot_product_attention(heads(q), heads(k), heads(v), bias, impl=self.impl, sharded=self.sharded)
+        strat = get_strategy(self.strategy)
+        rules = {"batch": strat.mesh_axes("activation_batch"), "heads": strat.mesh_axes("activation_heads")}
+        out = dot_product_attention(
+            heads(q), heads(k), heads(v), bias, impl=self.impl, sharded=self.strategy != "replicated", mesh_rules=rules
+        )
         out = out.reshape(*out.shape[:-2], -1)
         if keep is not None:
             keep = keep.astype(out.dtype)

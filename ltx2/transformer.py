@@ -144,7 +144,7 @@ class Block(nnx.Module):
                 eps=cfg.norm_eps,
                 rope_type=cfg.rope_type,
                 impl=cfg.attention_impl,
-                sharded=cfg.sharding != "replicated",
+                strategy=cfg.sharding,
                 param_dtype=pd,
                 rngs=rngs,
             )

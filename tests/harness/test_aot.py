@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -303,3 +304,30 @@ def test_memory_traffic_counts_scan_slices_not_whole_stacks() -> None:
     weights, activations = layers * k * k * 4, layers * m * k * 4
     assert 3 * weights <= scanned <= 3 * weights + 6 * activations < layers * weights
     assert weights <= unrolled <= 3 * weights + 6 * activations
+
+
+SPLASH_V6E = """
+import jax, jax.numpy as jnp
+from jax.sharding import SingleDeviceSharding
+from harness.targets import compile_devices
+from ltx2.attention import dot_product_attention
+device = compile_devices("tpu", "v6e:2x2")[0]
+q = jax.ShapeDtypeStruct((1, 4096, 8, 128), jnp.bfloat16, sharding=SingleDeviceSharding(device))
+for impl in ("xla", "splash"):
+    c = jax.jit(lambda q, k, v: dot_product_attention(q, k, v, impl=impl)).lower(q, q, q).compile()
+    print(impl, c.memory_analysis().temp_size_in_bytes, c.as_text().count("tpu_custom_call"))
+"""
+
+
+@pytest.mark.aot
+@needs_libtpu
+def test_splash_attention_compiles_for_v6e_without_the_score_matrix() -> None:
+    """attention_impl="splash" lowers the Mosaic kernel for a TPU target from this CPU host; XLA's
+    path materialises the [1, 8, 4096, 4096] float32 logits (512 MiB), the kernel keeps tiles in VMEM."""
+    env = {**os.environ, **targets.compile_env("tpu"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", SPLASH_V6E], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = {impl: (int(temp), int(calls)) for impl, temp, calls in (ln.split() for ln in done.stdout.splitlines())}
+    assert got["xla"][1] == 0 and got["splash"][1] == 1
+    assert got["xla"][0] >= 512 * 2**20 and got["splash"][0] < got["xla"][0] / 16, got

@@ -13,6 +13,7 @@ import pytest
 
 from ltx2.attention import dot_product_attention, resolve_attention_impl
 from ltx2.blocked_attention import blocked_attention, even_tiles, heads_per_step
+from ltx2.splash_attention import splash_attention
 
 TOL = 1e-5
 
@@ -87,6 +88,34 @@ def test_blocked_bfloat16_tracks_float32() -> None:
     assert got.dtype == jnp.bfloat16
     # bf16 inputs and probabilities (8 mantissa bits): both kernels land within the same band of fp32.
     assert _err(got, want) < 2e-2 and _err(xla_bf, want) < 2e-2
+
+
+# (B, L, S, N, K, bias kind, block): ragged sequences (padded to 128-token tiles), head dims below
+# the 128 lanes (zero-padded), text key masks, several query and key tiles (block 128).
+SPLASH_CASES = {
+    "ragged-no-mask": (2, 40, 24, 3, 16, None, 512),
+    "key-mask": (2, 33, 40, 2, 16, "keys", 512),
+    "multi-tile-masked": (1, 300, 260, 2, 64, "keys", 128),
+}
+
+
+@pytest.mark.parametrize("case", list(SPLASH_CASES))
+def test_splash_matches_xla_path(case: str) -> None:
+    B, L, S, N, K, kind, block = SPLASH_CASES[case]
+    q, k, v = _qkv(B, L, S, N, K)
+    bias = _bias(kind, B, N, L, S)
+    want = dot_product_attention(q, k, v, bias, impl="xla")
+    got = jax.jit(lambda *a: splash_attention(*a, block=block))(q, k, v, bias)  # Pallas interpreter on CPU
+    assert got.shape == want.shape and got.dtype == q.dtype
+    assert _err(got, want) <= TOL
+
+
+def test_splash_refuses_biases_other_than_key_masks() -> None:
+    q, k, v = _qkv(1, 8, 8, 2, 16)
+    with pytest.raises(ValueError, match=r"key-padding masks only .*\[B, 1, 1, 8\].*\(1, 2, 8, 8\)"):
+        splash_attention(q, k, v, _bias("full", 1, 2, 8, 8))
+    with pytest.raises(ValueError, match="must be one of"):
+        dot_product_attention(q, k, v, impl="flash")
 
 
 def test_even_tiles_fewest_tiles_split_evenly() -> None:

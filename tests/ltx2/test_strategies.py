@@ -131,8 +131,8 @@ def _reference_step(preset: str) -> tuple[nnx.State, np.ndarray, np.ndarray]:
     return state, np.asarray(out[0]), np.asarray(out[1])
 
 
-def _check_step(preset: str, strategy: str, mesh: Mesh) -> None:
-    cfg, grid = PRESETS[preset](sharding=strategy), GRIDS[preset]
+def _check_step(preset: str, strategy: str, mesh: Mesh, attention_impl: str = "xla") -> None:
+    cfg, grid = PRESETS[preset](sharding=strategy, attention_impl=attention_impl), GRIDS[preset]
     weights, *reference = _reference_step(preset)
     graphdef, state = _place(_build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights), strategy, mesh)
     host = _step_inputs(cfg, grid)
@@ -149,6 +149,13 @@ def _check_step(preset: str, strategy: str, mesh: Mesh) -> None:
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_denoise_step_tiny_equals_replicated(strategy: str, mesh: Mesh) -> None:
     _check_step("tiny", strategy, mesh)
+
+
+@pytest.mark.parametrize("strategy", ["trillium", "context"])
+def test_splash_attention_under_shard_map_equals_replicated(strategy: str, mesh: Mesh) -> None:
+    """The TPU kernel (Pallas interpreter on CPU) per shard: trillium splits batch and heads,
+    context gathers the sequence-sharded q/k/v into whole sequences first."""
+    _check_step("tiny", strategy, mesh, attention_impl="splash")
 
 
 @pytest.mark.slow

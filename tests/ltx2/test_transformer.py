@@ -215,6 +215,19 @@ def test_parity_blocked_attention(
     assert err_video <= TOL and err_audio <= TOL
 
 
+@pytest.mark.parity
+@pytest.mark.parametrize("case_name", ["ltx2.0-split", "batch2-padded-text", "stg-rows"])
+def test_parity_splash_attention(torch_model: Callable, reference: Callable, case_name: str) -> None:
+    """attention_impl="splash" (the Pallas TPU kernel; on CPU its interpreter) at the same fixed
+    tolerance: ragged sequences padded to 128-token tiles, head dims to 128 lanes, text masks."""
+    case = CASES[case_name]
+    model = from_diffusers(torch_model(case.config), attention_impl="splash")
+    video, audio = _run(model, case)
+    err_video, err_audio = (_error(o, r) for o, r in zip((video, audio), reference(case_name), strict=True))
+    print(f"\nsplash parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
+    assert err_video <= TOL and err_audio <= TOL
+
+
 def test_stg_is_inert_without_perturbed_attn() -> None:
     # diffusers only perturbs in LTX2PerturbedAttnProcessor (perturbed_attn=True): 2.0 ignores STG.
     model = _abstract(TransformerConfig.tiny())

@@ -1,0 +1,161 @@
+"""Splash attention on TPU: JAX's Pallas/Mosaic flash kernel (``jax.experimental.pallas.ops.tpu.
+splash_attention``) behind ``TransformerConfig.attention_impl = "splash"``.
+
+The kernel keeps each score tile in VMEM, so the ``[B, N, L, S]`` logits never reach HBM; XLA's
+einsum path writes and re-reads them, which made every fitting layout of the 19B step on v6e
+memory-bound (issue 7's compile-only study). Same math as the other paths: float32 logits and
+softmax statistics, probabilities in the value dtype.
+
+Adaptation to our shapes: queries are scaled by ``1/sqrt(K)`` up front (the kernel does not
+scale); sequences are zero-padded to whole tiles (multiples of 128) and head dims to the 128
+lanes (zero features change no logit and add zero output columns, sliced off); padded keys and
+masked keys get segment id 0, queries 1, so only kept keys are attended. Masks: a key-padding
+bias ``[B, 1, 1, S]`` of 0 / <= -1e4 (what the transformer builds from text masks) is read as a
+keep-mask; other biases raise. A row whose keys are all masked is undefined (the kernel's
+softmax has no key to normalise over; diffusers' -1e4 bias would average all keys).
+
+Platforms: the Mosaic kernel is lowered for TPU, including compile-only TPU targets on a CPU host
+(``jax.lax.platform_dependent`` picks by lowering platform, not by the default backend); on any
+other platform the same kernel runs in Pallas' interpreter: exact, for tests, orders of magnitude
+slower. Sharded layouts run the kernel per shard under ``shard_map`` (batch and heads split as
+the strategy's activation rules say; a sequence-sharded layout is gathered first).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+LANES = 128
+BLOCK = 512  # query/key tile; sequences are padded to a multiple of it (or of 128 when shorter)
+KEEP_THRESHOLD = -1.0  # bias entries above keep the key: the transformer's masks are 0 / -10000
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _tile(size: int, block: int) -> tuple[int, int]:
+    """(tile, padded size): a tile of at most ``block`` (multiple of 128) that divides the padded size."""
+    padded = _round_up(size, LANES)
+    tile = min(block, padded)
+    return tile, _round_up(padded, tile)
+
+
+def key_keep_mask(bias: jax.Array | None, batch: int, keys: int) -> jax.Array | None:
+    """``[B, S]`` bool keep-mask from a key-padding bias broadcastable to ``[B, 1, 1, S]``."""
+    if bias is None:
+        return None
+    full = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
+    if full.shape[1] != 1 or full.shape[2] != 1 or full.shape[3] != keys:
+        raise ValueError(
+            f"attention_impl='splash' takes key-padding masks only (a bias broadcastable to [B, 1, 1, {keys}]), "
+            f"got a bias of shape {bias.shape}; use attention_impl='xla' for general biases"
+        )
+    return jnp.broadcast_to(full[:, 0, 0, :] > KEEP_THRESHOLD, (batch, keys))
+
+
+def _pad(x: jax.Array, axis: int, size: int) -> jax.Array:
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths) if size != x.shape[axis] else x
+
+
+def _kernel_call(
+    q_bnlk: jax.Array, k_bnsk: jax.Array, v_bnsk: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+    *, bq: int, bk: int, interpret: bool,
+) -> jax.Array:  # fmt: skip
+    """The splash kernel over a (local) batch: padded ``[B, N, Lp, Kp]`` in, same out."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    _, N, Lp, _ = q_bnlk.shape
+    Sp = k_bnsk.shape[2]
+    kernel = splash.make_splash_mha(
+        mask=splash.MultiHeadMask([splash.FullMask((Lp, Sp))] * N),
+        block_sizes=splash.BlockSizes(block_q=bq, block_kv=bk, block_kv_compute=bk),
+        head_shards=1,
+        q_seq_shards=1,
+        interpret=interpret,
+    )
+    if q_ids is None or kv_ids is None:
+        return jax.vmap(kernel)(q_bnlk, k_bnsk, v_bnsk)
+    return jax.vmap(lambda q, k, v, qi, ki: kernel(q, k, v, segment_ids=splash.SegmentIds(qi, ki)))(
+        q_bnlk, k_bnsk, v_bnsk, q_ids, kv_ids
+    )
+
+
+def splash_attention(
+    q_blnk: jax.Array,
+    k_bsnk: jax.Array,
+    v_bsnk: jax.Array,
+    bias: jax.Array | None = None,
+    *,
+    interpret: bool | None = None,
+    block: int = BLOCK,
+    mesh_rules: Mapping[str, tuple[str, ...]] | None = None,
+) -> jax.Array:
+    """``softmax(q k^T / sqrt(K) + mask) v`` -> ``[B, L, N, K]`` with the splash kernel.
+
+    ``interpret``: None picks by lowering platform (Mosaic on TPU, the interpreter elsewhere);
+    True/False force it. ``mesh_rules`` (``{"batch": mesh axes, "heads": mesh axes}``) runs the
+    kernel under ``shard_map`` over the context mesh; None runs it on whole arrays."""
+    B, L, N, K = q_blnk.shape
+    S = k_bsnk.shape[1]
+    keep_bs = key_keep_mask(bias, B, S)
+    (bq, Lp), (bk, Sp), Kp = _tile(L, block), _tile(S, block), _round_up(K, LANES)
+    scale = 1.0 / math.sqrt(K)
+    q = (q_blnk.astype(jnp.float32) * scale).astype(q_blnk.dtype)
+    q_bnlk, k_bnsk, v_bnsk = (
+        _pad(_pad(jnp.swapaxes(t, 1, 2), 3, Kp), 2, n) for t, n in ((q, Lp), (k_bsnk, Sp), (v_bsnk, Sp))
+    )
+    q_ids = kv_ids = None
+    if keep_bs is not None or Sp != S:
+        keep = jnp.ones((B, S), bool) if keep_bs is None else keep_bs
+        kv_ids = _pad(keep.astype(jnp.int32), 1, Sp)  # padded keys: id 0, never attended
+        q_ids = jnp.ones((B, Lp), jnp.int32)
+
+    def run(
+        interp: bool, q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None
+    ) -> jax.Array:
+        call = functools.partial(_kernel_call, bq=bq, bk=bk, interpret=interp)
+        if mesh_rules is None or jax.sharding.get_abstract_mesh().empty:
+            return call(q, k, v, q_ids, kv_ids)
+        return _sharded(call, mesh_rules, q, k, v, q_ids, kv_ids)
+
+    args = (q_bnlk, k_bnsk, v_bnsk, q_ids, kv_ids)
+    if interpret is None:
+        out = jax.lax.platform_dependent(
+            *args, tpu=functools.partial(run, False), default=functools.partial(run, True)
+        )
+    else:
+        out = run(interpret, *args)
+    return jnp.swapaxes(out[:, :, :L, :K], 1, 2).astype(q_blnk.dtype)
+
+
+def _sharded(call, rules: Mapping[str, tuple[str, ...]], q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
+    """``call`` per shard: batch over ``rules["batch"]``, heads over ``rules["heads"]`` (axes that
+    do not divide the dimension are dropped, as for parameters); sequence and head dim whole."""
+    mesh = jax.sharding.get_abstract_mesh()
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
+
+    def axes(name: str, size: int, taken: tuple[str, ...] = ()) -> tuple[str, ...]:
+        chosen: tuple[str, ...] = ()
+        for a in rules.get(name, ()):
+            if a in sizes and a not in taken and size % (math.prod(sizes[x] for x in (*chosen, a))) == 0:
+                chosen += (a,)
+            else:
+                break
+        return chosen
+
+    batch_axes = axes("batch", q.shape[0])
+    head_axes = axes("heads", q.shape[1], taken=batch_axes)
+    b, h = batch_axes or None, head_axes or None
+    spec = P(b, h, None, None)
+    ids = P(b, None)
+    in_specs = (spec, spec, spec, None if q_ids is None else ids, None if kv_ids is None else ids)
+    return jax.shard_map(call, in_specs=in_specs, out_specs=spec, check_vma=False)(q, k, v, q_ids, kv_ids)
