@@ -9,6 +9,7 @@ mode (zeros, reflect, replicate, circular) and the causal time padding of LTX-2 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -87,22 +88,50 @@ class Conv(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         n = len(self.kernel_size)
-        spatial = "DHW"[-n:] if n <= 3 else None
-        if spatial is None:
+        if not 1 <= n <= 3:
             raise ValueError(f"Conv supports 1 to 3 spatial dims, got {n}")
-        lhs = f"N{spatial}C"
-        y = jax.lax.conv_general_dilated(
-            x,
-            self.kernel[...].astype(x.dtype),
-            window_strides=self.stride,
-            padding="VALID",
-            rhs_dilation=self.dilation,
-            dimension_numbers=(lhs, f"{spatial}IO", lhs),
-            feature_group_count=self.groups,
-        )
+        kernel = self.kernel[...].astype(x.dtype)
+        conv = functools.partial(_conv, stride=self.stride, dilation=self.dilation, groups=self.groups)
+        if n == 3 and self.kernel_size[0] > 1:
+            # XLA:CPU's 3-D convolution is a slow generic loop; a sum of 2-D convolutions over the time
+            # taps ran 2.7-3.4x faster on decoder shapes (e.g. 49 -> 18 ms at 5x34x34x64 -> 64, 2 cores).
+            # Chosen by lowering platform, so TPU/GPU targets (also compiled from a CPU host) keep the 3-D op.
+            taps = functools.partial(_conv3d_by_time_taps, stride=self.stride, dilation=self.dilation,
+                                     groups=self.groups)  # fmt: skip
+            y = jax.lax.platform_dependent(x, kernel, cpu=taps, default=conv)
+        else:
+            y = conv(x, kernel)
         if self.bias is not None:
             y = y + self.bias[...].astype(y.dtype)
         return y
+
+
+def _conv(x: jax.Array, kernel: jax.Array, *, stride: Sequence[int], dilation: Sequence[int], groups: int) -> jax.Array:
+    """VALID N-d convolution, channels-last ``x [B, *S, C_in]``, kernel ``[*k, C_in/g, C_out]``."""
+    spatial = "DHW"[-(x.ndim - 2) :]
+    lhs = f"N{spatial}C"
+    return jax.lax.conv_general_dilated(
+        x, kernel, window_strides=stride, padding="VALID", rhs_dilation=dilation,
+        dimension_numbers=(lhs, f"{spatial}IO", lhs), feature_group_count=groups,
+    )  # fmt: skip
+
+
+def _conv3d_by_time_taps(
+    x: jax.Array, kernel: jax.Array, *, stride: Sequence[int], dilation: Sequence[int], groups: int
+) -> jax.Array:
+    """The VALID 3-D convolution as ``sum_i conv2d(frames of tap i, kernel[i])``: each time tap's
+    (strided, dilated) frames are folded into the batch of one 2-D convolution over (H, W)."""
+    (st, *s_hw), (dt, *d_hw) = stride, dilation
+    B, T = x.shape[:2]
+    kt = kernel.shape[0]
+    frames = (T - dt * (kt - 1) - 1) // st + 1
+    y = None
+    for i in range(kt):
+        xi = jax.lax.slice_in_dim(x, i * dt, i * dt + (frames - 1) * st + 1, st, axis=1)
+        yi = _conv(xi.reshape(B * frames, *x.shape[2:]), kernel[i], stride=s_hw, dilation=d_hw, groups=groups)
+        y = yi if y is None else y + yi
+    assert y is not None
+    return y.reshape(B, frames, *y.shape[1:])
 
 
 def causal_time_pads(kernel_t: int, causal: bool) -> tuple[int, int]:

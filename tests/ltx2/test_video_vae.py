@@ -310,3 +310,21 @@ def test_params_carry_logical_axes() -> None:
         if isinstance(var, nnx.Variable) and var.ndim:
             assert var.get_metadata().get("logical_axes") is not None, path
     assert logical_axes(model.encoder.conv_in.conv.kernel) == (None, None, None, "conv_in", "conv_out")
+
+
+@pytest.mark.parametrize(
+    ("stride", "dilation", "groups"),
+    [((1, 1, 1), (1, 1, 1), 1), ((2, 1, 2), (1, 1, 1), 1), ((1, 2, 1), (2, 1, 1), 2), ((3, 1, 1), (2, 2, 1), 1)],
+)
+def test_conv3d_by_time_taps_equals_the_3d_convolution(stride, dilation, groups) -> None:
+    """CPU runs 3-D convolutions as a sum of 2-D ones over time taps; strides, dilations and groups
+    must land on the same frames as XLA's 3-D op (and as diffusers', which the decode tests check)."""
+    from ltx2.vae.conv import _conv, _conv3d_by_time_taps
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2, 9, 7, 8, 4)).astype(np.float32))
+    w = jnp.asarray(rng.normal(size=(3, 3, 2, 4 // groups, 6)).astype(np.float32))
+    kw = dict(stride=stride, dilation=dilation, groups=groups)
+    want, got = _conv(x, w, **kw), _conv3d_by_time_taps(x, w, **kw)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=2e-5)  # 54-term fp32 sums
