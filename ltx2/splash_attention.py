@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 LANES = 128
-BLOCK = 512  # query/key tile; sequences are padded to a multiple of it (or of 128 when shorter)
+BLOCK = 512  # largest query/key tile; sequences are padded to a multiple of 128
 KEEP_THRESHOLD = -1.0  # bias entries above keep the key: the transformer's masks are 0 / -10000
 
 
@@ -41,10 +41,11 @@ def _round_up(n: int, m: int) -> int:
 
 
 def _tile(size: int, block: int) -> tuple[int, int]:
-    """(tile, padded size): a tile of at most ``block`` (multiple of 128) that divides the padded size."""
+    """(tile, padded size): ``size`` padded to the 128 lanes, and the largest multiple of 128 up to
+    ``block`` that divides it (576 tokens -> 640 in 128-tiles, not 1024 in 512-tiles)."""
     padded = _round_up(size, LANES)
-    tile = min(block, padded)
-    return tile, _round_up(padded, tile)
+    tile = max(t for t in range(LANES, min(block, padded) + 1, LANES) if padded % t == 0)
+    return tile, padded
 
 
 def key_keep_mask(bias: jax.Array | None, batch: int, keys: int) -> jax.Array | None:

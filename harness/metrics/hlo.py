@@ -182,10 +182,41 @@ def parse_instruction(line: str) -> Instruction | None:
     return Instruction(name, shape, opcode, tuple(n for n, _ in operands), tuple(s for _, s in operands), attributes)
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _brace_depth(line: str) -> int:
+    """``{`` minus ``}`` of ``line`` outside string literals."""
+    bare = _STRING.sub("", line)
+    return bare.count("{") - bare.count("}")
+
+
+def _logical_lines(hlo_text: str) -> Iterator[str]:
+    """Lines of ``hlo_text``, an instruction whose attributes span several lines joined into one.
+    A Mosaic (Pallas TPU) custom call prints ``frontend_attributes={kernel_metadata={`` and its
+    JSON on lines of their own, starting at column 0 like a computation header."""
+    pending: list[str] = []
+    depth = 0
+    for line in hlo_text.splitlines():
+        if pending:
+            pending.append(line)
+            depth += _brace_depth(line)
+        elif line[:1].isspace() and (depth := _brace_depth(line)) > 0:
+            pending = [line]  # an instruction left open: its continuation lines follow
+        else:
+            yield line
+            continue
+        if depth <= 0:
+            yield " ".join(pending)
+            pending = []
+    if pending:
+        yield " ".join(pending)
+
+
 def parse_module(hlo_text: str) -> _Module:
     """Group instructions by computation and find ENTRY."""
     module, current = _Module(), None
-    for line in hlo_text.splitlines():
+    for line in _logical_lines(hlo_text):
         if line and not line[0].isspace():
             header = _COMPUTATION.match(line)
             current = None
@@ -420,9 +451,24 @@ def _nested(instr: Instruction, module: _Module, visit: Callable[[str], int]) ->
     return times * sum(visit(c) for c in _callees(instr) if c in module.computations)
 
 
+# The splash attention kernel (ltx2.splash_attention, a Mosaic custom call) is opaque to HLO; its
+# forward call takes (mask info, mask info, q, k, v, segment ids...) with q ``[..., L, K]`` and
+# k ``[..., S, K]``, and does 2 x L x S x K for the scores and again for the values per q row set.
+_SPLASH_FORWARD = re.compile(r"^splash_mha_fwd")
+
+
+def _splash_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
+    dims = [shape_dims(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in (2, 3)]
+    q, k = dims
+    if q is None or k is None or len(q) < 2 or len(k) < 2:
+        return 0
+    return 4 * _elements(q) * k[-2]
+
+
 def matmul_flops(hlo_text: str) -> int:
-    """Matmul FLOPs (dots and convolutions) of an optimized HLO module, per device, per call of
-    ENTRY, with loop bodies multiplied by their trip counts (unknown trip counts count once).
+    """Matmul FLOPs (dots, convolutions, splash attention kernels) of an optimized HLO module, per
+    device, per call of ENTRY, with loop bodies multiplied by their trip counts (unknown trip
+    counts count once).
 
     Unlike ``cost_analysis()``, which counts a ``while`` body once, this is the work a scanned
     model really does; unlike analytic model FLOPs, it shows what a layout duplicates.
@@ -437,6 +483,9 @@ def matmul_flops(hlo_text: str) -> int:
         for instr in instrs:
             if instr.opcode in ("dot", "convolution"):
                 total += _matmul_flops(instr, shapes)
+                continue
+            if instr.opcode == "custom-call" and _SPLASH_FORWARD.match(instr.name) and len(instr.operands) >= 5:
+                total += _splash_flops(instr, shapes)
                 continue
             if instr.opcode in _ASYNC_CONTINUATIONS:
                 continue

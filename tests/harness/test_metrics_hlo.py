@@ -9,6 +9,7 @@ from harness.metrics.hlo import (
     CollectiveCount,
     collective_instructions,
     collective_stats,
+    matmul_flops,
     shape_bytes,
 )
 
@@ -293,3 +294,28 @@ def test_collective_instructions_names_fused_reduce_scatter() -> None:
 
 def test_lowered_text_without_entry_is_empty() -> None:
     assert collective_stats("").total_count == 0
+
+
+# A Mosaic custom call as XLA:TPU prints it: its kernel metadata JSON sits on lines of its own,
+# starting at column 0, and the instructions after it belong to the same computation.
+MOSAIC = """HloModule m
+
+ENTRY %main (p0: bf16[2,1,256,128], p1: bf16[2,1,384,128], w: f32[8,4]) -> f32[8,4] {
+  %p0 = bf16[2,1,256,128]{3,2,1,0} parameter(0)
+  %p1 = bf16[2,1,384,128]{3,2,1,0} parameter(1)
+  %w = f32[8,4]{1,0} parameter(2)
+  %m0 = s8[1,2,3]{2,1,0} constant({...})
+  %splash_mha_fwd_segmented_no_residuals.6 = (f32[2,256,128]{2,1,0}, bf16[2,1,256,128]{3,2,1,0}) custom-call(%m0, %m0, %p0, %p1, %p1), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\\"block_q\\": 256, \\"block_kv\\": 128}"
+}}, backend_config={"custom_call_config":{"body":"TUzv"}}
+  %all-reduce.1 = f32[8,4]{1,0} all-reduce(%w), replica_groups={{0,1}}, to_apply=%add
+  ROOT %dot.1 = f32[8,4]{1,0} dot(%all-reduce.1, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""  # noqa: E501 (HLO instructions are single lines)
+
+
+def test_multi_line_custom_call_keeps_its_computation() -> None:
+    stats = collective_stats(MOSAIC)
+    assert stats.by_kind["all-reduce"].count == 1  # the line after the kernel's JSON is still read
+    # the dot (2 x 8 x 4 x 4) and the kernel: 4 x q elements (2x256x128) x 384 keys
+    assert matmul_flops(MOSAIC) == 2 * 8 * 4 * 4 + 4 * (2 * 256 * 128) * 384
