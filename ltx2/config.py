@@ -233,22 +233,16 @@ class TransformerConfig:
         2 layers. At the `small` workload (576 video tokens, CFG batch 2, 92 GFLOP per step) 93% of
         the FLOPs are projection/feed-forward GEMMs of at least 1152x1024x512, so the step's time
         measures kernel efficiency against the machine's matmul peak rather than per-op overhead."""
-        base = dict(
-            in_channels=128,
-            out_channels=128,
+        wide = dict(
             num_attention_heads=16,
             attention_head_dim=64,
             cross_attention_dim=1024,
-            audio_in_channels=128,
-            audio_out_channels=128,
             audio_num_attention_heads=8,
             audio_attention_head_dim=64,
             audio_cross_attention_dim=512,
-            num_layers=2,
             caption_channels=1024,
-            rope_type="split",
         )
-        return cls(**{**base, **overrides})
+        return cls.small(**{**wide, **overrides})  # small's channels, layers and RoPE, 8x the width
 
     @classmethod
     def ltx2_19b(cls, **overrides: Any) -> TransformerConfig:

@@ -193,13 +193,19 @@ def test_parity_with_diffusers(torch_model: Callable, reference: Callable, case_
     assert err_video <= TOL and err_audio <= TOL
 
 
+# blocked: 12-token tiles make every attention of the tiny grid (32 video, 8 audio, 16 text tokens)
+# multi-tile with ragged, padded edges. splash: the Pallas TPU kernel (its interpreter on CPU),
+# sequences padded to 128-token tiles, head dims to 128 lanes, text masks as segment ids.
+ATTENTION_CASES = [("blocked", c) for c in ("ltx2.0-split", "stg-rows", "per-token-timesteps")]
+ATTENTION_CASES += [("splash", c) for c in ("ltx2.0-split", "batch2-padded-text", "stg-rows")]
+
+
 @pytest.mark.parity
-@pytest.mark.parametrize("case_name", ["ltx2.0-split", "stg-rows", "per-token-timesteps"])
-def test_parity_blocked_attention(
-    torch_model: Callable, reference: Callable, case_name: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("impl", "case_name"), ATTENTION_CASES)
+def test_parity_attention_kernels(
+    torch_model: Callable, reference: Callable, impl: str, case_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """attention_impl="blocked" at the same fixed tolerance. 12-token tiles make every attention of
-    the tiny grid (32 video, 8 audio, 16 text tokens) multi-tile with ragged, padded edges."""
+    """attention_impl="blocked" / "splash" at the same fixed tolerance as the XLA path."""
     import functools
 
     import ltx2.attention
@@ -208,23 +214,10 @@ def test_parity_blocked_attention(
     small_tiles = functools.partial(blocked_attention, block_q=12, block_kv=12, tile_elements=2 * 12 * 12)
     monkeypatch.setattr(ltx2.attention, "blocked_attention", small_tiles)
     case = CASES[case_name]
-    model = from_diffusers(torch_model(case.config), attention_impl="blocked")
+    model = from_diffusers(torch_model(case.config), attention_impl=impl)
     video, audio = _run(model, case)
     err_video, err_audio = (_error(o, r) for o, r in zip((video, audio), reference(case_name), strict=True))
-    print(f"\nblocked parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
-    assert err_video <= TOL and err_audio <= TOL
-
-
-@pytest.mark.parity
-@pytest.mark.parametrize("case_name", ["ltx2.0-split", "batch2-padded-text", "stg-rows"])
-def test_parity_splash_attention(torch_model: Callable, reference: Callable, case_name: str) -> None:
-    """attention_impl="splash" (the Pallas TPU kernel; on CPU its interpreter) at the same fixed
-    tolerance: ragged sequences padded to 128-token tiles, head dims to 128 lanes, text masks."""
-    case = CASES[case_name]
-    model = from_diffusers(torch_model(case.config), attention_impl="splash")
-    video, audio = _run(model, case)
-    err_video, err_audio = (_error(o, r) for o, r in zip((video, audio), reference(case_name), strict=True))
-    print(f"\nsplash parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
+    print(f"\n{impl} parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
     assert err_video <= TOL and err_audio <= TOL
 
 
