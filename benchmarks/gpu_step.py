@@ -64,7 +64,7 @@ class Workload:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="LTX-2 one denoising step (CFG batch): JAX vs diffusers on one device.")
-    p.add_argument("--preset", default="ltx2_19b", choices=("tiny", "small", "ltx2_19b", "ltx2_3_22b"))
+    p.add_argument("--preset", default="ltx2_19b", choices=("tiny", "small", "medium", "ltx2_19b", "ltx2_3_22b"))
     p.add_argument("--height", type=int, default=512)
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--frames", type=int, default=121)
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     w, flops = workload(args), step_flops(args)
     print(f"{args.preset} {args.dtype}: {args.frames}x{args.height}x{args.width} px -> grid {w.grid}, "
           f"{w.video_tokens} video + {w.audio_frames} audio + {w.text_tokens} text tokens, batch 2 (CFG); "
-          f"{flops / 1e12:.2f} analytic TFLOP per step")  # fmt: skip
+          f"{flops / 1e12:.3g} analytic TFLOP per step")  # fmt: skip
     results: dict[str, Any] = {}
     for impl in args.impls.split(","):
         r = results[impl] = _spawn(impl, argv)
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         r["tflops"], r["mfu"] = mfu(flops, r["median_s"], _peak(args, r["device"]))
         util = "n/a (pass --peak-tflops)" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
         print(f"  {impl:10s} median {r['median_s'] * 1e3:9.2f} ms  compile/warm-up {r['compile_s']:7.1f} s  "
-              f"{r['tflops']:8.2f} TFLOP/s  MFU {util}  [{r['device']}]")  # fmt: skip
+              f"{r['tflops']:8.3g} TFLOP/s  MFU {util}  [{r['device']}]")  # fmt: skip
     if "jax" in results and "median_s" in results["jax"]:
         for other in ("diffusers", "compile"):
             if "median_s" in results.get(other, {}):
