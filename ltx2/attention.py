@@ -9,7 +9,6 @@ The score/value computation is one function, :func:`dot_product_attention`, sele
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -20,7 +19,6 @@ from ltx2.blocked_attention import blocked_attention
 from ltx2.config import ATTENTION_IMPLS
 from ltx2.layers import Linear, RMSNorm
 from ltx2.rope import RopeTables, apply_rope
-from ltx2.sharding import get_strategy
 from ltx2.splash_attention import splash_attention
 
 # "auto" picks the blocked path on CPU from this many logits (8 MiB of float32) on: measured on 2
@@ -53,8 +51,7 @@ def dot_product_attention(
     bias: jax.Array | None = None,
     *,
     impl: str = "xla",
-    sharded: bool = False,
-    mesh_rules: Mapping[str, tuple[str, ...]] | None = None,
+    strategy: str = "replicated",
 ) -> jax.Array:
     """``softmax(q k^T / sqrt(K) + bias) v`` per head -> ``[B, L, N, K]``; scores, softmax and
     value sums accumulate in float32. ``bias`` broadcasts to ``[B, N, L, S]`` (additive mask).
@@ -62,14 +59,14 @@ def dot_product_attention(
     ``impl`` (``TransformerConfig.attention_impl``): "xla" (einsum + softmax), "blocked"
     (online softmax over query/key tiles, for CPU), "cudnn" (``jax.nn.dot_product_attention``'s
     fused GPU kernel, 16-bit inputs), "splash" (the Pallas TPU flash kernel, see
-    :mod:`ltx2.splash_attention`; key-padding masks only; ``mesh_rules`` ``{"batch", "heads"}`` ->
-    mesh axes shard it under ``shard_map`` when ``sharded``) or "auto" (see
-    :func:`resolve_attention_impl`; ``sharded`` keeps sharded layouts on the XLA path, whose einsums
-    GSPMD partitions without gathers).
+    :mod:`ltx2.splash_attention`; key-padding masks only; a sharding ``strategy`` other than
+    "replicated" runs it per shard) or "auto" (see :func:`resolve_attention_impl`; a sharded
+    ``strategy`` keeps the XLA path, whose einsums GSPMD partitions without gathers).
     """
+    sharded = strategy != "replicated"
     impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded)
     if impl == "splash":
-        return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, mesh_rules=mesh_rules if sharded else None)
+        return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, strategy=strategy if sharded else None)
     if impl == "blocked":
         return blocked_attention(q_blnk, k_bsnk, v_bsnk, bias)
     if impl == "cudnn":
@@ -159,11 +156,7 @@ class Attention(nnx.Module):
             q = apply_rope(q, q_rope, self.rope_type)
             k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
         heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
-        strat = get_strategy(self.strategy)
-        rules = {"batch": strat.mesh_axes("activation_batch"), "heads": strat.mesh_axes("activation_heads")}
-        out = dot_product_attention(
-            heads(q), heads(k), heads(v), bias, impl=self.impl, sharded=self.strategy != "replicated", mesh_rules=rules
-        )
+        out = dot_product_attention(heads(q), heads(k), heads(v), bias, impl=self.impl, strategy=self.strategy)
         out = out.reshape(*out.shape[:-2], -1)
         if keep is not None:
             keep = keep.astype(out.dtype)

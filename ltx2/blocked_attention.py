@@ -40,7 +40,8 @@ def even_tiles(size: int, block: int) -> tuple[int, int]:
     return tile, math.ceil(size / tile)
 
 
-def _pad_to(x: jax.Array, axis: int, size: int) -> jax.Array:
+def pad_to(x: jax.Array, axis: int, size: int) -> jax.Array:
+    """``x`` zero-padded at the end of ``axis`` to ``size``."""
     pad = [(0, 0)] * x.ndim
     pad[axis] = (0, size - x.shape[axis])
     return jnp.pad(x, pad) if size != x.shape[axis] else x
@@ -61,7 +62,7 @@ def _bias_tiles(bias: jax.Array, B: int, N: int, L: int, S: int, hb: int, bq: in
     lb = L if full_q else 1
     bias = jnp.broadcast_to(bias, (B, N, lb, S))
     nq, nk = (-(-L // bq), -(-S // bk))
-    bias = _pad_to(_pad_to(bias, 2, nq * bq if full_q else 1), 3, nk * bk)
+    bias = pad_to(pad_to(bias, 2, nq * bq if full_q else 1), 3, nk * bk)
     qb = bq if full_q else 1
     bias = bias.reshape(B * N // hb, hb, bias.shape[2] // qb, qb, nk, bk)
     return bias.transpose(0, 2, 4, 1, 3, 5)
@@ -104,8 +105,8 @@ def blocked_attention(
     S = k_bsnk.shape[1]
     (bq, nq), (bk, nk) = even_tiles(L, block_q), even_tiles(S, block_kv)
     hb = heads_per_step(B * N, bq * bk, tile_elements)
-    q_t = _tiles(_pad_to(q_blnk, 1, nq * bq), hb, bq)  # [G, nq, hb, bq, K]
-    k_t, v_t = (_tiles(_pad_to(t, 1, nk * bk), hb, bk) for t in (k_bsnk, v_bsnk))  # [G, nk, hb, bk, K]
+    q_t = _tiles(pad_to(q_blnk, 1, nq * bq), hb, bq)  # [G, nq, hb, bq, K]
+    k_t, v_t = (_tiles(pad_to(t, 1, nk * bk), hb, bk) for t in (k_bsnk, v_bsnk))  # [G, nk, hb, bk, K]
     bias_t = None if bias is None else _bias_tiles(bias, B, N, L, S, hb, bq, bk)
     valid = None if nk * bk == S else (jnp.arange(nk * bk) < S).reshape(nk, 1, 1, bk)
     G = q_t.shape[0]

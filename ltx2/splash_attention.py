@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
+
+from ltx2.blocked_attention import pad_to
+from ltx2.sharding import get_strategy
 
 LANES = 128
 BLOCK = 512  # largest query/key tile; sequences are padded to a multiple of 128
@@ -59,12 +61,6 @@ def key_keep_mask(bias: jax.Array | None, batch: int, keys: int) -> jax.Array | 
             f"got a bias of shape {bias.shape}; use attention_impl='xla' for general biases"
         )
     return jnp.broadcast_to(full[:, 0, 0, :] > KEEP_THRESHOLD, (batch, keys))
-
-
-def _pad(x: jax.Array, axis: int, size: int) -> jax.Array:
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, size - x.shape[axis])
-    return jnp.pad(x, widths) if size != x.shape[axis] else x
 
 
 def _kernel_call(
@@ -98,13 +94,14 @@ def splash_attention(
     *,
     interpret: bool | None = None,
     block: int = BLOCK,
-    mesh_rules: Mapping[str, tuple[str, ...]] | None = None,
+    strategy: str | None = None,
 ) -> jax.Array:
     """``softmax(q k^T / sqrt(K) + mask) v`` -> ``[B, L, N, K]`` with the splash kernel.
 
     ``interpret``: None picks by lowering platform (Mosaic on TPU, the interpreter elsewhere);
-    True/False force it. ``mesh_rules`` (``{"batch": mesh axes, "heads": mesh axes}``) runs the
-    kernel under ``shard_map`` over the context mesh; None runs it on whole arrays."""
+    True/False force it. ``strategy`` (a sharding strategy name) runs the kernel under ``shard_map``
+    over the context mesh, batch and heads split by its activation rules; None runs it on whole
+    arrays."""
     B, L, N, K = q_blnk.shape
     S = k_bsnk.shape[1]
     keep_bs = key_keep_mask(bias, B, S)
@@ -112,21 +109,21 @@ def splash_attention(
     scale = 1.0 / math.sqrt(K)
     q = (q_blnk.astype(jnp.float32) * scale).astype(q_blnk.dtype)
     q_bnlk, k_bnsk, v_bnsk = (
-        _pad(_pad(jnp.swapaxes(t, 1, 2), 3, Kp), 2, n) for t, n in ((q, Lp), (k_bsnk, Sp), (v_bsnk, Sp))
+        pad_to(pad_to(jnp.swapaxes(t, 1, 2), 3, Kp), 2, n) for t, n in ((q, Lp), (k_bsnk, Sp), (v_bsnk, Sp))
     )
     q_ids = kv_ids = None
     if keep_bs is not None or Sp != S:
         keep = jnp.ones((B, S), bool) if keep_bs is None else keep_bs
-        kv_ids = _pad(keep.astype(jnp.int32), 1, Sp)  # padded keys: id 0, never attended
+        kv_ids = pad_to(keep.astype(jnp.int32), 1, Sp)  # padded keys: id 0, never attended
         q_ids = jnp.ones((B, Lp), jnp.int32)
 
     def run(
         interp: bool, q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None
     ) -> jax.Array:
         call = functools.partial(_kernel_call, bq=bq, bk=bk, interpret=interp)
-        if mesh_rules is None or jax.sharding.get_abstract_mesh().empty:
+        if strategy is None or jax.sharding.get_abstract_mesh().empty:
             return call(q, k, v, q_ids, kv_ids)
-        return _sharded(call, mesh_rules, q, k, v, q_ids, kv_ids)
+        return _sharded(call, strategy, q, k, v, q_ids, kv_ids)
 
     args = (q_bnlk, k_bnsk, v_bnsk, q_ids, kv_ids)
     if interpret is None:
@@ -138,25 +135,14 @@ def splash_attention(
     return jnp.swapaxes(out[:, :, :L, :K], 1, 2).astype(q_blnk.dtype)
 
 
-def _sharded(call, rules: Mapping[str, tuple[str, ...]], q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
-    """``call`` per shard: batch over ``rules["batch"]``, heads over ``rules["heads"]`` (axes that
-    do not divide the dimension are dropped, as for parameters); sequence and head dim whole."""
+def _sharded(call, strategy: str, q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
+    """``call`` per shard: batch and heads of ``[B, N, L, K]`` split as the strategy places
+    activations (mesh axes that do not divide a dimension are dropped, as for parameters);
+    sequence and head dim whole."""
     mesh = jax.sharding.get_abstract_mesh()
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-
-    def axes(name: str, size: int, taken: tuple[str, ...] = ()) -> tuple[str, ...]:
-        chosen: tuple[str, ...] = ()
-        for a in rules.get(name, ()):
-            if a in sizes and a not in taken and size % (math.prod(sizes[x] for x in (*chosen, a))) == 0:
-                chosen += (a,)
-            else:
-                break
-        return chosen
-
-    batch_axes = axes("batch", q.shape[0])
-    head_axes = axes("heads", q.shape[1], taken=batch_axes)
-    b, h = batch_axes or None, head_axes or None
-    spec = P(b, h, None, None)
-    ids = P(b, None)
+    names = ("activation_batch", "activation_heads", None, None)
+    spec = get_strategy(strategy).spec(names, mesh.axis_names, shape=q.shape, mesh_shape=sizes)
+    ids = P(spec[0], None)
     in_specs = (spec, spec, spec, None if q_ids is None else ids, None if kv_ids is None else ids)
     return jax.shard_map(call, in_specs=in_specs, out_specs=spec, check_vma=False)(q, k, v, q_ids, kv_ids)
