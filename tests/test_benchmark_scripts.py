@@ -99,11 +99,13 @@ def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
 
     bench = _bench_plumbing()
     # torch's matmul is the faster side: 17.18 GFLOP in 0.1 s -> the peak is 171.8 GFLOP/s
-    rows = [entry("matmul", 17.18, 0.125, 0.1, matmul_reference=True), entry("step", 92.0, 0.8, 0.9)]
-    assert bench.matmul_peak_gflops(rows) == pytest.approx(171.8)
+    matmul = entry("matmul", 17.18, 0.125, 0.1, matmul_reference="2048x2048 float32 matmul")
+    rows = [matmul, entry("step", 92.0, 0.8, 0.9)]
+    rate, name = bench.matmul_peak(rows)
+    assert rate == pytest.approx(171.8) and name == "2048x2048 float32 matmul"
     table = bench.markdown_table(rows, {"cpu": {"brand_raw": "X", "count": 2}})
     step = next(line for line in table.splitlines() if line.startswith("| step"))
     assert "| 0.89 | 1.12x | 115.0 (67%) | 102.2 | 1.5 | 1.0 | 2.0 | 5 |" in step, step
-    assert "Matmul peak: 171.8 GFLOP/s" in table
-    assert bench.matmul_peak_gflops(rows[1:]) is None  # no reference case: rates without a fraction
+    assert "Matmul peak: 171.8 GFLOP/s (the faster library's 2048x2048 float32 matmul)" in table
+    assert bench.matmul_peak(rows[1:]) is None  # no reference case: rates without a fraction
     assert "| 115.0 | 102.2 |" in bench.markdown_table(rows[1:], {})

@@ -40,7 +40,6 @@ SETTLE_S = 0.02
 # Per case: enough rounds for a stable median, bounded so a slow case stays within ~this budget.
 TIME_BUDGET_S = 12.0
 MIN_ROUNDS, MAX_ROUNDS = 5, 30
-MATMUL_REFERENCE = "2048x2048 float32 matmul"
 
 
 @dataclass
@@ -207,10 +206,11 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:.1f}"
 
 
-def matmul_peak_gflops(benchmarks: Sequence[dict[str, Any]]) -> float | None:
-    """The machine's measured matmul ceiling: the faster library's GFLOP/s on the reference matmul case."""
+def matmul_peak(benchmarks: Sequence[dict[str, Any]]) -> tuple[float, str] | None:
+    """The machine's measured matmul ceiling: the faster library's GFLOP/s on the reference matmul
+    case (its ``extra_info["matmul_reference"]`` names it), with that name."""
     rates = [
-        x["analytic_gflop"] / min(x["jax_median_s"], x["torch_median_s"])
+        (x["analytic_gflop"] / min(x["jax_median_s"], x["torch_median_s"]), str(x["matmul_reference"]))
         for x in (b.get("extra_info", {}) for b in benchmarks)
         if x.get("matmul_reference") and "torch_median_s" in x
     ]
@@ -226,7 +226,8 @@ def markdown_table(benchmarks: Sequence[dict[str, Any]], machine: dict[str, Any]
         "| speed-up | JAX GFLOP/s (of peak) | PyTorch GFLOP/s | JAX compile s | JAX peak MiB | PyTorch peak MiB "
         "| rounds |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
-    rows, threads, peak = [], set(), matmul_peak_gflops(benchmarks)
+    rows, threads, reference = [], set(), matmul_peak(benchmarks)
+    peak = reference[0] if reference else None
     for b in benchmarks:
         x = b.get("extra_info", {})
         if "torch_median_s" not in x:
@@ -245,7 +246,7 @@ def markdown_table(benchmarks: Sequence[dict[str, Any]], machine: dict[str, Any]
             f"| {_mib(x['torch_peak_bytes'])} | {b['stats']['rounds']} |"
         )
     cpu = machine.get("cpu", {}).get("brand_raw", machine.get("processor", "?"))
-    peak_note = f"{peak:.1f} GFLOP/s (the faster library's {MATMUL_REFERENCE})" if peak else "not measured"
+    peak_note = f"{reference[0]:.1f} GFLOP/s (the faster library's {reference[1]})" if reference else "not measured"
     note = (
         f"\nMachine: {cpu}, {machine.get('cpu', {}).get('count', '?')} logical CPUs; load average at the end "
         f"{_loadavg()}; PyTorch threads {', '.join(sorted(threads)) or '?'}. Matmul peak: {peak_note}.\n"
