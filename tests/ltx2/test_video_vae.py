@@ -328,3 +328,20 @@ def test_conv3d_by_time_taps_equals_the_3d_convolution(stride, dilation, groups)
     want, got = _conv(x, w, **kw), _conv3d_by_time_taps(x, w, **kw)
     assert got.shape == want.shape
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=2e-5)  # 54-term fp32 sums
+
+
+def test_conv3d_lowers_per_platform() -> None:
+    """The time-tap form is CPU-only: lowered for CPU, a 3x3x3 Conv is three 2-D convolutions;
+    lowered for another platform (cross-platform lowering, no device needed) it stays one 3-D op."""
+    from ltx2.vae.conv import Conv
+
+    conv = Conv(4, 6, (3, 3, 3), rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(conv)
+    x = jnp.zeros((1, 5, 8, 8, 4))
+    lowered = {
+        platform: jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).trace(state, x).lower(lowering_platforms=(platform,))
+        for platform in ("cpu", "tpu")
+    }
+    texts = {p: low.as_text() for p, low in lowered.items()}
+    assert texts["cpu"].count("stablehlo.convolution") == 3 and "[b, 0, 1, 2, f]" not in texts["cpu"]
+    assert texts["tpu"].count("stablehlo.convolution") == 1 and "[b, 0, 1, 2, f]" in texts["tpu"]
