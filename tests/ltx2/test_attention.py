@@ -110,6 +110,15 @@ def test_splash_matches_xla_path(case: str) -> None:
     assert _err(got, want) <= TOL
 
 
+def test_splash_lowers_the_mosaic_kernel_for_tpu_only() -> None:
+    """Lowered for TPU (cross-platform, no device or libtpu needed) the kernel is one Mosaic custom
+    call; lowered for CPU it is Pallas' interpreter, plain HLO."""
+    q = jnp.zeros((1, 40, 2, 64), jnp.bfloat16)
+    traced = jax.jit(splash_attention).trace(q, q, q)
+    texts = {p: traced.lower(lowering_platforms=(p,)).as_text() for p in ("cpu", "tpu")}
+    assert texts["tpu"].count("tpu_custom_call") == 1 and texts["cpu"].count("tpu_custom_call") == 0
+
+
 def test_splash_refuses_biases_other_than_key_masks() -> None:
     q, k, v = _qkv(1, 8, 8, 2, 16)
     with pytest.raises(ValueError, match=r"key-padding masks only .*\[B, 1, 1, 8\].*\(1, 2, 8, 8\)"):
