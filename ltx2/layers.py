@@ -38,10 +38,12 @@ class Linear(nnx.Module):
         self.in_features, self.out_features = in_features, out_features
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.matmul(x, self.kernel[...].astype(x.dtype))
+        """``x [..., in]`` -> ``[..., out]`` in ``x``'s dtype; products accumulate (and the bias adds) in
+        float32 before the one rounding to a 16-bit ``x`` dtype (weights are cast to ``x``'s dtype)."""
+        y = jnp.matmul(x, self.kernel[...].astype(x.dtype), preferred_element_type=jnp.float32)
         if self.bias is not None:
-            y = y + self.bias[...].astype(x.dtype)
-        return y
+            y = y + self.bias[...].astype(jnp.float32)
+        return y.astype(x.dtype)
 
 
 def rms_norm(x: jax.Array, eps: float, scale: jax.Array | None = None) -> jax.Array:
