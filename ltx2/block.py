@@ -179,25 +179,37 @@ class Block(nnx.Module):
         isolate: bool,
         kv: TextKV | None = None,
         text_rows: tuple[int, ...] | None = None,
+        cross_from: int = 0,
     ) -> tuple[jax.Array, jax.Array]:
         """Video ``x_bld [B, L, D]`` and audio ``a_bad [B, A, Da]`` through one block. ``stg`` is this
         layer's scalar flag: where true, rows with ``inp.keep == 0`` skip self-attention. ``isolate``
-        drops a2v/v2a for every row (``inp.cross`` does it per row). ``kv``: this layer's precomputed
-        text keys/values (R prompt rows), row ``text_rows[b]`` serving row ``b`` (default: row b)."""
+        drops a2v/v2a for every row, ``cross_from`` for rows before it (``inp.cross`` by a mask, row by
+        row; skipping leading rows saves their a2v/v2a work). ``kv``: this layer's precomputed
+        text keys/values (R prompt rows), row ``text_rows[b]`` serving row ``b`` (default: row b);
+        with ``text_rows`` but no ``kv``, ``inp.*.text`` are the R prompt rows, projected here once each."""
         video, audio = self._streams()
         keep = None if inp.keep is None or stg is None else jnp.where(stg, inp.keep, 1.0)
+        if kv is None and text_rows is not None:  # inp.*.text holds the prompt rows: project each once
+            kv = self.text_kv(inp.video.text, inp.audio.text, inp.video.temb_prompt, inp.audio.temb_prompt)
         video_kv = audio_kv = None
         if kv is not None:
             video_kv = (take_rows(kv.video_k, text_rows), take_rows(kv.video_v, text_rows))
             audio_kv = (take_rows(kv.audio_k, text_rows), take_rows(kv.audio_v, text_rows))
         x_bld, mods = self._self_and_text(video, x_bld, inp.video, keep, video_kv)
         a_bad, audio_mods = self._self_and_text(audio, a_bad, inp.audio, keep, audio_kv)
-        if not isolate:
+        if not isolate and cross_from:
+            x_c, a_c = self._audio_video(x_bld[cross_from:], a_bad[cross_from:], inp, cross_from)
+            x_bld, a_bad = jnp.concatenate([x_bld[:cross_from], x_c]), jnp.concatenate([a_bad[:cross_from], a_c])
+        elif not isolate:
             x_bld, a_bad = self._audio_video(x_bld, a_bad, inp)
         return self._feed_forward(video, x_bld, mods), self._feed_forward(audio, a_bad, audio_mods)
 
     def text_kv(
-        self, text: jax.Array, audio_text: jax.Array, prompt: jax.Array | None, audio_prompt: jax.Array | None
+        self,
+        text: jax.Array | None,
+        audio_text: jax.Array | None,
+        prompt: jax.Array | None,
+        audio_prompt: jax.Array | None,
     ) -> TextKV:
         """This layer's text keys/values from ``text [R, S, D]`` / ``audio_text [R, S, Da]``, after the
         LTX-2.3 prompt modulation when the config has it (``prompt``: the prompt AdaLN output
@@ -238,10 +250,15 @@ class Block(nnx.Module):
             out = s.attn2(h, bias=inp.text_bias, kv=kv)
         return x + (out * mods[8] if s.cross_mod else out), mods
 
-    def _audio_video(self, x: jax.Array, a: jax.Array, inp: BlockInputs) -> tuple[jax.Array, jax.Array]:
+    def _audio_video(
+        self, x: jax.Array, a: jax.Array, inp: BlockInputs, first_row: int = 0
+    ) -> tuple[jax.Array, jax.Array]:
         """a2v (Q video, K/V audio) and v2a (Q audio, K/V video) cross-attention, both from the
-        same normalised inputs; per-layer tables rows: a2v scale, a2v shift, v2a scale, v2a shift, gate."""
+        same normalised inputs; per-layer tables rows: a2v scale, a2v shift, v2a scale, v2a shift, gate.
+        ``x``/``a`` are the block's rows from ``first_row`` on (row-wise inputs are sliced to match)."""
         eps = self.cfg.norm_eps
+        if first_row:
+            inp = inp._replace(video=_rows_from(inp.video, first_row), audio=_rows_from(inp.audio, first_row))
         nx, na = rms_norm(x, eps), rms_norm(a, eps)
         video_rows = self.video_a2v_cross_attn_scale_shift_table[...]
         audio_rows = self.audio_a2v_cross_attn_scale_shift_table[...]
@@ -270,3 +287,9 @@ class Block(nnx.Module):
     def _feed_forward(self, s: _Stream, x: jax.Array, mods: list[jax.Array]) -> jax.Array:
         h = modulate(rms_norm(x, self.cfg.norm_eps), mods[3], mods[4])
         return x + s.ff(h) * mods[5]
+
+
+def _rows_from(inp: StreamInputs, first: int) -> StreamInputs:
+    """The a2v/v2a inputs of rows ``first..``: per-row embeddings sliced, shared (1-row) ones kept."""
+    cut = lambda t: t if t.shape[0] == 1 else t[first:]  # noqa: E731
+    return inp._replace(temb_ca=cut(inp.temb_ca), temb_ca_gate=cut(inp.temb_ca_gate))

@@ -114,8 +114,9 @@ class PipelineOptions:
     perturbed (STG) rows equal the conditional ones up to the first perturbed block, so they are
     computed once and forked there (with no effective perturbation, ``perturbed_attn`` off, the
     conditional prediction is reused). ``text_kv_cache``: text keys/values of every
-    cross-attention computed once per distinct prompt, outside the blocks: once per video, or
-    once per step where the text modulation follows the timestep (LTX-2.3 prompt AdaLN)."""
+    cross-attention computed once per prompt row and shared by the rows that read it: once per
+    video, or, where the text modulation follows the timestep (LTX-2.3 prompt AdaLN), in each
+    block of each step for the rows of that forward (batched passes share, sequential ones cannot)."""
 
     num_inference_steps: int = 30
     diffusion_loop: str = "scan"

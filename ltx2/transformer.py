@@ -268,10 +268,12 @@ class LTX2Transformer(nnx.Module):
         layers: tuple[int, int] | None = None,
         kv: TextKV | None = None,
         text_rows: tuple[int, ...] | None = None,
+        cross_from: int = 0,
     ) -> tuple[jax.Array, jax.Array]:
         """Blocks ``layers = (first, stop)`` (default all) over the stacked state: ``lax.scan`` or a
         Python loop, same block function. ``flags [num_layers]``: STG per layer; ``kv``: the
-        model's precomputed :class:`TextKV` (``[layers, R, ...]``), prompt row ``text_rows[b]`` for row b."""
+        model's precomputed :class:`TextKV` (``[layers, R, ...]``), prompt row ``text_rows[b]`` for row b;
+        ``cross_from``: rows before it skip a2v/v2a (:class:`Block`)."""
         graphdef, state = nnx.split(self.transformer_blocks)
         strategy, n = self.cfg.sharding, self.cfg.num_layers
         first, stop = (0, n) if layers is None else layers
@@ -281,7 +283,7 @@ class LTX2Transformer(nnx.Module):
         def layer(carry: Carry, xs: tuple[Any, Any, Any]) -> tuple[Carry, None]:
             state_l, stg, kv_l = xs
             block = cast(Block, nnx.merge(graphdef, state_l))
-            x, a = block(*carry, inputs, stg, isolate=isolate, kv=kv_l, text_rows=text_rows)
+            x, a = block(*carry, inputs, stg, isolate=isolate, kv=kv_l, text_rows=text_rows, cross_from=cross_from)
             return (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy)), None
 
         carry = (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy))

@@ -44,12 +44,11 @@ CONFIGS = {
                                      audio_cross_attn_mod=True, use_prompt_embeddings=False, perturbed_attn=True),
     "ltx2.0-no-perturbed-attn": TransformerConfig.tiny(num_layers=LAYERS),
 }  # fmt: skip
+CONFIGS["ltx2.3-trillium"] = CONFIGS["ltx2.3"].replace(sharding="trillium")
 CONFIGS["ltx2.3-bf16"] = CONFIGS["ltx2.3"].replace(dtype="bfloat16", param_dtype="bfloat16")
-# bfloat16 (8 significand bits, one rounding = 2^-8 relative): the knobs keep every row's math, but
-# batching changes the matmuls' shapes and so the float32 accumulation order before each rounding
-# to bfloat16, flipping roundings by one unit; through 3 blocks' residual sums that compounds to a
-# few units of the output's scale. Bound: 4 units, 2^-6 (measured: 2.2 units).
-TOL_BF16 = 2.0**-6
+# bfloat16 (8 significant bits): the bound test_transformer.py states for the bf16 forward against
+# float32 (5e-2, a reduced-precision bound, not a parity tolerance), here for every guidance pass.
+TOL_BF16 = 5e-2
 
 
 def _knob_id(knobs: tuple[str, bool, bool]) -> str:
@@ -209,18 +208,28 @@ def test_knobs_match_the_three_forwards(models: dict, expected: Callable, case_n
 
 
 def test_knobs_in_bfloat16(models: dict) -> None:
-    case = Case("ltx2.3-bf16")
-    model, (x, text) = models[case.config], _inputs(case)
+    """bf16 weights and activations (float32 accumulation) against the float32 three forwards with the
+    same weights: each knob combination stays within the bf16 bound (measured: old and sequential
+    1.5e-2, batched 2.3e-2: other GEMM shapes round differently)."""
+    case, ref_case = Case("ltx2.3-bf16"), Case("ltx2.3")
+    model32, (x, text) = models["ltx2.3"], _inputs(ref_case)
+    model = nnx.eval_shape(lambda: LTX2Transformer(CONFIGS[case.config], rngs=nnx.Rngs(0)))
+    like = nnx.state(model, nnx.Param)
+    nnx.update(model, jax.tree.map(lambda v, w: jnp.asarray(v, w.dtype), nnx.state(model32, nnx.Param), like))
+    want = reference(model32, _plan(ref_case, OLD), x, text, T)
     text = TextEmbeddings(text.video.astype(jnp.bfloat16), text.audio.astype(jnp.bfloat16), text.mask)
     graphdef, state = nnx.split(model)
-    run = {k: _run(model, _plan(case, k), x, text, T, text_kv_once(graphdef, state, text, plan=_plan(case, k)))
-           for k in (OLD, DEFAULT, ("sequential", True, True))}  # fmt: skip
-    for knobs in (DEFAULT, ("sequential", True, True)):
-        for group, ref in run[OLD].items():
-            for ours, want in zip(run[knobs][group], ref, strict=True):
+    errors = {}
+    for knobs in (OLD, DEFAULT, ("sequential", True, True)):
+        plan = _plan(case, knobs)
+        got = _run(model, plan, x, text, T, text_kv_once(graphdef, state, text, plan=plan))
+        for group, pair in want.items():
+            for ours, ref in zip(got[group], pair, strict=True):
                 assert ours.dtype == jnp.float32  # velocities leave the model as float32, like the pipeline's
-                err = float(jnp.max(jnp.abs(ours - want))) / max(1.0, float(jnp.max(jnp.abs(want))))
-                assert err <= TOL_BF16, f"{knobs} {group}: {err:.3g}"
+                err = float(jnp.max(jnp.abs(ours - ref))) / max(1.0, float(jnp.max(jnp.abs(ref))))
+                errors[knobs] = max(errors.get(knobs, 0.0), err)
+    print(f"bf16 vs fp32: {errors}")
+    assert all(err <= TOL_BF16 for err in errors.values()), errors
 
 
 def test_fork_block_and_text_kv_follow_the_config(models: dict) -> None:
@@ -247,8 +256,8 @@ def _step_matmul_flops(model: LTX2Transformer, plan: Plan, x: Latents, text: Tex
 def test_each_knob_removes_the_work_it_names(models: dict) -> None:
     """Exact matmul FLOPs of one step (LTX-2.0, 3 blocks, STG at block 1, one video, 4 row groups).
     Fork: the perturbed row skips block 0. Text cache: no text projection left in the step (K/V of
-    4 rows x 3 layers, caption projections of 4 rows). Batching: every row runs a2v/v2a, the
-    isolated row's result masked to 0 (what one forward over all rows costs)."""
+    4 rows x 3 layers, caption projections of 4 rows). Batching: the same work as the passes apart
+    (the isolated row skips a2v/v2a as a row range: no mesh splits the rows here)."""
     case, model, cfg = Case("ltx2.0"), models["ltx2.0"], CONFIGS["ltx2.0"]
     x, text = _inputs(case)
     knobs = [("sequential", False, True), ("sequential", True, True), ("batched", False, True),
@@ -259,8 +268,39 @@ def test_each_knob_removes_the_work_it_names(models: dict) -> None:
     block = cfg.forward_flops(L, A, S) - cfg.replace(num_layers=LAYERS - 1).forward_flops(L, A, S) - text_kv
     caption = 2 * S * (D * (Dc + D) + Da * (Dc + Da))
     # a2v, v2a each: q/out projections over the long side, k/v over the short one, scores and values
-    cross = 2 * 4 * (L * D * Da + A * Da * Da + L * A * Da)
+    cross = 2 * 4 * (L * D * Da + A * Da * Da + L * A * Da)  # what a masked isolated row would add per layer
     assert flops[("sequential", False, True)] - flops[("sequential", True, True)] == block
     assert flops[("batched", False, True)] - flops[("batched", True, True)] == block
     assert flops[("batched", False, False)] - flops[("batched", False, True)] == 4 * (LAYERS * text_kv + caption)
-    assert flops[("batched", False, True)] - flops[("sequential", False, True)] == LAYERS * cross
+    # Unsplit rows: the isolated row skips a2v/v2a in the batched forward too (a mask would cost them).
+    assert flops[("batched", False, True)] == flops[("sequential", False, True)], LAYERS * cross
+
+
+def test_batched_fork_only_where_it_shortens_the_rows_per_device() -> None:
+    """One video's 3 pre-fork rows on a 2-way batch split are 2 per device, as the 4 after the fork."""
+    from ltx2.passes import _fork_pays, batch_shards
+    from ltx2.sharding import build_mesh
+
+    assert batch_shards("trillium") == 1 and _fork_pays(3, 1, "trillium")  # no mesh: rows are not split
+    with jax.set_mesh(build_mesh({"fsdp": 2, "context": 2, "tensor": 2})):
+        assert batch_shards("trillium") == 2  # activation_batch -> (data, fsdp); data is not in this mesh
+        assert batch_shards("context") == 1 and _fork_pays(3, 1, "context")
+        assert not _fork_pays(3, 1, "trillium")  # ceil(3/2) == ceil(4/2)
+        assert _fork_pays(3, 2, "trillium") and _fork_pays(2, 1, "trillium")  # 6 -> 8 rows: 3 vs 4; 2 -> 3: 1 vs 2
+
+
+@pytest.mark.parametrize("videos", [1, 2])
+def test_batched_rows_split_over_a_mesh(models: dict, videos: int) -> None:
+    """Under a mesh that splits the batch (trillium: fsdp=2), isolation is a row mask and the fork runs
+    only for two videos (6 -> 8 rows); every prediction still matches the three forwards."""
+    from ltx2.sharding import build_mesh
+
+    case = Case("ltx2.3-trillium", videos=videos)
+    model, (x, text) = models[case.config], _inputs(case)
+    with jax.set_mesh(build_mesh({"fsdp": 2, "context": 2, "tensor": 2})):
+        got = _run(model, _plan(case, DEFAULT), x, text, T, None)
+    want = reference(model, _plan(case, OLD), x, text, T)
+    for group, pair in want.items():
+        for ours, ref in zip(got[group], pair, strict=True):
+            err = float(jnp.max(jnp.abs(ours - ref))) / max(1.0, float(jnp.max(jnp.abs(ref))))
+            assert err <= TOL, f"{group}: {err:.3g}"
