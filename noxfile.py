@@ -78,7 +78,7 @@ def aot(session: nox.Session) -> None:
     """Compile-only tests for TPU and GPU targets (installs the [tpu-aot] and [gpu-aot] extras, ~1.1 GB).
     Extra args go to pytest."""
     _install(session, "test,tpu-aot,gpu-aot")
-    args = session.posargs or ["-q", "-m", "aot", "tests/harness/test_aot.py"]
+    args = session.posargs or ["-q", "-m", "aot", "tests/harness/metrics/test_aot.py"]
     session.run("pytest", *args, env=CPU_ENV)
 
 

@@ -120,7 +120,7 @@ def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[s
     from flax import nnx
 
     from harness.metrics.aot import analyze
-    from harness.workload import abstract_state
+    from ltx2.components import abstract_state
     from ltx2.denoise import denoise_step, text_kv_once
     from ltx2.latents import Plan
     from ltx2.sharding import input_sharding

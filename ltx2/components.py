@@ -3,19 +3,27 @@
 Random weights give true timings (speed does not depend on values) and let presets run
 without a checkpoint; ``ltx2.convert.load_pretrained`` builds the same set from a diffusers
 directory. With ``pipeline.vae_replication`` the VAEs and the vocoder are built replicated.
+
+For programs compiled and run at any size (:mod:`ltx2.stages`): :func:`abstract_state` is a
+module's state as sharded ``ShapeDtypeStruct``s (nothing allocated), :func:`random_state`
+random arrays shaped and sharded like it, generated in place.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from ltx2.pipeline_config import PipelineConfig
-from ltx2.sharding import vae_strategy
+from ltx2.sharding import Strategy, param_shardings, vae_strategy
 from ltx2.text.connectors import LTX2TextConnectors
 from ltx2.text.gemma import GemmaTextEncoder
 from ltx2.transformer import LTX2Transformer
@@ -75,3 +83,47 @@ def build_components(cfg: PipelineConfig, *, seed: int = 0, text_encoder: bool =
         upsampler=init_random(LTX2LatentUpsamplerModel, up, seed + 5) if up is not None else None,
         text_encoder=random_gemma(cfg, seed) if text_encoder else None,
     )
+
+
+# --------------------------------------------------------------------------- abstract and random states
+
+HOST_INIT_BYTES = 64 * 2**20  # leaves up to this size are drawn on the host, larger ones on device
+INIT_STD = 0.02
+
+
+def abstract_state(make: Callable[[], Any], strategy: str | Strategy, mesh: Mesh) -> tuple[nnx.GraphDef, Any]:
+    """(graphdef, state of sharded ``ShapeDtypeStruct``s) of the NNX module ``make()`` builds, laid out
+    by ``strategy`` on ``mesh``: nothing is allocated, so any model size works."""
+    graphdef, state = nnx.split(nnx.eval_shape(make))
+    shardings = param_shardings(state, strategy, mesh)
+
+    def sds(sharding: Any, var: Any) -> Any:  # the shardings tree is a prefix of the state tree
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), var)
+
+    return graphdef, jax.tree.map(sds, shardings, state)
+
+
+@functools.cache
+def _device_normal(shape: tuple[int, ...], dtype: Any, sharding: Any) -> Callable[[Any], Any]:
+    return jax.jit(lambda key: (jax.random.normal(key, shape) * INIT_STD).astype(dtype), out_shardings=sharding)
+
+
+def random_state(abstract: Any, seed: int) -> Any:
+    """Random N(0, 0.02) arrays shaped and sharded like a tree of ``ShapeDtypeStruct``s.
+
+    Speed does not depend on weight values, so this stands in for the modules' own
+    initialisers, which compile hundreds of tiny programs (tens of seconds on CPU). Small
+    leaves come from NumPy on the host; large ones are generated in place, already sharded,
+    so a full-size model never has to fit in one device or the host.
+    """
+    rng = np.random.default_rng(seed)
+    keys = iter(jax.random.split(jax.random.key(seed), len(jax.tree.leaves(abstract))))
+
+    def leaf(a: Any) -> Any:
+        key = next(keys)
+        if a.size * a.dtype.itemsize <= HOST_INIT_BYTES:
+            host = (rng.standard_normal(a.shape, dtype=np.float32) * INIT_STD).astype(a.dtype)
+            return jax.device_put(host, a.sharding)
+        return _device_normal(tuple(a.shape), a.dtype, a.sharding)(key)
+
+    return jax.tree.map(leaf, abstract)

@@ -2,8 +2,11 @@
 
 Random weights for a preset, or a diffusers-format directory with ``--weights DIR``
 (:func:`ltx2.convert.load_pretrained`). Prompts are token ids (``--prompt-ids 2,651,...``) or
-text with a local tokenizer (``--prompt "..." --tokenizer DIR``). Writes ``OUT.mp4`` (H.264 +
-AAC, muxed by the ffmpeg binary that the ``imageio-ffmpeg`` wheel ships) and ``OUT.wav``.
+text with a local tokenizer (``--prompt "..."`` with ``--tokenizer DIR`` or ``DIR/tokenizer`` of
+``--weights``; none ships with the presets). A preset run without a prompt uses fixed ids
+(``RANDOM_WEIGHTS_PROMPT_IDS``) and says so: with random weights every prompt means as little.
+Writes ``OUT.mp4`` (H.264 + AAC, muxed by the ffmpeg binary that the ``imageio-ffmpeg`` wheel
+ships) and ``OUT.wav``.
 
 Progress: each stage reports when it finishes and how long it took. With ``--loop python``
 the denoising loop reports every step; with ``--loop scan`` the loop is one compiled program,
@@ -24,6 +27,9 @@ from typing import Any
 import numpy as np
 
 DEFAULT_NEGATIVE_IDS = "2"  # Gemma's <bos>: what the tokenizer makes of an empty negative prompt
+# The prompt of a preset run given none: Gemma's <bos>, then three ids inside every preset's
+# vocabulary (tiny's has 128). Fixed, so the documented command is deterministic for a seed.
+RANDOM_WEIGHTS_PROMPT_IDS = "2,17,33,4"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -31,9 +37,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", default="tiny", help="tiny | small | ltx2_19b | ltx2_3_22b (random weights)")
     src.add_argument("--weights", type=Path, help="diffusers-format pipeline directory")
-    p.add_argument("--prompt-ids", help="comma-separated token ids of the prompt")
+    p.add_argument(
+        "--prompt-ids",
+        help=f"comma-separated token ids of the prompt (a preset given no prompt uses {RANDOM_WEIGHTS_PROMPT_IDS})",
+    )
     p.add_argument("--negative-ids", default=DEFAULT_NEGATIVE_IDS, help="comma-separated ids of the negative prompt")
-    p.add_argument("--prompt", help="prompt text (needs --tokenizer, or a tokenizer in --weights)")
+    p.add_argument("--prompt", help="prompt text (needs --tokenizer, or a tokenizer/ folder in --weights)")
     p.add_argument("--negative-prompt", default="", help="negative prompt text")
     p.add_argument("--tokenizer", type=Path, help="local tokenizer directory")
     p.add_argument("--out", type=Path, required=True, help="output .mp4 (the .wav goes next to it)")
@@ -45,16 +54,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--loop", choices=("scan", "python"), help="denoising loop (default: the config's)")
     args = p.parse_args(argv)
-    if (args.prompt_ids is None) == (args.prompt is None):
-        p.error("give exactly one of --prompt-ids and --prompt")
+    args.fixed_prompt = False
+    if args.prompt_ids is not None and args.prompt is not None:
+        p.error("give at most one of --prompt-ids and --prompt")
+    if args.prompt is not None and tokenizer_dir(args) is None:
+        where = f"{args.weights / 'tokenizer'} does not exist" if args.weights else "the presets ship none"
+        p.error(f"--prompt needs a tokenizer and there is none ({where}): pass --tokenizer DIR "
+                "(a local Gemma-3 tokenizer directory) or token ids with --prompt-ids")  # fmt: skip
+    if args.prompt is None and args.prompt_ids is None:
+        if args.weights is not None:
+            p.error("--weights: give the prompt, as --prompt text or --prompt-ids")
+        args.prompt_ids, args.fixed_prompt = RANDOM_WEIGHTS_PROMPT_IDS, True
     return args
 
 
-def token_ids(text: str, length: int) -> tuple[np.ndarray, np.ndarray]:
+def tokenizer_dir(args: argparse.Namespace) -> Path | None:
+    """``--tokenizer``, else the ``tokenizer/`` folder of ``--weights`` (what ``load_pretrained`` loads)."""
+    if args.tokenizer is not None:
+        return Path(args.tokenizer)
+    if args.weights is not None and (Path(args.weights) / "tokenizer").is_dir():
+        return Path(args.weights) / "tokenizer"
+    return None
+
+
+def token_ids(text: str, length: int, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """``"1,2,3"`` -> left-padded ids and mask ``[1, length]`` int32."""
-    ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise SystemExit(f"error: token ids must be comma-separated integers, got {text!r}") from None
     if not ids or len(ids) > length:
         raise SystemExit(f"error: need 1..{length} token ids, got {len(ids)}")
+    if not all(0 <= i < vocab_size for i in ids):
+        raise SystemExit(f"error: token ids must be in [0, {vocab_size}) (the text encoder's vocabulary), got {ids}")
     out, mask = np.zeros((1, length), np.int32), np.zeros((1, length), np.int32)
     out[0, length - len(ids) :], mask[0, length - len(ids) :] = ids, 1
     return out, mask
@@ -118,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import jax
 
     args = parse_args(argv)
+    if args.fixed_prompt:
+        print(f"no prompt given: random weights of preset {args.preset!r} with the fixed prompt ids "
+              f"{args.prompt_ids} (--prompt-ids to choose)", flush=True)  # fmt: skip
     pipe = stage("build", lambda: build(args))
     o = pipe.cfg.pipeline
     loop = args.loop or o.diffusion_loop
@@ -126,8 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = stage("text_encode", lambda: pipe.encode_prompt(prompt=args.prompt, negative_prompt=args.negative_prompt,
                                                                plan=plan))  # fmt: skip
     else:
-        length = pipe.cfg.text_encoder.max_sequence_length
-        (ids, mask), (neg, neg_mask) = token_ids(args.prompt_ids, length), token_ids(args.negative_ids, length)
+        length, vocab = pipe.cfg.text_encoder.max_sequence_length, pipe.cfg.gemma.vocab_size
+        (ids, mask), (neg, neg_mask) = (token_ids(t, length, vocab) for t in (args.prompt_ids, args.negative_ids))
         text = stage("text_encode", lambda: pipe.encode_prompt(ids, mask, neg, neg_mask, plan=plan))
     k_latents, k_decode = jax.random.split(jax.random.key(args.seed))
     x = stage("prepare_latents", lambda: pipe.prepare_latents(plan, key=k_latents))

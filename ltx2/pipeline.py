@@ -56,10 +56,11 @@ def _prepare(graphdef: nnx.GraphDef, state: nnx.State, video: jax.Array, audio: 
 
 
 @partial(jax.jit, static_argnames=("graphdef", "plan"))
-def _decode_video(
+def decode_packed_video(
     graphdef: nnx.GraphDef, state: nnx.State, packed: jax.Array, noise: jax.Array | None, decode_t: jax.Array,
     noise_scale: jax.Array, key: jax.Array | None, *, plan: Plan,
 ) -> jax.Array:  # fmt: skip
+    """Packed latents ``[B, L, C]`` -> frames ``[B, F, H, W, 3]`` in [0, 1] (noise from :func:`decode_video_inputs`)."""
     vae = nnx.merge(graphdef, state)
     p, pt = plan.patch_size, plan.patch_size_t
     z = unpack_video(packed, plan.frames // pt, plan.height // p, plan.width // p, p, pt)
@@ -74,7 +75,7 @@ def _decode_video(
 def decode_video_inputs(
     key: jax.Array, plan: Plan, vae: VideoVAEConfig, options: PipelineOptions, dtype: Any
 ) -> tuple[jax.Array | None, jax.Array, jax.Array, jax.Array | None]:
-    """``(noise, decode_t, noise_scale, inject_key)`` for :func:`_decode_video`: decode noise from
+    """``(noise, decode_t, noise_scale, inject_key)`` for :func:`decode_packed_video`: decode noise from
     ``key`` for a timestep-conditioned VAE at ``decode_noise_scale`` (default ``decode_timestep``),
     and the decoder's own noise-injection key when it injects any."""
     k_mix, inject_key = jax.random.split(key)
@@ -100,8 +101,9 @@ def _decode_audio(graphdef: nnx.GraphDef, state: nnx.State, packed: jax.Array, *
 
 
 @partial(jax.jit, static_argnames=("graphdef",))
-def _upsample(graphdef: nnx.GraphDef, state: nnx.State, latents: jax.Array, adain: jax.Array,
-              tone_map: jax.Array) -> jax.Array:  # fmt: skip
+def upsample_latents(graphdef: nnx.GraphDef, state: nnx.State, latents: jax.Array, adain: jax.Array,
+                     tone_map: jax.Array) -> jax.Array:  # fmt: skip
+    """Latents ``[B, C, F, H, W]`` -> upsampled, then AdaIN (``adain`` > 0) and tone mapping (``tone_map`` > 0)."""
     up = nnx.merge(graphdef, state)(latents)
     up = jax.lax.cond(adain > 0, lambda: jnp.asarray(adain_filter(up, latents, adain), up.dtype), lambda: up)
     return jax.lax.cond(tone_map > 0, lambda: tone_map_latents(up, tone_map).astype(up.dtype), lambda: up)
@@ -302,7 +304,7 @@ class LTX2Pipeline:
         ``key`` at ``pipeline.decode_noise_scale`` (default: ``decode_timestep``)."""
         key = jax.random.key(self.cfg.pipeline.seed + 1) if key is None else key
         inputs = decode_video_inputs(key, plan, self.cfg.video_vae, self.cfg.pipeline, video.dtype)
-        return _decode_video(self.video_vae_graph, self.video_vae_state, video, *inputs, plan=plan)
+        return decode_packed_video(self.video_vae_graph, self.video_vae_state, video, *inputs, plan=plan)
 
     def decode_audio(self, audio: jax.Array, plan: Plan) -> jax.Array:
         """Packed audio latents ``[B, A, Ca]`` -> waveform ``[B, channels, samples]`` (audio VAE
@@ -322,7 +324,7 @@ class LTX2Pipeline:
         optional AdaIN towards the input and tone mapping (``LTX2LatentUpsamplePipeline``)."""
         if self.upsampler_graph is None:
             raise ValueError("this pipeline has no latent upsampler (PipelineConfig.upsampler is None)")
-        return _upsample(self.upsampler_graph, self.upsampler_state, jnp.asarray(latents),
+        return upsample_latents(self.upsampler_graph, self.upsampler_state, jnp.asarray(latents),
                          jnp.float32(adain_factor), jnp.float32(tone_map_compression_ratio))  # fmt: skip
 
     # ---- everything -----------------------------------------------------------------------

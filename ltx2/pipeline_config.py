@@ -2,7 +2,7 @@
 
 Field names of :class:`PipelineConfig` are the override prefixes manifests use
 (``transformer.sharding``, ``video_vae.dtype``, ``pipeline.diffusion_loop``,
-``text_encoder.batching`` ...). Presets (``tiny``, ``small``, ``ltx2_19b``, ``ltx2_3_22b``)
+``text_encoder.batching`` ...). Presets (``tiny``, ``small``, ``medium``, ``ltx2_19b``, ``ltx2_3_22b``)
 keep every component consistent with its neighbours: latent channels, scale factors, caption
 and connector widths, Gemma hidden size and layer count. ``__post_init__`` checks those links
 and names both ends when one breaks.
@@ -318,6 +318,23 @@ class PipelineConfig:
         )
 
     @classmethod
+    def medium(cls) -> PipelineConfig:
+        """CPU compute-bound benchmark size: ``small`` with ``TransformerConfig.medium`` (8x the width,
+        STG on) and the text path widened to its 1024 caption channels (Gemma-3 hidden size,
+        connector width; 16 x 64 heads)."""
+        small = cls.small()
+        connectors = dataclasses.replace(
+            small.connectors, caption_channels=1024, video_hidden_dim=1024, audio_hidden_dim=512,
+            video_connector_num_attention_heads=16, video_connector_attention_head_dim=64,
+            audio_connector_num_attention_heads=16, audio_connector_attention_head_dim=64,
+        )  # fmt: skip
+        return small.replace(
+            transformer=TransformerConfig.medium(perturbed_attn=True),
+            connectors=connectors,
+            gemma=small.gemma.replace(hidden_size=1024, intermediate_size=2048),
+        )
+
+    @classmethod
     def ltx2_19b(cls) -> PipelineConfig:
         """Released LTX-2.0 (``Lightricks/LTX-2`` dev checkpoint) with Gemma-3-12B."""
         return cls(
@@ -355,11 +372,11 @@ class PipelineConfig:
 
     @classmethod
     def preset(cls, name: str) -> PipelineConfig:
-        """By name: ``tiny``, ``small``, ``ltx2_19b`` / ``ltx2-19b``, ``ltx2_3_22b`` / ``ltx2.3-22b``."""
+        """By name: ``tiny``, ``small``, ``medium``, ``ltx2_19b`` / ``ltx2-19b``, ``ltx2_3_22b`` / ``ltx2.3-22b``."""
         key = name.replace("-", "_").replace(".", "_")
         if key not in PRESETS:
             raise ValueError(f"unknown pipeline preset {name!r}; known: {sorted(PRESETS)}")
         return getattr(cls, key)()
 
 
-PRESETS = ("tiny", "small", "ltx2_19b", "ltx2_3_22b")
+PRESETS = ("tiny", "small", "medium", "ltx2_19b", "ltx2_3_22b")

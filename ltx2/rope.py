@@ -4,8 +4,9 @@ Follows diffusers ``LTX2AudioVideoRotaryPosEmbed`` and ``apply_{interleaved,spli
 (``diffusers/models/transformers/transformer_ltx2.py``). Positions are ``[start, end)`` bounds
 per axis in pixel units (video: time in seconds, height, width) or seconds (audio); a token's
 position is the midpoint, as a fraction of ``max_positions``. Frequencies depend only on
-static sizes, so they are computed on the host with numpy (in float64 when asked, like
-``rope_double_precision``); everything downstream is float32, as in the reference.
+static sizes, so they are computed on the host with numpy, rounded as the reference's float64
+or float32 program (``rope_double_precision``) but independent of the CPU's vector kernels (see
+:func:`rope_frequencies`); everything downstream is float32, as in the reference.
 
 Table layouts: ``interleaved`` cos/sin ``[B, T, dim]`` (pairs ``(x[2i], x[2i+1])``);
 ``split`` cos/sin ``[B, T, N, dim/(2N)]`` (each head rotates its first half against its second).
@@ -108,10 +109,22 @@ def _linspace01(steps: int, dtype: type) -> np.ndarray:
 
 
 def rope_frequencies(dim: int, num_axes: int, theta: float, double_precision: bool) -> np.ndarray:
-    """``theta ** linspace(0, 1, dim // (2*num_axes)) * pi/2`` as float32 ``[dim // (2*num_axes)]``."""
-    dt = np.float64 if double_precision else np.float32
-    powers = np.power(dt(theta), _linspace01(dim // (2 * num_axes), dt))
-    return (powers * dt(np.pi) / dt(2.0)).astype(np.float32)
+    """``theta ** linspace(0, 1, dim // (2*num_axes)) * pi/2`` as float32 ``[dim // (2*num_axes)]``.
+
+    ``double_precision``: the float64 formula rounded to float32 once, as diffusers. Otherwise
+    diffusers' float32 program -- torch's float32 linspace formula for x, then
+    ``fl(fl(theta ** x) * fl(pi)) / 2`` -- with every step correctly rounded, so the last bit does not
+    follow the CPU: ``theta ** x`` is evaluated in float64 and rounded once. numpy's float32 power
+    is not correctly rounded where it dispatches to its AVX-512 kernel (10000 ** 0.6 -> 251.18869,
+    0.53 ulp off; libm, torch, and numpy with that dispatch disabled give 251.1887), which moved a
+    dim-40 table by 2.8e-5 on an AMD EPYC with AVX-512.
+    """
+    steps = dim // (2 * num_axes)
+    if double_precision:
+        return (np.power(np.float64(theta), _linspace01(steps, np.float64)) * np.pi / 2.0).astype(np.float32)
+    grid = _linspace01(steps, np.float32).astype(np.float64)
+    powers = np.power(np.float64(theta), grid).astype(np.float32)
+    return powers * np.float32(np.pi) / np.float32(2.0)
 
 
 def rope_tables(

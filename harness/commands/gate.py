@@ -2,8 +2,9 @@
 [gate] baseline, else reports/baselines/<manifest>-<backend key>.json (or --baseline).
 
 Prints one line per failing metric (variant, stage, metric, baseline, now, ratio and
-the test's verdict), writes index.html with the comparison and gate.json next to the
-results, and exits
+the test's verdict), writes index.html with the comparison and gate.json to the sweep's
+folder (reports/<sweep-id>/; with --results, that sweep's folder, or reports/<sweep-id>/
+for a file that is not a sweep's results.jsonl, e.g. a baseline), and exits
 
     0  no regression
     1  regression in at least one gated metric
@@ -25,22 +26,26 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from harness import baseline as bl
-from harness import records as rec
-from harness.manifest import Manifest, ManifestError, load_manifest
+from harness.plan.manifest import ManifestError
+from harness.results import baseline as bl
+from harness.results import store as rec
+from harness.results.lock import SweepLocked
+from harness.results.record import Record
 
 if TYPE_CHECKING:
-    from harness.gate import GateResult
+    from harness.plan.variants import Sweep
+    from harness.results.gate import GateResult
 
-ERROR = 2  # == harness.gate.ERROR; stats and plotting load only when the gate runs
+ERROR = 2  # == harness.results.gate.ERROR; the model, stats and plotting load only when the gate runs
 TIMINGS = ("auto", "on", "off")
 HELP = "compare a run with its committed baseline; exit 0 clean, 1 regression, 2 could not run"
 
@@ -61,19 +66,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side with --against")
 
 
-def _run_or_load(args: argparse.Namespace, manifest: Manifest) -> tuple[list[dict[str, Any]], Path]:
+def _run_or_load(args: argparse.Namespace, sweep: Sweep) -> tuple[list[Record], Path]:
     if args.results is not None:
-        records = [dict(r) for r in rec.latest_by_variant(bl.load_records_any(args.results)).values()]
-        out = args.results if args.results.is_dir() else args.results.parent
-        return records, out
-    from harness.runner import SweepOptions, run_sweep
+        records = list(rec.latest_by_variant(bl.load_records_any(args.results)).values())
+        return records, rec.output_dir(args.results, args.reports, _sweep_id(args, sweep.name))
+    from harness.run.runner import SweepOptions, run_sweep
 
-    options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id or f"{manifest.name}-gate", rerun=True)
-    result = run_sweep(manifest, options)
+    options = SweepOptions(reports_dir=args.reports, sweep_id=_sweep_id(args, sweep.name), rerun=True)
+    result = run_sweep(sweep, options)
     return result.records, result.results_path.parent
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sweep_id(args: argparse.Namespace, manifest_name: str) -> str:
+    return rec.check_sweep_id(args.sweep_id or f"{manifest_name}-gate")
+
+
+def missing_baseline(args: argparse.Namespace, path: Path) -> str:
+    """Why the gate cannot run without a baseline, and the commands that write the one it reads, to paste."""
+    write = ["python", "-m", "harness", "baseline", "update"]
+    target = ["--manifest", str(args.manifest), "--out", str(path)]
+    if args.results is not None:
+        steps = [write + [str(args.results)] + target]
+    else:
+        reports, sweep_id = args.reports, _sweep_id(args, args.manifest.stem)
+        steps = [["python", "-m", "harness", "sweep", str(args.manifest), "--reports", str(reports), "--sweep-id",
+                  sweep_id], write + [str(rec.results_path(reports, sweep_id))] + target]  # fmt: skip
+    return (f"no baseline at {path}; write it on purpose from a run you trust, then commit it:\n  "
+            + " && ".join(shlex.join(step) for step in steps))
 
 
 def _sweep(tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: str) -> None:
@@ -83,24 +105,24 @@ def _sweep(tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: st
                     "--sweep-id", sweep_id, "--rerun", "--variant", variant], cwd=tree, env=env, check=False)
 
 
-def _latest(reports: Path, sweep_id: str) -> list[dict[str, Any]]:
-    return [dict(r) for r in rec.latest_by_variant(rec.load_records(rec.results_path(reports, sweep_id))).values()]
+def _latest(reports: Path, sweep_id: str) -> list[Record]:
+    return list(rec.latest_by_variant(rec.load_records(rec.results_path(reports, sweep_id))).values())
 
 
-def interleaved(manifest: Manifest, base_tree: Path, head_tree: Path, rounds: int, reports: Path, sweep_id: str
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Path]:
+def interleaved(sweep: Sweep, base_tree: Path, head_tree: Path, rounds: int, reports: Path, sweep_id: str
+                ) -> tuple[list[Record], list[Record], Path]:
     """Baseline and head records measured alternately, variant by variant, pooled over rounds.
 
     Round r runs every variant once per side, base then head for even r and head then
     base for odd r, so that each variant's two sides are seconds apart and a slow
     period of the machine lands on both. Timing samples are pooled per side.
     """
-    from harness.gate import pool_rounds
+    from harness.results.gate import pool_rounds
 
     if rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {rounds}")
-    path, reports = manifest.path.resolve(), reports.resolve()
-    names = [v.name for v in manifest.expand()]
+    path, reports = sweep.manifest.path.resolve(), reports.resolve()
+    names = [v.name for v in sweep.variants]
     for i in range(rounds):
         for name in names:
             sides = [("base", base_tree), ("head", head_tree)]
@@ -111,7 +133,7 @@ def interleaved(manifest: Manifest, base_tree: Path, head_tree: Path, rounds: in
     head = pool_rounds([_latest(reports, f"{sweep_id}-head-{i + 1}") for i in range(rounds)])
     out = reports / sweep_id
     out.mkdir(parents=True, exist_ok=True)
-    (out / rec.RESULTS_FILE).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in head))
+    (out / rec.RESULTS_FILE).write_text("".join(rec.to_line(r) for r in head))
     return base, head, out
 
 
@@ -131,23 +153,27 @@ def worktree(rev: str) -> Iterator[Path]:
 
 
 def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
-    from harness.gate import GateResult, evaluate
+    from harness.plan.variants import load_sweep
     from harness.report import write_report
+    from harness.results.gate import GateResult, evaluate
 
-    manifest = load_manifest(args.manifest)
+    sweep = load_sweep(args.manifest)
+    manifest = sweep.manifest
     if args.against:
-        sweep_id = args.sweep_id or f"{manifest.name}-gate"
+        sweep_id = _sweep_id(args, manifest.name)
         with worktree(args.against) as tree:
-            base_records, records, out = interleaved(manifest, tree, REPO_ROOT, args.rounds, args.reports, sweep_id)
+            base_records, records, out = interleaved(sweep, tree, REPO_ROOT, args.rounds, args.reports, sweep_id)
         label = f"{args.against} (re-measured, {args.rounds} interleaved rounds)"
     else:
         path = args.baseline or bl.path_for(manifest, args.baselines_dir)
-        base = bl.load(path)  # before running anything: a missing baseline is known up front
+        if not path.exists():  # known before running anything
+            raise bl.BaselineError(missing_baseline(args, path))
+        base = bl.load(path)
         expected = bl.target_key(manifest.target)
         if base.key != expected:
             return GateResult(ERROR, None, problems=[f"baseline {path} is for {base.key}, this manifest targets "
                                                      f"{expected}; baselines are per backend and topology"]), None
-        records, out = _run_or_load(args, manifest)
+        records, out = _run_or_load(args, sweep)
         base_records, label = base.records, str(path)
     result = evaluate(base_records, records, manifest.gate, timings=args.timings)
     if records:
@@ -167,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     # Python exception would exit 1 and read as a perf regression in CI.
     try:
         result, out = gate(args)
-    except (ManifestError, bl.BaselineError, rec.RecordError, OSError, ValueError) as e:
+    except (ManifestError, bl.BaselineError, rec.RecordError, SweepLocked, OSError, ValueError) as e:
         print(f"GATE ERROR  {e}", file=sys.stderr)
         print(f"gate could not run (exit {ERROR})")
         return ERROR

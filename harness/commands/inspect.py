@@ -13,10 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.manifest import load_manifest
-from harness.runner import SweepOptions, run_worker
-from harness.variants import Variant, select
-
 HELP = "static metrics of one variant, without timing"
 MIB = 2**20
 
@@ -60,18 +56,20 @@ def format_static(static: Mapping[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    manifest = load_manifest(args.manifest)
+    from harness.plan.variants import load_sweep, select  # the model loads only when a verb needs it
+    from harness.run.launcher import LocalLauncher
+    from harness.run.runner import CACHE_DIR, worker_spec
+
+    sweep = load_sweep(args.manifest)
     try:
-        variants = manifest.expand()
-        variant: Variant = select(variants, [args.variant])[0] if args.variant else variants[0]
+        variant = select(sweep.variants, [args.variant])[0] if args.variant else sweep.variants[0]
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
-    static_only = dataclasses.replace(manifest.run, metrics=("static",), trace=False, warmup=0)
+    static_only = dataclasses.replace(sweep.manifest.run, metrics=("static",), trace=False, warmup=0)
     with tempfile.TemporaryDirectory(prefix="harness-inspect-") as tmp:
-        log = Path(tmp) / "worker.log"
-        outcome = run_worker(variant, static_only, log_path=log, trace_dir=Path(tmp) / "traces",
-                             options=SweepOptions())
+        spec = worker_spec(variant, static_only, Path(tmp) / "traces", Path("reports") / CACHE_DIR)
+        outcome = LocalLauncher().run(spec, log_path=Path(tmp) / "worker.log")
     stages = outcome.result.get("stages") or {}
     if args.json:
         print(json.dumps({"variant": {"name": variant.name, "id": variant.id}, "status": outcome.status,

@@ -1,61 +1,32 @@
-"""Metric extraction: static (compiled program), recompiles (jax.monitoring) and traces (jax.profiler)."""
+"""Metric extraction: static (compiled program), recompiles (jax.monitoring) and traces (jax.profiler).
 
-from harness.metrics.hlo import (
-    KINDS,
-    CollectiveCount,
-    CollectiveStats,
-    collective_instructions,
-    collective_stats,
-    shape_bytes,
-)
-from harness.metrics.recompile import CompileWatcher
-from harness.metrics.static import (
-    CompileTiming,
-    CostMetrics,
-    MemoryMetrics,
-    StaticMetrics,
-    analyze_compiled,
-    compile_and_analyze,
-    lower_and_compile,
-)
-from harness.metrics.trace import (
-    CPU_NOTE,
-    DeviceMetrics,
-    OpEvent,
-    OpSummary,
-    OpTable,
-    TraceMetrics,
-    analyze_trace,
-    capture_trace,
-    device_metrics,
-    read_trace,
-    top_ops,
-)
+Importing this package loads nothing: :mod:`~harness.metrics.hlo` (HLO text parsing) is
+JAX-free, so a report can read its constants without JAX; :mod:`~harness.metrics.static`,
+:mod:`~harness.metrics.recompile` and :mod:`~harness.metrics.trace` load JAX when imported. The
+names below stay importable from the package itself, each loading its module on first use.
+"""
 
-__all__ = [
-    "CPU_NOTE",
-    "KINDS",
-    "CollectiveCount",
-    "CollectiveStats",
-    "CompileTiming",
-    "CompileWatcher",
-    "CostMetrics",
-    "DeviceMetrics",
-    "MemoryMetrics",
-    "OpEvent",
-    "OpSummary",
-    "OpTable",
-    "StaticMetrics",
-    "TraceMetrics",
-    "analyze_compiled",
-    "analyze_trace",
-    "capture_trace",
-    "collective_instructions",
-    "collective_stats",
-    "compile_and_analyze",
-    "device_metrics",
-    "lower_and_compile",
-    "read_trace",
-    "shape_bytes",
-    "top_ops",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "hlo": ("KINDS", "CollectiveCount", "CollectiveStats", "collective_instructions", "collective_stats",
+            "shape_bytes"),
+    "recompile": ("CompileWatcher",),
+    "static": ("CompileTiming", "CostMetrics", "MemoryMetrics", "StaticMetrics", "analyze_compiled",
+               "compile_and_analyze", "lower_and_compile"),
+    "trace": ("CPU_NOTE", "DeviceMetrics", "OpEvent", "OpSummary", "OpTable", "TraceMetrics", "analyze_trace",
+              "capture_trace", "device_metrics", "read_trace", "top_ops"),
+}  # fmt: skip
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+
+
+__all__ = sorted(_MODULE_OF)

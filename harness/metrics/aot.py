@@ -1,6 +1,6 @@
 """What a stage's static metrics mean on its target: per step and per video, fit, roofline.
 
-Works on the JSON dict that :meth:`harness.workload.JaxStage.static` returns (so cached
+Works on the JSON dict that :meth:`harness.run.jax_stage.JaxStage.static` returns (so cached
 results are analysed the same way as fresh ones), plus a :class:`harness.targets.TargetSpec`.
 
 An out-of-memory compile is a result, not a crash: XLA refuses to compile a program

@@ -14,7 +14,8 @@ Numbers are per device, per call of the ENTRY computation:
   counted once and listed in `CollectiveStats.unknown_trip_count_loops`;
 * every branch of a `conditional` is counted, so conditionals give an upper bound.
 
-`lowered.as_text()` is StableHLO before partitioning and holds no collectives.
+`lowered.as_text()` is StableHLO before partitioning and holds no collectives. Parsing the text
+is :mod:`harness.metrics.hlo_parse` (its names are importable from here too).
 """
 
 from __future__ import annotations
@@ -22,7 +23,19 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from harness.metrics.hlo_parse import (
+    Instruction,
+    Module,
+    parse_instruction,
+    parse_module,
+    shape_bytes,
+    shape_dims,
+    top_level_items,
+)
+
+_Module = Module  # the parsed-module type's name before it moved to hlo_parse
 
 KINDS: tuple[str, ...] = (
     "all-gather",
@@ -34,19 +47,6 @@ KINDS: tuple[str, ...] = (
     "collective-broadcast",
 )
 
-# Element width in bits; sub-byte types are packed.
-_DTYPE_BITS: dict[str, int] = {
-    "pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f4e2m1fn": 4,
-    "s8": 8, "u8": 8, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3fnuz": 8,
-    "f8e4m3b11fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
-    "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
-    "s32": 32, "u32": 32, "f32": 32,
-    "s64": 64, "u64": 64, "f64": 64, "c64": 64, "c128": 128,
-}  # fmt: skip
-
-_ARRAY_SHAPE = re.compile(r"\b(" + "|".join(sorted(_DTYPE_BITS, key=len, reverse=True)) + r")\[([^\]]*)\]")
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
 _CALLEES = re.compile(
     r"\b(?:calls|to_apply|body|condition|branch_computations|called_computations)=(\{[^}]*\}|%?[\w.\-]+)"
 )
@@ -54,7 +54,6 @@ _KNOWN_TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)
 _DIRECTION = re.compile(r"\bdirection=([A-Z]+)")
 _PARAMETER_INDEX = re.compile(r"^\s*(\d+)\s*$")
 _INT_LITERAL = re.compile(r"^\s*(-?\d+)\s*$")
-_COMMENT = re.compile(r"/\*.*?\*/")
 _REDUCE_SCATTER_COMPUTATION = "all-reduce-scatter"
 # Ops that only finish or advance an async op started elsewhere: never descend into them.
 _ASYNC_CONTINUATIONS = ("async-update", "async-done")
@@ -99,135 +98,6 @@ class CollectiveStats:
             "by_kind": {k: vars(c).copy() for k, c in self.by_kind.items()},
             "unknown_trip_count_loops": list(self.unknown_trip_count_loops),
         }
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """One parsed HLO instruction.
-
-    `operands` are names, `operand_shapes` their inline shapes where the text prints them
-    (else ""), `attributes` the text after the operand list, and `literal` the text inside
-    the parentheses of `constant(...)`, `parameter(...)` and `iota()`.
-    """
-
-    name: str
-    shape: str
-    opcode: str
-    operands: tuple[str, ...]
-    operand_shapes: tuple[str, ...]
-    attributes: str
-    literal: str = ""
-
-
-@dataclass
-class _Module:
-    computations: dict[str, list[Instruction]] = field(default_factory=dict)
-    entry: str | None = None
-
-
-def shape_bytes(shape: str) -> int:
-    """Bytes of an HLO shape string; tuples are summed, layouts and `<=` bounds ignored."""
-    total = 0
-    for dtype, dims in _ARRAY_SHAPE.findall(shape):
-        elements = 1
-        for dim in filter(None, (d.strip().removeprefix("<=") for d in dims.split(","))):
-            elements *= int(dim) if dim.isdigit() else 1
-        total += (elements * _DTYPE_BITS[dtype] + 7) // 8
-    return total
-
-
-def _split_top_level(text: str) -> tuple[str, str]:
-    """Split `a, b), attrs` at the `)` closing the operand list -> (`a, b`, `, attrs`)."""
-    depth = 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            if depth == 0:
-                return text[:i], text[i + 1 :]
-            depth -= 1
-    return text, ""
-
-
-def _top_level_items(text: str) -> Iterator[str]:
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            yield text[start:i].strip()
-            start = i + 1
-    if text[start:].strip():
-        yield text[start:].strip()
-
-
-def _parse_operand(item: str) -> tuple[str, str]:
-    """`%x` or `f32[4]{0} %x` -> (name, inline shape or "")."""
-    shape, _, name = item.rpartition(" ")
-    return name.lstrip("%"), shape
-
-
-def parse_instruction(line: str) -> Instruction | None:
-    """Parse one instruction line of HLO text; None for anything else."""
-    m = _INSTRUCTION.match(_COMMENT.sub("", line))
-    if not m:
-        return None
-    name, shape, opcode, rest = m.groups()
-    operand_text, attributes = _split_top_level(rest)
-    if opcode in ("constant", "parameter", "iota"):
-        return Instruction(name, shape, opcode, (), (), attributes, literal=operand_text)
-    operands = [_parse_operand(item) for item in _top_level_items(operand_text)]
-    return Instruction(name, shape, opcode, tuple(n for n, _ in operands), tuple(s for _, s in operands), attributes)
-
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
-def _brace_depth(line: str) -> int:
-    """``{`` minus ``}`` of ``line`` outside string literals."""
-    bare = _STRING.sub("", line)
-    return bare.count("{") - bare.count("}")
-
-
-def _logical_lines(hlo_text: str) -> Iterator[str]:
-    """Lines of ``hlo_text``, an instruction whose attributes span several lines joined into one.
-    A Mosaic (Pallas TPU) custom call prints ``frontend_attributes={kernel_metadata={`` and its
-    JSON on lines of their own, starting at column 0 like a computation header."""
-    pending: list[str] = []
-    depth = 0
-    for line in hlo_text.splitlines():
-        if pending:
-            pending.append(line)
-            depth += _brace_depth(line)
-        elif line[:1].isspace() and (depth := _brace_depth(line)) > 0:
-            pending = [line]  # an instruction left open: its continuation lines follow
-        else:
-            yield line
-            continue
-        if depth <= 0:
-            yield " ".join(pending)
-            pending = []
-    if pending:
-        yield " ".join(pending)
-
-
-def parse_module(hlo_text: str) -> _Module:
-    """Group instructions by computation and find ENTRY."""
-    module, current = _Module(), None
-    for line in _logical_lines(hlo_text):
-        if line and not line[0].isspace():
-            header = _COMPUTATION.match(line)
-            current = None
-            if header:
-                current = header.group(2).lstrip("%")
-                module.computations[current] = []
-                module.entry = current if header.group(1) else module.entry
-            continue
-        if current is not None and (instr := parse_instruction(line)):
-            module.computations[current].append(instr)
-    return module
 
 
 def _callees(instr: Instruction) -> list[str]:
@@ -380,14 +250,6 @@ def collective_instructions(hlo_text: str) -> dict[str, str]:
 _DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
 _WINDOW = re.compile(r"\bwindow=\{([^}]*)\}")
 _LHS_CONTRACTING = re.compile(r"\blhs_contracting_dims=\{([0-9,]*)\}")
-
-
-def shape_dims(shape: str) -> tuple[int, ...] | None:
-    """Dimensions of a single-array HLO shape (``bf16[4,8]{1,0:T(8,128)}`` -> (4, 8)); None for tuples."""
-    found = _ARRAY_SHAPE.findall(shape)
-    if len(found) != 1:
-        return None
-    return tuple(int(d.strip().removeprefix("<=")) for d in found[0][1].split(",") if d.strip())
 
 
 def _elements(dims: tuple[int, ...] | None) -> int:
@@ -560,3 +422,8 @@ def memory_traffic_bytes(hlo_text: str) -> int:
         return total
 
     return visit(module.entry) if module.entry else 0
+
+
+__all__ = ["KINDS", "CollectiveCount", "CollectiveStats", "Instruction", "Module", "collective_instructions",
+           "collective_stats", "matmul_flops", "memory_traffic_bytes", "parse_instruction", "parse_module",
+           "shape_bytes", "shape_dims", "top_level_items", "while_trip_count"]  # fmt: skip

@@ -7,14 +7,14 @@ never re-runs a variant or re-parses a trace. :func:`write_report` is what
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from harness.compare import ComparisonSet, compare_records
-from harness.manifest import Gate
+from harness.plan.manifest import Gate
 from harness.report import export, html
+from harness.results.compare import ComparisonSet, compare_records
+from harness.results.record import Record
 
 INDEX, CSV = "index.html", "results.csv"
 
@@ -27,10 +27,10 @@ class ReportFiles:
 
 
 def write_report(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
     out_dir: str | Path,
     *,
-    baseline: Sequence[Mapping[str, Any]] | None = None,
+    baseline: Sequence[Record] | None = None,
     baseline_label: str = "",
     gate: Gate | None = None,
     reference: str | None = None,

@@ -8,40 +8,55 @@ Timing rows carry the sample summary (n, median, q1, q3, min, max); every row ha
 ``value``. With a baseline, rows also carry baseline, delta, ratio, verdict and
 gated. A variant or stage that failed without producing metrics gets one row with
 an empty metric, so failures are visible in the table too.
+
+Text cells that a spreadsheet would read as a formula (starting with ``=``, ``+``, ``-``, ``@``,
+a tab or a carriage return: a variant named ``=HYPERLINK(...)``, an error message) are written
+with a leading ``'``, which spreadsheets show as text; numbers are written as they are.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import stats
-from harness.compare import Comparison, flatten_stage, spec_for
+from harness.results import stats
+from harness.results.compare import Comparison, flatten_stage, spec_for
+from harness.results.record import Record
 
 COLUMNS = ("sweep_id", "variant", "variant_id", "status", "stage", "stage_status", "metric", "kind", "unit",
            "value", "n", "median", "q1", "q3", "min", "max")
 COMPARE_COLUMNS = ("baseline", "delta", "ratio", "verdict", "gated")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def rows(records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = ()) -> list[dict[str, Any]]:
+def cell(value: Any) -> Any:
+    """A CSV cell: empty for None, text that could start a spreadsheet formula neutralised."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> list[dict[str, Any]]:
     versus = {(c.variant, c.stage, c.metric): c for c in comparisons}
     out = []
     for r in records:
-        base = {"sweep_id": r.get("sweep_id"), "variant": r["variant"]["name"], "variant_id": r["variant"]["id"],
-                "status": r.get("status")}
-        stages = r.get("stages") or {}
+        base: dict[str, Any] = {"sweep_id": r.sweep_id, "variant": r.variant.name, "variant_id": r.variant.id,
+                                "status": r.status}  # fmt: skip
+        stages = r.stages
         if not stages:
             out.append({**base, "stage": "", "stage_status": "", "metric": "", "value": None})
         for stage, entry in stages.items():
             metrics = flatten_stage(entry)
             if not metrics:  # a failed stage: keep it visible
-                out.append({**base, "stage": stage, "stage_status": entry.get("status"), "metric": "", "value": None})
+                out.append({**base, "stage": stage, "stage_status": entry.status, "metric": "", "value": None})
             for metric, mv in metrics.items():
                 spec = spec_for(metric)
-                row = {**base, "stage": stage, "stage_status": entry.get("status"), "metric": metric,
+                row = {**base, "stage": stage, "stage_status": entry.status, "metric": metric,
                        "kind": spec.kind, "unit": spec.unit, "value": mv.value}
                 if mv.samples:
                     s = stats.spread(mv.samples)
@@ -52,17 +67,17 @@ def rows(records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison]
     return out
 
 
-def to_csv(records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = ()) -> str:
+def to_csv(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> str:
     columns = COLUMNS + (COMPARE_COLUMNS if comparisons else ())
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows(records, comparisons):
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+        writer.writerow({k: cell(row.get(k)) for k in columns})
     return buf.getvalue()
 
 
-def write_csv(path: str | Path, records: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = ()) -> Path:
+def write_csv(path: str | Path, records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> Path:
     path = Path(path)
     path.write_text(to_csv(records, comparisons))
     return path

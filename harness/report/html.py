@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.compare import MISSING, NEW, Comparison, ComparisonSet
-from harness.manifest import Gate
+from harness.plan.manifest import Gate
 from harness.report import plots, tables
-from harness.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
+from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
+from harness.results.record import Record
+from harness.results.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
 
 VERDICT_COLOURS = {  # background, text
     REGRESSED: ("#f8d7da", "#842029"),
@@ -180,7 +181,7 @@ def _fits(row: tables.TargetRow) -> str:
         f'<span class="status-failed">no</span> <span class=note>needs {need}</span>'
 
 
-def target_section(records: Sequence[Mapping[str, Any]]) -> str:
+def target_section(records: Sequence[Record]) -> str:
     """Static analysis on the target hardware: fit, collectives per step and per video, roofline."""
     rows = tables.target_rows(records)
     if not rows:
@@ -228,12 +229,12 @@ def plots_section(images: Mapping[str, str | None]) -> str:
     return f"<section><h2>Plots</h2>{''.join(figs)}{note}</section>"
 
 
-def collectives_section(records: Sequence[Mapping[str, Any]]) -> str:
+def collectives_section(records: Sequence[Record]) -> str:
     body = []
     for r in tables.ok_records(records):
-        for stage in r.get("stages") or {}:
+        for stage in r.stages:
             for kind, c in tables.collectives_by_kind(r, stage).items():
-                body.append(f'<tr><td class="l">{e(r["variant"]["name"])}</td><td class="l">{e(stage)}</td>'
+                body.append(f'<tr><td class="l">{e(r.variant.name)}</td><td class="l">{e(stage)}</td>'
                             f'<td class="l">{e(kind)}</td><td>{fmt_num(c.get("count"))}</td>'
                             f'<td>{fmt_bytes(c.get("operand_bytes"))}</td><td>{fmt_bytes(c.get("result_bytes"))}</td>'
                             "</tr>")
@@ -244,10 +245,10 @@ def collectives_section(records: Sequence[Mapping[str, Any]]) -> str:
             + "</section>")
 
 
-def top_ops_section(records: Sequence[Mapping[str, Any]], n: int = 10) -> str:
+def top_ops_section(records: Sequence[Record], n: int = 10) -> str:
     parts = []
     for r in tables.ok_records(records):
-        for stage in r.get("stages") or {}:
+        for stage in r.stages:
             ops = tables.top_ops(r, stage, n)
             if not ops:
                 continue
@@ -255,7 +256,7 @@ def top_ops_section(records: Sequence[Mapping[str, Any]], n: int = 10) -> str:
                     f'<td class="l">{e(str(o.get("category")))}</td><td class="l">{e(str(o.get("module")))}</td>'
                     f'<td>{fmt_num(o.get("count"))}</td>'
                     f'<td>{fmt_time((o.get("total_ns") or 0) / 1e9)}</td></tr>' for o in ops]
-            parts.append(f'<h3>{e(r["variant"]["name"])} / {e(stage)}</h3>'
+            parts.append(f'<h3>{e(r.variant.name)} / {e(stage)}</h3>'
                          + _table(["op", "category", "module", "executions", "total time (all devices)"], body,
                                   left=3))
     note = tables.trace_note(records)
@@ -265,27 +266,26 @@ def top_ops_section(records: Sequence[Mapping[str, Any]], n: int = 10) -> str:
             f"{''.join(parts)}</section>")
 
 
-def failed_section(records: Sequence[Mapping[str, Any]]) -> str:
+def failed_section(records: Sequence[Record]) -> str:
     failed = tables.failed_records(records)
     stage_failures = [(r, s, entry) for r in tables.ok_records(records)
-                      for s, entry in (r.get("stages") or {}).items() if entry.get("status") != "ok"]
+                      for s, entry in r.stages.items() if entry.status != "ok"]
     if not failed and not stage_failures:
         return '<section id="failed"><h2>Failed variants</h2><p class="note">None: every variant ran.</p></section>'
     parts = []
     for r in failed:
-        log = (r.get("artifacts") or {}).get("log")
-        parts.append(f'<div class="failed-variant"><h3>{e(r["variant"]["name"])} <span class=note>'
-                     f'{e(r["variant"]["id"])}</span> <span class="status-{e(str(r.get("status")))}">'
-                     f'{e(str(r.get("status")))}</span></h3>'
+        log = r.artifacts.log
+        parts.append(f'<div class="failed-variant"><h3>{e(r.variant.name)} <span class=note>'
+                     f'{e(r.variant.id)}</span> <span class="status-{e(r.status)}">{e(r.status)}</span></h3>'
                      f'{f"<p class=note>log: <code>{e(str(log))}</code></p>" if log else ""}'
-                     f"<pre>{e(str(r.get('error') or 'no error text'))}</pre></div>")
+                     f"<pre>{e(str(r.error or 'no error text'))}</pre></div>")
     for r, stage, entry in stage_failures:
-        parts.append(f'<div class="failed-variant"><h3>{e(r["variant"]["name"])} / {e(stage)}</h3>'
-                     f"<pre>{e(str(entry.get('error') or ''))}</pre></div>")
+        parts.append(f'<div class="failed-variant"><h3>{e(r.variant.name)} / {e(stage)}</h3>'
+                     f"<pre>{e(str(entry.error or ''))}</pre></div>")
     return f'<section id="failed"><h2>Failed variants</h2>{"".join(parts)}</section>'
 
 
-def traces_section(records: Sequence[Mapping[str, Any]], out_dir: str | Path) -> str:
+def traces_section(records: Sequence[Record], out_dir: str | Path) -> str:
     links = tables.trace_links(records, out_dir)
     if not links:
         return '<section id="traces"><h2>Traces</h2><p class="note">No traces recorded.</p></section>'
@@ -334,7 +334,7 @@ def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -
 
 
 def render(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
     out_dir: str | Path,
     *,
     comparison: ComparisonSet | None = None,

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from harness.metrics.hlo import KINDS
 from harness.report.tables import StageRow, ok_records
+from harness.results.record import Record
 
 MIB = 2**20
 _COLOURS = {"compute": "#4c78a8", "idle": "#bab0ac", **dict(zip(KINDS, ("#f58518", "#e45756", "#72b7b2", "#54a24b",
@@ -84,11 +85,11 @@ def _breakdown(trace: Mapping[str, Any]) -> dict[str, float] | None:
     return {k: v / len(devices) / steps / 1e6 for k, v in out.items()}
 
 
-def time_breakdown(records: Sequence[Mapping[str, Any]]) -> str | None:
+def time_breakdown(records: Sequence[Record]) -> str | None:
     """Stacked bar per variant (and stage): compute, exposed collectives by kind, idle."""
-    bars = [(r["variant"]["name"], stage, b) for r in ok_records(records)
-            for stage, entry in (r.get("stages") or {}).items()
-            if (b := _breakdown(entry.get("trace") or {})) is not None]
+    bars = [(r.variant.name, stage, b) for r in ok_records(records)
+            for stage, entry in r.stages.items()
+            if (b := _breakdown(entry.trace or {})) is not None]
     if not bars:
         return None
     n_stages = len({s for _, s, _ in bars})
@@ -107,14 +108,14 @@ def time_breakdown(records: Sequence[Mapping[str, Any]]) -> str | None:
     return to_png(fig)
 
 
-def collective_bytes(records: Sequence[Mapping[str, Any]]) -> str | None:
+def collective_bytes(records: Sequence[Record]) -> str | None:
     """Stacked bar of collective operand bytes per device and call, by kind (static)."""
     bars = []
     for r in ok_records(records):
-        for stage, entry in (r.get("stages") or {}).items():
-            by_kind = ((entry.get("static") or {}).get("collectives") or {}).get("by_kind")
+        for stage, entry in r.stages.items():
+            by_kind = ((entry.static or {}).get("collectives") or {}).get("by_kind")
             if by_kind is not None:
-                bars.append((r["variant"]["name"], stage, {k: c.get("operand_bytes", 0) for k, c in by_kind.items()}))
+                bars.append((r.variant.name, stage, {k: c.get("operand_bytes", 0) for k, c in by_kind.items()}))
     if not bars or not any(sum(b.values()) for _, _, b in bars):
         return None
     n_stages = len({s for _, s, _ in bars})
@@ -132,11 +133,11 @@ def collective_bytes(records: Sequence[Mapping[str, Any]]) -> str | None:
     return to_png(fig)
 
 
-def memory(records: Sequence[Mapping[str, Any]]) -> str | None:
+def memory(records: Sequence[Record]) -> str | None:
     """Per-device memory: arguments, outputs, temporaries stacked; the peak/bound as a marker."""
-    bars = [(r["variant"]["name"], stage, m) for r in ok_records(records)
-            for stage, entry in (r.get("stages") or {}).items()
-            if (m := (entry.get("static") or {}).get("memory"))]
+    bars = [(r.variant.name, stage, m) for r in ok_records(records)
+            for stage, entry in r.stages.items()
+            if (m := (entry.static or {}).get("memory"))]
     if not bars:
         return None
     n_stages = len({s for _, s, _ in bars})
@@ -155,7 +156,7 @@ def memory(records: Sequence[Mapping[str, Any]]) -> str | None:
     return to_png(fig)
 
 
-def all_plots(records: Sequence[Mapping[str, Any]], rows: Sequence[StageRow]) -> dict[str, str | None]:
+def all_plots(records: Sequence[Record], rows: Sequence[StageRow]) -> dict[str, str | None]:
     """Figure id -> base64 PNG (None where there is nothing to plot), in report order."""
     return {
         "plot-stage-times": stage_times(rows),

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import stats
-from harness.compare import flatten_stage
+from harness.results import stats
+from harness.results.compare import flatten_stage
+from harness.results.record import Record, StageEntry
 
 XPROF_PORT = 8791
 
@@ -39,54 +40,53 @@ class StageRow:
     speedup_reference: str | None = None  # the variant `speedup` is relative to, for this stage
 
 
-def ok_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("status") == "ok"]
+def ok_records(records: Sequence[Record]) -> list[Record]:
+    return [r for r in records if r.ok]
 
 
-def failed_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("status") != "ok"]
+def failed_records(records: Sequence[Record]) -> list[Record]:
+    return [r for r in records if not r.ok]
 
 
-def stages_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def stages_of(records: Sequence[Record]) -> list[str]:
     seen: dict[str, None] = {}
     for r in records:
-        seen.update(dict.fromkeys(r.get("stages") or {}))
+        seen.update(dict.fromkeys(r.stages))
     return list(seen)
 
 
-def pick_reference(records: Sequence[Mapping[str, Any]], reference: str | None) -> str | None:
+def pick_reference(records: Sequence[Record], reference: str | None) -> str | None:
     """The variant speedups are relative to: the one named, else the first that succeeded."""
-    names = [r["variant"]["name"] for r in records]
+    names = [r.variant.name for r in records]
     if reference is not None:
         if reference not in names:
             raise KeyError(f"reference variant {reference!r} is not in the results (variants: {', '.join(names)})")
         return reference
     ok = ok_records(records)
-    return ok[0]["variant"]["name"] if ok else None
+    return ok[0].variant.name if ok else None
 
 
-def _samples(entry: Mapping[str, Any]) -> list[float]:
-    return [float(s) for s in (entry.get("measured") or {}).get("samples_s") or ()]
+def _samples(entry: StageEntry) -> list[float]:
+    return [float(s) for s in (entry.measured or {}).get("samples_s") or ()]
 
 
-def stage_rows(records: Sequence[Mapping[str, Any]], reference: str | None = None) -> list[StageRow]:
+def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[StageRow]:
     """One row per (variant, stage). A stage's speedups are relative to the reference variant when
     it ran that stage, else to the first variant that did (e.g. a knob against the variant that
     runs the whole pipeline)."""
     ref = pick_reference(records, reference)
     ref_medians: dict[str, tuple[str, float]] = {}
-    ordered = sorted(records, key=lambda r: r["variant"]["name"] != ref)  # the reference first
+    ordered = sorted(records, key=lambda r: r.variant.name != ref)  # the reference first
     for r in ordered:
-        for stage, entry in (r.get("stages") or {}).items():
-            if stage not in ref_medians and r.get("status") == "ok" and (xs := _samples(entry)):
-                ref_medians[stage] = (r["variant"]["name"], stats.median(xs))
+        for stage, entry in r.stages.items():
+            if stage not in ref_medians and r.ok and (xs := _samples(entry)):
+                ref_medians[stage] = (r.variant.name, stats.median(xs))
     rows = []
     for r in records:
-        stages = r.get("stages") or {}
+        stages = r.stages
         if not stages:
-            rows.append(StageRow(r["variant"]["name"], r["variant"]["id"], "-", r.get("status", "?"),
-                                 (r.get("target") or {}).get("mode_used"), None, None, None, None, None, None,
-                                 None, None, r.get("error")))
+            rows.append(StageRow(r.variant.name, r.variant.id, "-", r.status, r.target.mode_used, None, None, None,
+                                 None, None, None, None, None, r.error))  # fmt: skip
             continue
         for stage, entry in stages.items():
             m = flatten_stage(entry)
@@ -96,14 +96,14 @@ def stage_rows(records: Sequence[Mapping[str, Any]], reference: str | None = Non
             speedup = ref_median / time.median if time and time.median and ref_name else None
             memory = m.get("memory.bound_bytes") or m.get("memory.peak_bytes")
             rows.append(StageRow(
-                variant=r["variant"]["name"], variant_id=r["variant"]["id"], stage=stage,
-                status=entry.get("status", r.get("status", "?")), mode=(r.get("target") or {}).get("mode_used"),
+                variant=r.variant.name, variant_id=r.variant.id, stage=stage,
+                status=entry.status, mode=r.target.mode_used,
                 time=time, speedup=speedup, speedup_reference=ref_name if speedup is not None else None,
                 compile_s=_value(m, "compile_s"), recompiles=_value(m, "recompiles"),
                 memory_bytes=memory.value if memory else None,
                 collective_count=_value(m, "collectives.total.count"),
                 collective_bytes=_value(m, "collectives.total.bytes"),
-                wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.get("error"),
+                wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.error,
             ))
     return rows
 
@@ -112,22 +112,24 @@ def _value(m: Mapping[str, Any], key: str) -> float | None:
     return m[key].value if key in m else None
 
 
-def collectives_by_kind(record: Mapping[str, Any], stage: str) -> dict[str, dict[str, float]]:
+def collectives_by_kind(record: Record, stage: str) -> dict[str, dict[str, float]]:
     """kind -> {count, operand_bytes, result_bytes} for the kinds that occur in a stage."""
-    entry = (record.get("stages") or {}).get(stage) or {}
-    by_kind = ((entry.get("static") or {}).get("collectives") or {}).get("by_kind") or {}
+    entry = record.stages.get(stage)
+    static = (entry.static if entry is not None else None) or {}
+    by_kind = (static.get("collectives") or {}).get("by_kind") or {}
     return {k: dict(c) for k, c in by_kind.items() if c.get("count")}
 
 
-def top_ops(record: Mapping[str, Any], stage: str, n: int = 10) -> list[dict[str, Any]]:
-    entry = (record.get("stages") or {}).get(stage) or {}
-    return list(((entry.get("trace") or {}).get("top_ops") or [])[:n])
+def top_ops(record: Record, stage: str, n: int = 10) -> list[dict[str, Any]]:
+    entry = record.stages.get(stage)
+    trace = (entry.trace if entry is not None else None) or {}
+    return list((trace.get("top_ops") or [])[:n])
 
 
-def trace_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+def trace_note(records: Sequence[Record]) -> str | None:
     for r in records:
-        for entry in (r.get("stages") or {}).values():
-            if note := (entry.get("trace") or {}).get("note"):
+        for entry in r.stages.values():
+            if note := (entry.trace or {}).get("note"):
                 return str(note)
     return None
 
@@ -140,7 +142,7 @@ class TraceLink:
     command: str
 
 
-def trace_links(records: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[TraceLink]:
+def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLink]:
     """Links to each stored trace directory (relative to the report) and the XProf command.
 
     Relative trace paths in a record are relative to where the sweep ran (the repository
@@ -148,31 +150,30 @@ def trace_links(records: Sequence[Mapping[str, Any]], out_dir: str | Path) -> li
     """
     links = []
     for r in records:
-        for stage, path in ((r.get("artifacts") or {}).get("traces") or {}).items():
+        for stage, path in r.artifacts.traces.items():
             href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
-            links.append(TraceLink(r["variant"]["name"], stage, Path(href).as_posix(),
+            links.append(TraceLink(r.variant.name, stage, Path(href).as_posix(),
                                    f"xprof --logdir {path} --port {XPROF_PORT}"))
     return links
 
 
-def header(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def header(records: Sequence[Record]) -> dict[str, Any]:
     """Sweep-level facts: manifest, machine, versions, commit, mode, time span."""
-    first = (ok_records(records) or list(records) or [{}])[0]
-    modes = sorted({str((r.get("target") or {}).get("mode_used")) for r in records
-                    if (r.get("target") or {}).get("mode_used")})
-    commits = sorted({(r.get("git") or {}).get("commit") or "unknown" for r in records})
-    times = sorted(t for r in records for t in (r.get("started_at"), r.get("finished_at")) if t)
-    target = first.get("target") or {}
+    first = next(iter(ok_records(records) or records), None)
+    modes = sorted({str(r.target.mode_used) for r in records if r.target.mode_used})
+    commits = sorted({r.git.get("commit") or "unknown" for r in records})
+    times = sorted(t for r in records for t in (r.started_at, r.finished_at) if t)
+    full = first.to_dict() if first is not None else {}
     return {
-        "sweep_id": first.get("sweep_id"),
-        "manifest": first.get("manifest") or {},
-        "machine": first.get("machine") or {},
-        "versions": first.get("versions") or {},
+        "sweep_id": full.get("sweep_id"),
+        "manifest": full.get("manifest") or {},
+        "machine": full.get("machine") or {},
+        "versions": full.get("versions") or {},
         "commits": commits,
-        "dirty": any((r.get("git") or {}).get("dirty") for r in records),
+        "dirty": any(r.git.get("dirty") for r in records),
         "modes": modes,
         "compile_only": modes == ["compile"],
-        "target": target,
+        "target": full.get("target") or {},
         "span": (times[0], times[-1]) if times else None,
         "variants": len(records),
         "failed": len(failed_records(records)),
@@ -203,12 +204,12 @@ class TargetRow:
     compile_s: float | None
 
 
-def target_rows(records: Sequence[Mapping[str, Any]]) -> list[TargetRow]:
+def target_rows(records: Sequence[Record]) -> list[TargetRow]:
     """Rows for every stage that carries a ``static.target`` analysis (TPU/GPU targets)."""
     rows = []
     for r in records:
-        for stage, entry in (r.get("stages") or {}).items():
-            static = entry.get("static") or {}
+        for stage, entry in r.stages.items():
+            static = entry.static or {}
             t = static.get("target")
             if not t:
                 continue
@@ -216,7 +217,7 @@ def target_rows(records: Sequence[Mapping[str, Any]]) -> list[TargetRow]:
             per_call = {k: float(c.get("bytes") or 0) for k, c in (t.get("collectives_per_call") or {}).items()}
             per_video = t.get("collectives_per_video")
             rows.append(TargetRow(
-                variant=r["variant"]["name"], stage=stage, mode=(r.get("target") or {}).get("mode_used"),
+                variant=r.variant.name, stage=stage, mode=r.target.mode_used,
                 device_kind=(t.get("spec") or {}).get("device_kind"), fits=t.get("fits"),
                 needed_bytes=memory.get("needed_bytes"), hbm_bytes=memory.get("hbm_bytes"),
                 argument_bytes=memory.get("argument_bytes"), temp_bytes=memory.get("temp_bytes"),
@@ -231,13 +232,13 @@ def target_rows(records: Sequence[Mapping[str, Any]]) -> list[TargetRow]:
     return rows
 
 
-def target_assumptions(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+def target_assumptions(records: Sequence[Record]) -> tuple[list[str], list[str]]:
     """(roofline assumptions, spec sources) stored with the analyses, deduplicated."""
     assumptions: dict[str, None] = {}
     sources: dict[str, None] = {}
     for r in records:
-        for entry in (r.get("stages") or {}).values():
-            t = (entry.get("static") or {}).get("target") or {}
+        for entry in r.stages.values():
+            t = (entry.static or {}).get("target") or {}
             assumptions.update(dict.fromkeys((t.get("roofline") or {}).get("assumptions") or ()))
             if src := (t.get("spec") or {}).get("source"):
                 sources[src] = None

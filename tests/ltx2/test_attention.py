@@ -1,7 +1,8 @@
 """Attention kernels: the blocked (online-softmax) path against the XLA einsum path and against
 PyTorch's ``scaled_dot_product_attention``, over tile edge cases; the "auto" switch.
 
-Tolerance: fp32 kernel parity 1e-5 (STYLE.md 18, small ops) as max|a - b| / max(1, max|b|).
+Tolerance (``tests/tolerances.py``): FP32_KERNEL as max|a - b| / max(1, max|b|): one kernel whose
+tiles reorder the softmax's sums; BF16_KERNEL for bfloat16 inputs against float32.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import pytest
 from ltx2.attention import dot_product_attention, resolve_attention_impl
 from ltx2.blocked_attention import blocked_attention, even_tiles, heads_per_step
 from ltx2.splash_attention import splash_attention
+from tests.tolerances import BF16_KERNEL, FP32_KERNEL
 
-TOL = 1e-5
+TOL = FP32_KERNEL
 
 
 def _qkv(B: int, L: int, S: int, N: int, K: int, seed: int = 0) -> tuple[jax.Array, ...]:
@@ -81,13 +83,15 @@ def test_blocked_matches_torch_sdpa() -> None:
 
 def test_blocked_bfloat16_tracks_float32() -> None:
     q, k, v = _qkv(1, 64, 96, 2, 16, seed=2)
-    want = dot_product_attention(q, k, v, impl="xla")
     bf = [t.astype(jnp.bfloat16) for t in (q, k, v)]
+    # Against the float32 attention of the very bf16 inputs: rounding q, k, v alone moves the output
+    # by 1.2e-2 here (a property of the data, the same for any kernel); each kernel answers for its
+    # own bf16 roundings (BF16_KERNEL; measured: blocked 2.6e-3, XLA 4.0e-3, the same with AVX2).
+    want = dot_product_attention(*(t.astype(jnp.float32) for t in bf), impl="xla")
     got = blocked_attention(*bf, block_q=16, block_kv=32)
     xla_bf = dot_product_attention(*bf, impl="xla")
     assert got.dtype == jnp.bfloat16
-    # bf16 inputs and probabilities (8 mantissa bits): both kernels land within the same band of fp32.
-    assert _err(got, want) < 2e-2 and _err(xla_bf, want) < 2e-2
+    assert _err(got, want) < BF16_KERNEL and _err(xla_bf, want) < BF16_KERNEL
 
 
 # (B, L, S, N, K, bias kind, block): ragged sequences (padded to 128-token tiles), head dims below

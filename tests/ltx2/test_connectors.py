@@ -17,8 +17,9 @@ from ltx2.convert import from_diffusers
 from ltx2.convert.connectors import load
 from ltx2.sharding import logical_axes
 from ltx2.text.connectors import ConnectorsConfig, LTX2TextConnectors, fill_with_registers
+from tests.tolerances import FP32_KERNEL, FP32_MODULE
 
-TOL = 1e-4
+TOL = FP32_MODULE
 KNOBS = ("scan_layers", "sharding", "dtype", "param_dtype")
 CASES = {
     "2.0": ConnectorsConfig.tiny(),
@@ -159,5 +160,5 @@ def test_sharded_run_matches_replicated(reference_cls: Any, strategy: str, mesh_
         got = run(model, x, mask)
     errors = [relative_error(g, np.asarray(e)) for g, e in zip(got, expected, strict=True)]
     print(f"connectors sharded {strategy} vs replicated: {errors}")
-    assert max(errors) <= 1e-5
+    assert max(errors) <= FP32_KERNEL  # same math; sharded contractions reorder the sums
     assert model.video_connector.transformer_blocks.attn1.to_q.kernel[...].sharding.spec[-1] == "tensor"

@@ -13,8 +13,9 @@ import pytest
 from ltx2.convert import from_diffusers
 from ltx2.convert.gemma import from_transformers, language_model
 from ltx2.text.gemma import GemmaTextEncoder, TextEncoderConfig, load_tokenizer
+from tests.tolerances import FP32_ELEMENTWISE, FP32_KERNEL, FP32_MODULE
 
-TOL = 1e-4
+TOL = FP32_MODULE
 SEQ = 12
 
 
@@ -102,7 +103,8 @@ def test_host_matches_transformers(gemma: Any, tokens: dict) -> None:
     ref = reference(gemma, ids, mask)
     err = float(np.max(np.abs(ours - ref)) / max(1.0, np.max(np.abs(ref))))
     print(f"gemma host vs transformers (all tokens): {err:.3g}")
-    assert isinstance(ours, np.ndarray) and err <= 1e-6
+    # The same PyTorch module on the same batch: any difference is our wrapper's (stacking, casts).
+    assert isinstance(ours, np.ndarray) and err <= FP32_ELEMENTWISE
 
 
 @pytest.mark.parametrize("strategy", ["trillium", "naive"])
@@ -110,7 +112,7 @@ def test_sharded_torchax_matches_unsharded(
     gemma: Any, torchax_encoder: GemmaTextEncoder, tokens: dict, strategy: str
 ) -> None:
     """Weights placed by their logical names on fsdp=2 x context=2 x tensor=2, output constrained:
-    the same hidden states (fp32; only the order of partial sums may change, so 1e-5)."""
+    the same hidden states (fp32; only the order of partial sums may change: FP32_KERNEL)."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -124,7 +126,7 @@ def test_sharded_torchax_matches_unsharded(
         ours = encoder.encode(ids, mask)
     err = valid_error(ours, np.asarray(torchax_encoder.encode(ids, mask)), mask)
     print(f"gemma torchax {strategy} vs replicated: {err:.3g}")
-    assert err <= 1e-5
+    assert err <= FP32_KERNEL
     assert encoder.weights is not None
     q_spec = encoder.weights["language_model.layers.0.self_attn.q_proj.weight"].sharding.spec
     assert q_spec == {"trillium": P("tensor", "fsdp"), "naive": P(None, ("context", "fsdp"))}[strategy]
@@ -162,7 +164,8 @@ def test_joint_and_separate_batching_agree(
     ):
         err = valid_error(j, np.asarray(s), mask)
         print(f"gemma {placement} joint vs separate: {err:.3g}")
-        assert err <= 1e-6
+        # One batch of four rows or two of two: GEMM blocking may reorder the K-term sums.
+        assert err <= FP32_KERNEL
 
 
 @pytest.mark.parity

@@ -30,7 +30,7 @@ from ltx2.guidance import GuidanceConfig
 from ltx2.pipeline import LTX2Pipeline, adain_filter, tone_map_latents
 from ltx2.pipeline_config import PipelineConfig
 
-TOL = 1e-4
+TOL = 1e-4  # FP32_MODULE (tests/tolerances.py): transformer passes, Euler steps and decoders in fp32
 KNOBS = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
 
 
@@ -168,7 +168,8 @@ def test_python_loop_matches_scan(case: dict[str, Any]) -> None:
     ours = case["ours"]
     python = ours.denoise(case["x0"], case["text"], case["schedule"], case["scales"], case["plan"], loop="python")
     for a, b in zip(python, case["out"], strict=True):
-        # The same step function compiled alone or inside the scan body: XLA may fuse differently.
+        # The same step function compiled alone or inside the scan body: XLA may fuse differently
+        # (FMA contraction, reduction order), FP32_ELEMENTWISE on latents of order 1.
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
 
 
@@ -237,6 +238,7 @@ def test_joint_and_separate_text_encoding_agree(case: dict[str, Any]) -> None:
         emb[b] = pipe.encode_prompt(ids[0], masks[0], ids[1], masks[1])
     for joint, separate in zip(emb["joint"], emb["separate"], strict=True):
         assert joint.shape == separate.shape and joint.shape[0] == 4  # [negative; positive] x 2 prompts
+        # FP32_KERNEL: one batch or two, the connectors' contractions may sum in another order.
         np.testing.assert_allclose(np.asarray(joint), np.asarray(separate), rtol=0, atol=1e-5)
 
 
@@ -259,7 +261,7 @@ def test_upsample_matches_diffusers_latent_upsample_pipeline() -> None:
         ).numpy()
     got = pipe.upsample(x, adain_factor=0.6, tone_map_compression_ratio=0.5)
     assert got.shape == (1, 8, 2, 4, 6)
-    assert _error(got, expected) <= 1e-5
+    assert _error(got, expected) <= 1e-5  # FP32_KERNEL: a small conv net plus AdaIN / tone-map statistics
     np.testing.assert_allclose(np.asarray(pipe.upsample(x)), up.numpy(), rtol=0, atol=1e-5)
     # The formulas alone are identities at factor / compression 0.
     np.testing.assert_array_equal(np.asarray(adain_filter(x, x * 2, 0.0)), x)

@@ -68,3 +68,12 @@ def test_options_validate(change: dict, message: str) -> None:
 def test_unknown_preset() -> None:
     with pytest.raises(ValueError, match=r"unknown pipeline preset 'huge'"):
         PipelineConfig.preset("huge")
+
+
+def test_medium_is_small_with_the_wide_transformer() -> None:
+    small, medium = PipelineConfig.small(), PipelineConfig.medium()
+    assert medium.transformer == TransformerConfig.medium(perturbed_attn=True)
+    assert (medium.connectors.caption_channels, medium.gemma.hidden_size) == (1024, 1024)
+    assert (medium.video_vae, medium.audio_vae, medium.vocoder, medium.pipeline) == (
+        small.video_vae, small.audio_vae, small.vocoder, small.pipeline)
+    assert PRESETS.index("medium") == PRESETS.index("small") + 1

@@ -1,5 +1,6 @@
 """Flow-match Euler: schedules and full sampling loops equal diffusers'
-``FlowMatchEulerDiscreteScheduler`` to 1e-6; config conversion and errors."""
+``FlowMatchEulerDiscreteScheduler`` (schedules to FP32_ELEMENTWISE, an N-step loop to N more
+roundings); config conversion and errors."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 
 from ltx2.convert import from_diffusers
 from ltx2.scheduler import SchedulerConfig, calculate_shift, sigma_schedule, step, timesteps
+from tests.tolerances import EPS32, FP32_ELEMENTWISE
 
-TOL = 1e-6
+TOL = FP32_ELEMENTWISE  # sigma / timestep formulas: a few float32 ops each
 CONFIGS = {
     "dev": SchedulerConfig.dev(),
     "distilled": SchedulerConfig.distilled(),
@@ -80,7 +82,10 @@ def test_schedule_and_loop_match_diffusers(reference: Any, name: str, num_steps:
     }
     print(f"scheduler {name} N={num_steps}: {errors}")
     assert sigmas.shape == (num_steps + 1,) and sigmas[-1] == 0.0
-    assert max(errors.values()) <= TOL
+    assert max(errors["sigmas"], errors["timesteps"]) <= TOL
+    # Each Euler step x + (sigma' - sigma) v may round once differently (XLA may fuse an FMA), and the
+    # difference is carried: <= one EPS32 of the scaled metric per step on top of the schedule's.
+    assert errors["samples"] <= TOL + num_steps * EPS32
 
 
 @pytest.mark.parity
@@ -95,8 +100,8 @@ def test_known_two_step_dev_schedule() -> None:
     """The reference's verified 2-step schedule at 8 video tokens."""
     cfg = SchedulerConfig.dev()
     sigmas = sigma_schedule(cfg, 2, mu=cfg.mu(8))
-    np.testing.assert_allclose(sigmas, [1.0, 0.1, 0.0], atol=1e-6)
-    np.testing.assert_allclose(timesteps(cfg, sigmas), [1000.0, 100.0], atol=1e-3)
+    np.testing.assert_allclose(sigmas, [1.0, 0.1, 0.0], atol=TOL)
+    np.testing.assert_allclose(timesteps(cfg, sigmas), [1000.0, 100.0], atol=1000 * TOL)  # sigma * 1000
 
 
 def test_custom_sigmas_and_errors() -> None:

@@ -2,10 +2,12 @@
 denoising step and the decoders compile, run and give the ``replicated`` numbers; the compiled
 HLO of one transformer block shows what each layout costs in collectives.
 
-Equality metric: ``max|sharded - replicated| / max(1, max|replicated|) <= TOL`` with ``TOL = 1e-5``
-in float32. The math is identical; a sharded contraction only changes the order of fp32 partial
-sums (error ~ sqrt(K) * 6e-8 for K-term sums, K <= 2^12 here: ~4e-6 worst case, ~1e-7 seen), the
-same bar as the component parity tests for single ops.
+Equality metric: ``max|sharded - replicated| / max(1, max|replicated|)`` in float32
+(``tests/tolerances.py``). The math is identical; a sharded contraction only changes the order of
+fp32 partial sums (error ~ sqrt(K) * 6e-8 for K-term sums, K <= 2^12 here: ~4e-6 worst case).
+The denoising step reorders only its sharded contractions: FP32_KERNEL (9.5e-8 seen). The
+decoders are whole conv stacks whose every layer may reorder its sums under a layout: FP32_MODULE
+(2.2e-6 seen with XLA held to AVX2, 1.7e-6 at AVX-512).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ltx2.rope import av_rope, prepare_audio_coords, prepare_video_coords
 from ltx2.scheduler import step
 from ltx2.transformer import ACTIVATION, Block, BlockInputs, LTX2Transformer, StreamInputs
 from ltx2.vae import AudioVAEConfig, AutoencoderKLLTX2Audio, LTX2Vocoder, VideoVAE, VideoVAEConfig, VocoderConfig
+from tests.tolerances import FP32_KERNEL, FP32_MODULE
 
-TOL = 1e-5
+TOL = FP32_KERNEL  # the denoising step (module docstring)
 STRATEGIES = ("replicated", "naive", "context", "trillium", "ironwood")
 MESH = {"fsdp": 2, "context": 2, "tensor": 2}
 # Same HLO, less LLVM work (as in test_transformer): the layouts and collectives are what we test.
@@ -238,7 +241,7 @@ def _check_decode(preset: str, strategy: str, replicate: bool, mesh: Mesh) -> No
         outs = _compile_and_run(_decode(graphdef), state, inputs)
     errors = [_error(o, r) for o, r in zip(outs, reference, strict=True)]
     print(f"decoders {preset} {vae.name}: video {errors[0]:.2e}, mel {errors[1]:.2e}, wave {errors[2]:.2e}")
-    assert max(errors) <= TOL
+    assert max(errors) <= FP32_MODULE
 
 
 @pytest.mark.parametrize(("strategy", "replicate"), QUICK_VAE_LAYOUTS)

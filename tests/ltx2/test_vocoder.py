@@ -16,8 +16,9 @@ from flax import nnx
 
 from ltx2.convert.vocoder import load
 from ltx2.vae.vocoder import LTX2Vocoder, LTX2VocoderWithBWE, VocoderConfig, VocoderWithBWEConfig
+from tests.tolerances import FP32_MODULE
 
-TOL = 1e-4  # fp32 block-level parity (STYLE.md 18): max|ours - ref| / max(1, max|ref|)
+TOL = FP32_MODULE  # max|ours - ref| / max(1, max|ref|)
 _OURS_ONLY = {"sharding", "dtype"}
 # Plain snake (no beta), anti-aliased, clamped output, no final bias, two resnet kernels per stage.
 SNAKE = VocoderConfig(
@@ -122,6 +123,39 @@ def test_sharded_vocoder_parity(tiny_pair: tuple[Any, LTX2Vocoder]) -> None:
 
 
 @pytest.mark.parity
+def test_odd_halving_vocoder_parity() -> None:
+    """hidden_channels 40 halves as diffusers does, by integer division: 20, 10, 5, 2, 1."""
+    from ltx2.convert import from_diffusers
+
+    ref = _torch_vocoder(dataclasses.replace(VocoderConfig.tiny(), hidden_channels=40), 5)
+    assert [up.out_channels for up in ref.upsamplers] == [20, 10, 5, 2, 1]
+    _check(ref, from_diffusers(ref), (1, 2, 9, 16), (1, 2, 9 * 240), "vocoder odd halving")
+
+
+@pytest.mark.parametrize("hidden", [31, 32])
+def test_accepts_what_diffusers_runs(hidden: int) -> None:
+    """Five halvings: 32 channels end at 1 and run; 31 end at 0 channels, which diffusers builds
+    but cannot run (its conv rejects an empty weight), so our config rejects it up front."""
+    import torch
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder as TorchVocoder
+
+    cfg = dict(_kwargs(VocoderConfig.tiny()), hidden_channels=hidden)
+    ref = TorchVocoder(**cfg)
+    runs = True
+    try:
+        with torch.no_grad():
+            ref(torch.zeros(1, 2, 3, 16))
+    except RuntimeError:
+        runs = False
+    assert runs == (hidden >= 32)
+    if runs:
+        assert VocoderConfig.from_diffusers(cfg).hidden_channels == hidden
+    else:
+        with pytest.raises(ValueError, match=f"VocoderConfig.hidden_channels={hidden}"):
+            VocoderConfig.from_diffusers(cfg)
+
+
+@pytest.mark.parity
 def test_snake_antialias_vocoder_parity() -> None:
     from ltx2.convert import from_diffusers
 
@@ -135,11 +169,15 @@ ODD_HOPS = dataclasses.replace(
 )
 
 
+# Both generators with channels that do not halve cleanly: 72 -> 36, 18, 9, 4, 2, 1 and 36 -> 18, 9, 4, 2, 1.
+ODD_HALVING = dataclasses.replace(VocoderWithBWEConfig.tiny(), hidden_channels=72, bwe_hidden_channels=36)
+
+
 @pytest.mark.parity
 @pytest.mark.parametrize(
     ("cfg", "frames", "samples"),
-    [(VocoderWithBWEConfig.tiny(), 6, 6 * 480), (ODD_HOPS, 5, 5 * 360)],
-    ids=["tiny", "padded-to-hops"],
+    [(VocoderWithBWEConfig.tiny(), 6, 6 * 480), (ODD_HOPS, 5, 5 * 360), (ODD_HALVING, 3, 3 * 480)],
+    ids=["tiny", "padded-to-hops", "odd-halving"],
 )
 def test_bwe_vocoder_parity(cfg: VocoderWithBWEConfig, frames: int, samples: int) -> None:
     """LTX-2.3 layout: snakebeta generator -> causal log-mel -> BWE generator (x240) added to the x3
@@ -154,7 +192,7 @@ def test_bwe_vocoder_parity(cfg: VocoderWithBWEConfig, frames: int, samples: int
     _fill_stft(ref, cfg)
     ours = from_diffusers(ref)
     assert isinstance(ours, LTX2VocoderWithBWE)
-    label = "vocoder with BWE " + ("tiny" if cfg == VocoderWithBWEConfig.tiny() else "padded to hops")
+    label = f"vocoder with BWE ({cfg.hidden_channels}/{cfg.bwe_hidden_channels} channels, {frames} frames)"
     _check(ref, ours, (1, 2, frames, 16), (1, 2, samples), label)
 
 
@@ -197,11 +235,11 @@ def test_conversion_rejects_other_modules() -> None:
     [
         (VocoderConfig, {"act_fn": "relu"}, "VocoderConfig.act_fn='relu'"),
         (VocoderConfig, {"upsample_factors": (6, 5)}, "VocoderConfig.upsample_kernel_sizes="),
-        (VocoderConfig, {"hidden_channels": 48}, "VocoderConfig.hidden_channels=48"),
+        (VocoderConfig, {"hidden_channels": 16}, "VocoderConfig.hidden_channels=16"),
         (VocoderConfig, {"resnet_dilations": ()}, "VocoderConfig.resnet_dilations=()"),
         (VocoderConfig, {"antialias": True}, "VocoderConfig.antialias=True"),
         (VocoderConfig, {"final_act_fn": "sigmoid"}, "VocoderConfig.final_act_fn='sigmoid'"),
-        (VocoderWithBWEConfig, {"bwe_hidden_channels": 48}, "VocoderWithBWEConfig.bwe_hidden_channels=48"),
+        (VocoderWithBWEConfig, {"bwe_hidden_channels": 16}, "VocoderWithBWEConfig.bwe_hidden_channels=16"),
         (VocoderWithBWEConfig, {"bwe_in_channels": 64}, "VocoderWithBWEConfig.bwe_in_channels=64"),
         (VocoderWithBWEConfig, {"output_sampling_rate": 44100}, "VocoderWithBWEConfig.output_sampling_rate"),
         (VocoderWithBWEConfig, {"hop_length": 112}, "VocoderWithBWEConfig.bwe_upsample_factors="),

@@ -1,0 +1,167 @@
+"""Parse optimized HLO text (`jax.stages.Compiled.as_text()`) into computations of instructions.
+
+What every HLO analysis starts from (:mod:`harness.metrics.hlo`: collectives, matmul FLOPs,
+memory traffic): :func:`parse_module` groups the instructions of each computation in schedule
+order and finds ENTRY; :func:`shape_bytes` / :func:`shape_dims` read shapes. Pure Python.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+# Element width in bits; sub-byte types are packed.
+_DTYPE_BITS: dict[str, int] = {
+    "pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f4e2m1fn": 4,
+    "s8": 8, "u8": 8, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3fnuz": 8,
+    "f8e4m3b11fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
+    "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
+    "s32": 32, "u32": 32, "f32": 32,
+    "s64": 64, "u64": 64, "f64": 64, "c64": 64, "c128": 128,
+}  # fmt: skip
+
+_ARRAY_SHAPE = re.compile(r"\b(" + "|".join(sorted(_DTYPE_BITS, key=len, reverse=True)) + r")\[([^\]]*)\]")
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One parsed HLO instruction.
+
+    `operands` are names, `operand_shapes` their inline shapes where the text prints them
+    (else ""), `attributes` the text after the operand list, and `literal` the text inside
+    the parentheses of `constant(...)`, `parameter(...)` and `iota()`.
+    """
+
+    name: str
+    shape: str
+    opcode: str
+    operands: tuple[str, ...]
+    operand_shapes: tuple[str, ...]
+    attributes: str
+    literal: str = ""
+
+
+@dataclass
+class Module:
+    """A parsed HLO module: computation name -> instructions (in schedule order), and the ENTRY computation."""
+
+    computations: dict[str, list[Instruction]] = field(default_factory=dict)
+    entry: str | None = None
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape string; tuples are summed, layouts and `<=` bounds ignored."""
+    total = 0
+    for dtype, dims in _ARRAY_SHAPE.findall(shape):
+        elements = 1
+        for dim in filter(None, (d.strip().removeprefix("<=") for d in dims.split(","))):
+            elements *= int(dim) if dim.isdigit() else 1
+        total += (elements * _DTYPE_BITS[dtype] + 7) // 8
+    return total
+
+
+def _split_top_level(text: str) -> tuple[str, str]:
+    """Split `a, b), attrs` at the `)` closing the operand list -> (`a, b`, `, attrs`)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return text[:i], text[i + 1 :]
+            depth -= 1
+    return text, ""
+
+
+def top_level_items(text: str) -> Iterator[str]:
+    """Comma-separated items of ``text`` outside brackets (``a, (b, c), d`` -> a, (b, c), d)."""
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            yield text[start:i].strip()
+            start = i + 1
+    if text[start:].strip():
+        yield text[start:].strip()
+
+
+def _parse_operand(item: str) -> tuple[str, str]:
+    """`%x` or `f32[4]{0} %x` -> (name, inline shape or "")."""
+    shape, _, name = item.rpartition(" ")
+    return name.lstrip("%"), shape
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    """Parse one instruction line of HLO text; None for anything else."""
+    m = _INSTRUCTION.match(_COMMENT.sub("", line))
+    if not m:
+        return None
+    name, shape, opcode, rest = m.groups()
+    operand_text, attributes = _split_top_level(rest)
+    if opcode in ("constant", "parameter", "iota"):
+        return Instruction(name, shape, opcode, (), (), attributes, literal=operand_text)
+    operands = [_parse_operand(item) for item in top_level_items(operand_text)]
+    return Instruction(name, shape, opcode, tuple(n for n, _ in operands), tuple(s for _, s in operands), attributes)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _brace_depth(line: str) -> int:
+    """``{`` minus ``}`` of ``line`` outside string literals."""
+    bare = _STRING.sub("", line)
+    return bare.count("{") - bare.count("}")
+
+
+def _logical_lines(hlo_text: str) -> Iterator[str]:
+    """Lines of ``hlo_text``, an instruction whose attributes span several lines joined into one.
+    A Mosaic (Pallas TPU) custom call prints ``frontend_attributes={kernel_metadata={`` and its
+    JSON on lines of their own, starting at column 0 like a computation header."""
+    pending: list[str] = []
+    depth = 0
+    for line in hlo_text.splitlines():
+        if pending:
+            pending.append(line)
+            depth += _brace_depth(line)
+        elif line[:1].isspace() and (depth := _brace_depth(line)) > 0:
+            pending = [line]  # an instruction left open: its continuation lines follow
+        else:
+            yield line
+            continue
+        if depth <= 0:
+            yield " ".join(pending)
+            pending = []
+    if pending:
+        yield " ".join(pending)
+
+
+def parse_module(hlo_text: str) -> Module:
+    """Group instructions by computation and find ENTRY."""
+    module, current = Module(), None
+    for line in _logical_lines(hlo_text):
+        if line and not line[0].isspace():
+            header = _COMPUTATION.match(line)
+            current = None
+            if header:
+                current = header.group(2).lstrip("%")
+                module.computations[current] = []
+                module.entry = current if header.group(1) else module.entry
+            continue
+        if current is not None and (instr := parse_instruction(line)):
+            module.computations[current].append(instr)
+    return module
+
+
+def shape_dims(shape: str) -> tuple[int, ...] | None:
+    """Dimensions of a single-array HLO shape (``bf16[4,8]{1,0:T(8,128)}`` -> (4, 8)); None for tuples."""
+    found = _ARRAY_SHAPE.findall(shape)
+    if len(found) != 1:
+        return None
+    return tuple(int(d.strip().removeprefix("<=")) for d in found[0][1].split(",") if d.strip())

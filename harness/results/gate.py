@@ -1,0 +1,186 @@
+"""The perf gate: a run's records against a baseline's, as an exit code and one line per failure.
+
+Exit codes, never confused:
+
+    0  clean        every gated metric of every variant is within its limits
+    1  regression   at least one gated metric regressed (and the gate could run)
+    2  could not run  bad manifest, missing/unreadable/mismatched baseline, a failed
+                    variant, a baseline variant the run lacks, changed variant settings,
+                    a gated metric that disappeared, or too few timing samples for the
+                    significance test to be able to fire
+
+If the gate could not run completely it exits 2 even when it also found regressions
+(they are still printed): a partial answer is not a clean bill of health, and a
+broken run is not a performance regression.
+
+Rules per metric (see :mod:`harness.results.compare` for the catalog and :mod:`harness.results.stats`):
+deterministic metrics (collective counts and bytes, memory, FLOPs) must stay within
+the manifest's ``[gate] tolerances`` (counts exact by default); any increase in
+recompiles fails; a timing fails only with a median ratio above ``timing_ratio``
+*and* a Mann-Whitney p-value below ``alpha``. Timings are gated only when both runs
+come from the same kind of machine (CPU model, device kind and count), since a
+committed baseline's timings say nothing about a different machine's speed;
+deterministic metrics are gated everywhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.plan.manifest import Gate
+from harness.results import stats
+from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records
+from harness.results.record import Record
+
+CLEAN, REGRESSION, ERROR = 0, 1, 2
+TIMINGS = ("auto", "on", "off")
+
+
+def machine_fingerprint(record: Record) -> tuple[Any, ...]:
+    m = record.machine
+    return (m.get("cpu"), m.get("backend"), m.get("device_kind"), m.get("device_count"))
+
+
+def same_machine(baseline: Sequence[Record], now: Sequence[Record]) -> bool:
+    prints = {machine_fingerprint(r) for r in [*baseline, *now] if r.ok}
+    return len(prints) <= 1
+
+
+def pool_rounds(rounds: Sequence[Sequence[Record]]) -> list[Record]:
+    """One record per variant from several runs of the same code (interleaved rounds).
+
+    Timing samples are concatenated across rounds (``samples_s``) and kept per round
+    (``rounds_s``, for the per-round consistency check of ``stats.compare_samples``);
+    everything else comes from the last round.
+    A variant that failed in any round stays failed (with that round's error).
+    """
+    pooled: dict[str, Record] = {}
+    for run in rounds:
+        for record in run:
+            name = record.variant.name
+            if name in pooled and not pooled[name].ok:
+                continue  # failed once: stays failed
+            if name not in pooled or not record.ok:
+                pooled[name] = _with_measured(record, lambda stage, m: {**m, "rounds_s": [list(m["samples_s"])]})
+                continue
+            previous = pooled[name]
+
+            def pooled_samples(stage: str, m: dict[str, Any], previous: Record = previous) -> dict[str, Any]:
+                entry = previous.stages.get(stage)
+                before = (entry.measured if entry is not None else None) or {}
+                if not before.get("samples_s"):
+                    return m
+                return {**m, "rounds_s": [*before["rounds_s"], list(m["samples_s"])],
+                        "samples_s": list(before["samples_s"]) + list(m["samples_s"])}  # fmt: skip
+
+            pooled[name] = _with_measured(record, pooled_samples)
+    return list(pooled.values())
+
+
+def _with_measured(record: Record, change: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Record:
+    """``record`` with ``change(stage, measured)`` applied to every stage that has timing samples."""
+    stages = {}
+    for stage, entry in record.stages.items():
+        measured = copy.deepcopy(dict(entry.measured or {}))
+        if measured.get("samples_s"):
+            entry = dataclasses.replace(entry, measured=change(stage, measured))
+        stages[stage] = entry
+    return record.replace(stages=stages)
+
+
+@dataclass
+class GateResult:
+    exit_code: int
+    comparisons: ComparisonSet | None
+    failures: list[Comparison] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why the gate could not run completely
+    notes: list[str] = field(default_factory=list)
+    timings_gated: bool = True
+
+    def lines(self) -> list[str]:
+        """What the gate prints: problems, then one line per failing metric, then a summary."""
+        out = [f"GATE ERROR  {p}" for p in self.problems]
+        out += [format_failure(c) for c in self.failures]
+        out += [f"note: {n}" for n in self.notes]
+        n = len(self.comparisons.comparisons) if self.comparisons else 0
+        summary = {CLEAN: "gate passed", REGRESSION: "gate FAILED: regression",
+                   ERROR: "gate could not run"}[self.exit_code]
+        out.append(f"{summary}: {len(self.failures)} regressed, {len(self.problems)} problems, "
+                   f"{n} metrics compared (exit {self.exit_code})")
+        return out
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+            if abs(value) >= scale or suffix == "us":
+                return f"{value / scale:.4g} {suffix}"
+    if unit == "bytes":
+        for scale, suffix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= scale:
+                return f"{value / scale:.4g} {suffix} ({value:.0f} B)"
+        return f"{value:.0f} B"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value)}"
+    return f"{value:.4g}"
+
+
+def format_failure(c: Comparison) -> str:
+    ratio = c.ratio
+    ratio_s = "-" if ratio is None else ("inf" if ratio == float("inf") else f"{ratio:.3f}x")
+    return (f"REGRESSED  {c.variant}  {c.stage}  {c.metric}: baseline {format_value(c.baseline, c.unit)}, "
+            f"now {format_value(c.now, c.unit)}, ratio {ratio_s}; {c.detail}")
+
+
+def evaluate(
+    baseline: Sequence[Record],
+    now: Sequence[Record],
+    gate: Gate | None = None,
+    *,
+    timings: str = "auto",
+) -> GateResult:
+    """Gate the records of a run against a baseline's records (both plain record dicts)."""
+    if timings not in TIMINGS:
+        raise ValueError(f"timings must be one of {TIMINGS}, got {timings!r}")
+    gate = gate or Gate()
+    if not baseline:
+        return GateResult(ERROR, None, problems=["the baseline has no records"])
+    if not now:
+        return GateResult(ERROR, None, problems=["the run produced no records"])
+    gated_timings = timings == "on" or (timings == "auto" and same_machine(baseline, now))
+    result = compare_records(baseline, now, gate, timings=gated_timings)
+    out = GateResult(CLEAN, result, timings_gated=gated_timings)
+    if not gated_timings and timings == "auto":
+        out.notes.append("timings not gated: baseline and run come from different machines "
+                         "(deterministic metrics still are; --timings on forces them)")
+    for name, error in result.failed_now.items():
+        first = error.strip().splitlines()[-1] if error.strip() else "failed"
+        out.problems.append(f"variant {name} failed: {first[:300]}")
+    for name in result.only_in_baseline:
+        out.problems.append(f"variant {name} is in the baseline but not in this run")
+    for name in result.only_in_now:
+        out.notes.append(f"variant {name} has no baseline yet (not gated)")
+    for name, (old, new) in result.changed_settings.items():
+        out.problems.append(f"variant {name} changed settings since the baseline (id {old} -> {new}); "
+                            "update the baseline on purpose if that is intended")
+    failed = set(result.failed_now)
+    for c in result.comparisons:
+        if c.variant in failed or not c.gated:
+            continue
+        if c.verdict == MISSING:
+            out.problems.append(f"{c.variant} {c.stage} {c.metric}: in the baseline, missing from this run")
+        elif c.kind == "timing" and c.result is not None and not c.result.can_fire:
+            out.problems.append(f"{c.variant} {c.stage} time: {c.result.n_base} vs {c.result.n_head} samples "
+                                f"can never reach p < {gate.alpha:g}; need >= {stats.min_samples(gate.alpha)} "
+                                "repeats per side ([run] repeats)")
+    out.failures = [c for c in result.regressions if c.variant not in failed]
+    out.exit_code = ERROR if out.problems else (REGRESSION if out.failures else CLEAN)
+    return out

@@ -1,0 +1,277 @@
+"""All the statistics that the worker, reports and gates use, in one place.
+
+A worker summarises its timed samples with :func:`summarize` (stored in the record); every
+comparison works from the raw samples:
+
+* the *ratio* is ``median(head) / median(base)`` (> 1 is slower);
+* its uncertainty is a percentile bootstrap confidence interval of that ratio
+  (base and head resampled independently, seeded, so a report is reproducible);
+* *significance* is a two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``),
+  which assumes nothing about the shape of the noise (timings are skewed, with
+  a long slow tail) and is insensitive to a few outliers.
+
+A timing regresses only if the ratio is beyond the manifest's threshold *and* the
+difference is significant at ``alpha`` (STYLE 16): significance alone fires on
+tiny, real but irrelevant shifts; the ratio alone fires on noise. With few samples
+the exact test cannot reach ``alpha`` at all (3 vs 3 samples: p >= 0.1), so every
+verdict says whether its test *could* have fired (:func:`min_p_value`).
+
+Deterministic values (collective counts, bytes, memory, FLOPs) have no noise: they
+are compared against a relative tolerance (:func:`compare_values`). All metrics
+here are lower-is-better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+IMPROVED, REGRESSED, UNCHANGED, NOISE = "improved", "regressed", "unchanged", "noise"
+VERDICTS: tuple[str, ...] = (IMPROVED, REGRESSED, UNCHANGED, NOISE)
+
+Samples = Sequence[float] | np.ndarray
+
+DEFAULT_THRESHOLD = 1.10
+DEFAULT_ALPHA = 0.05
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Location and spread of one sample set (quartiles by the inclusive method)."""
+
+    n: int
+    median: float
+    q1: float
+    q3: float
+    min: float
+    max: float
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def relative_iqr(self) -> float:
+        """IQR / median: the noise level of this set (0.05 = 5 %)."""
+        return self.iqr / self.median if self.median else math.nan
+
+
+def _array(samples: Samples) -> np.ndarray:
+    xs = np.asarray(samples, dtype=float)
+    if xs.ndim != 1 or xs.size == 0:
+        raise ValueError(f"expected a non-empty 1-D sample set, got shape {xs.shape}")
+    if not np.all(np.isfinite(xs)):
+        raise ValueError("samples contain NaN or infinity")
+    return xs
+
+
+def median(samples: Samples) -> float:
+    return float(np.median(_array(samples)))
+
+
+def spread(samples: Samples) -> Spread:
+    xs = _array(samples)
+    q1, med, q3 = np.percentile(xs, [25, 50, 75])  # linear interpolation == "inclusive" quartiles
+    return Spread(int(xs.size), float(med), float(q1), float(q3), float(xs.min()), float(xs.max()))
+
+
+def summarize(samples: Samples) -> dict[str, Any]:
+    """A record's summary of timed samples (seconds): n, median, min, max, mean, stdev (n - 1) and
+    inter-quartile range (inclusive quartiles, as :func:`spread`); all None without samples."""
+    if len(samples) == 0:
+        return {"n": 0, "median": None, "min": None, "max": None, "mean": None, "stdev": None, "iqr": None}
+    xs = _array(samples)
+    s = spread(xs)
+    return {"n": s.n, "median": s.median, "min": s.min, "max": s.max, "mean": float(np.mean(xs)),
+            "stdev": float(np.std(xs, ddof=1)) if xs.size > 1 else 0.0, "iqr": s.iqr}  # fmt: skip
+
+
+def ratio(base: float, head: float) -> float:
+    """``head / base`` with the zero cases spelled out: 0/0 is 1 (unchanged), x/0 is infinity."""
+    if base == 0:
+        return 1.0 if head == 0 else math.inf
+    return head / base
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def min_p_value(n_base: int, n_head: int) -> float:
+    """The smallest two-sided p-value the exact Mann-Whitney test can give for these sizes.
+
+    It is reached when the two sets do not overlap at all: ``2 / C(n + m, n)``. If it
+    is above ``alpha``, no difference, however large, can be called significant.
+    """
+    if n_base < 1 or n_head < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n_base + n_head, n_base))
+
+
+def min_samples(alpha: float = DEFAULT_ALPHA) -> int:
+    """Fewest samples per side (equal sizes) for which the test can reach ``alpha``."""
+    n = 1
+    while min_p_value(n, n) >= alpha:
+        n += 1
+    return n
+
+
+def mann_whitney_p(base: Samples, head: Samples) -> float:
+    """Two-sided Mann-Whitney U p-value (exact for small tie-free sets, else normal approx.)."""
+    b, h = _array(base), _array(head)
+    if np.all(np.concatenate([b, h]) == b[0]):
+        return 1.0  # every value identical: no evidence of any difference
+    from scipy import stats as sps  # scipy loads only where samples are compared, not in every worker
+
+    p = float(sps.mannwhitneyu(h, b, alternative="two-sided", method="auto").pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
+def bootstrap_ratio_ci(
+    base: Samples,
+    head: Samples,
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``median(head) / median(base)``."""
+    b, h = _array(base), _array(head)
+    rng = np.random.default_rng(seed)
+    mb = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
+    mh = np.median(h[rng.integers(0, h.size, (resamples, h.size))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(mb == 0, np.where(mh == 0, 1.0, np.inf), mh / np.where(mb == 0, 1.0, mb))
+    tail = (1.0 - confidence) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of comparing a baseline with a new measurement of one metric.
+
+    For sample sets ``p_value``, ``ci`` and ``can_fire`` are set; for single
+    deterministic values they are None and ``tolerance`` is set instead.
+    """
+
+    verdict: str
+    ratio: float
+    base: float  # median for sample sets
+    head: float
+    n_base: int = 1
+    n_head: int = 1
+    threshold: float | None = None
+    alpha: float | None = None
+    p_value: float | None = None
+    ci: tuple[float, float] | None = None
+    can_fire: bool | None = None
+    tolerance: float | None = None
+    round_ratios: tuple[float, ...] | None = None  # head/base median per interleaved round
+
+    @property
+    def delta(self) -> float:
+        return self.head - self.base
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value is not None and self.alpha is not None and self.p_value < self.alpha
+
+    def describe(self) -> str:
+        """How the verdict was reached, in one phrase (for gate lines and report cells)."""
+        if self.tolerance is not None:
+            return "must match exactly" if self.tolerance == 0 else f"tolerance ±{self.tolerance:.2%}"
+        assert self.p_value is not None and self.ci is not None and self.alpha is not None
+        assert self.threshold is not None
+        test = f"Mann-Whitney p={_p(self.p_value)} {'<' if self.significant else '>='} {self.alpha:g}"
+        text = (f"{test}, {CONFIDENCE:.0%} CI of ratio [{self.ci[0]:.3f}, {self.ci[1]:.3f}], "
+                f"n={self.n_base}/{self.n_head}, threshold {self.threshold:.2f}x")
+        if self.round_ratios:
+            agree = all(r > self.threshold for r in self.round_ratios) or all(
+                r < 1 / self.threshold for r in self.round_ratios)
+            text += (f", per-round ratios {', '.join(f'{r:.2f}' for r in self.round_ratios)}"
+                     f"{'' if agree else ' (not consistent)'}")
+        if not self.can_fire:
+            text += (f"; too few samples: p cannot go below {_p(min_p_value(self.n_base, self.n_head))}, "
+                     f"need >= {min_samples(self.alpha)} per side")
+        return text
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def compare_samples(
+    base: Samples,
+    head: Samples,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    *,
+    rounds: Sequence[tuple[Samples, Samples]] = (),
+    seed: int = 0,
+) -> Verdict:
+    """Verdict on two sets of timing samples (lower is better).
+
+    * regressed: ratio > threshold and significant;  improved: ratio < 1/threshold and significant;
+    * noise: ratio beyond the threshold either way but not significant (or the test cannot fire);
+    * unchanged: ratio within [1/threshold, threshold], significant or not.
+
+    ``rounds`` are the (base, head) sample sets of interleaved rounds, when ``base`` and
+    ``head`` pool them. Samples of one round share that moment's machine state, so the
+    pooled test overstates the evidence; a regression (improvement) then also has to
+    show in every round's median ratio, else it is noise.
+    """
+    if threshold < 1.0:
+        raise ValueError(f"threshold is a slowdown factor >= 1, got {threshold}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    b, h = _array(base), _array(head)
+    mb, mh = float(np.median(b)), float(np.median(h))
+    r = ratio(mb, mh)
+    p = mann_whitney_p(b, h)
+    ci = bootstrap_ratio_ci(b, h, seed=seed)
+    can_fire = min_p_value(b.size, h.size) < alpha
+    significant = p < alpha
+    if r > threshold:
+        verdict = REGRESSED if significant else NOISE
+    elif r < 1.0 / threshold:
+        verdict = IMPROVED if significant else NOISE
+    else:
+        verdict = UNCHANGED
+    round_ratios = tuple(ratio(median(rb), median(rh)) for rb, rh in rounds) or None
+    if round_ratios and verdict == REGRESSED and not all(x > threshold for x in round_ratios):
+        verdict = NOISE
+    if round_ratios and verdict == IMPROVED and not all(x < 1.0 / threshold for x in round_ratios):
+        verdict = NOISE
+    return Verdict(verdict, r, mb, mh, int(b.size), int(h.size), threshold, alpha, p, ci, can_fire,
+                   round_ratios=round_ratios)
+
+
+def compare_values(base: float, head: float, tolerance: float = 0.0) -> Verdict:
+    """Verdict on one deterministic value (lower is better) within a relative tolerance.
+
+    regressed: head > base * (1 + tolerance); improved: head < base * (1 - tolerance);
+    unchanged otherwise. ``tolerance`` 0 means exact equality.
+    """
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+    base, head = float(base), float(head)
+    slack = abs(base) * tolerance
+    if head > base + slack:
+        verdict = REGRESSED
+    elif head < base - slack:
+        verdict = IMPROVED
+    else:
+        verdict = UNCHANGED
+    return Verdict(verdict, ratio(base, head), base, head, tolerance=tolerance)

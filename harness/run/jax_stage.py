@@ -1,0 +1,132 @@
+"""The worker's model side: a :class:`~harness.run.stage.Stage` over an :class:`ltx2.StageProgram`,
+and the variant's config, mesh and devices it is built on (:func:`open_model`).
+
+A compiled stage keeps its optimized HLO text (:attr:`JaxStage.hlo_text`) for analyses that
+read the scheduled program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from harness import targets
+from harness.metrics.hlo import collective_instructions, matmul_flops, memory_traffic_bytes
+from harness.metrics.static import analyze_compiled, lower_and_compile
+from harness.plan.config import build_config, config_dict, model_workload
+from harness.plan.manifest import Target
+from harness.run.spec import WorkerSpec
+from ltx2 import PipelineConfig, StageProgram, StageUnavailable, Workload, build_mesh, build_stage
+
+
+@dataclass
+class JaxStage:
+    """An :class:`ltx2.StageProgram` to compile (static metrics), prepare (concrete inputs) and run."""
+
+    program: StageProgram
+    seed: int = 0
+    args: tuple[Any, ...] | None = None
+    hlo_text: str | None = None  # the compiled program's optimized HLO, once compiled
+    uses_jax: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.program.notes)
+
+    @property
+    def calls_per_video(self) -> int:
+        return self.program.calls_per_video
+
+    def static(self) -> dict[str, Any]:
+        """Collectives, memory, cost and compile time of the program, plus what the HLO text and
+        the model say (matmul FLOPs with loop trip counts, memory traffic, analytic FLOPs, extra)."""
+        p = self.program
+        compiled, timing = lower_and_compile(p.fn, *p.abstract_args)
+        self.hlo_text = compiled.as_text() or ""
+        out = dataclasses.replace(analyze_compiled(compiled), timing=timing).to_dict()
+        return {**out, "analytic_flops": p.analytic_flops, "matmul_flops": matmul_flops(self.hlo_text),
+                "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text), **p.extra}  # fmt: skip
+
+    def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None]:
+        """HLO module name and collective instruction kinds, to read this stage's ops from a trace."""
+        if self.hlo_text is None:
+            compiled, _ = lower_and_compile(self.program.fn, *self.program.abstract_args)
+            self.hlo_text = compiled.as_text() or ""
+        first = self.hlo_text.split("\n", 1)[0].split()
+        module = first[1].rstrip(",") if len(first) > 1 and first[0] == "HloModule" else None
+        return ({module} if module else None), collective_instructions(self.hlo_text)
+
+    def prepare(self) -> None:
+        self.args = jax.block_until_ready(self.program.make_args(self.seed))
+
+    def run(self) -> Any:
+        if self.args is None:
+            raise RuntimeError(f"stage {self.name}: run() before prepare()")
+        return jax.block_until_ready(self.program.run(*self.args))
+
+
+# --------------------------------------------------------------------------- a worker's model side
+
+
+def device_mesh(target: Target, compile_only: bool) -> tuple[Mesh, dict[str, Any]]:
+    """The mesh for a variant (Auto axes), and what the worker sees of the machine.
+
+    Compile-only for TPU or GPU uses devices described by the target's topology (no
+    hardware needed; :func:`harness.targets.compile_devices`).
+    """
+    shape = dict(target.mesh)  # resolved by the runner: axis -> size
+    n = math.prod(shape.values())
+    if compile_only and target.platform != "cpu":
+        if not target.topology:
+            example = {"tpu": "v6e:2x4", "gpu": "h100:1x1x8"}.get(target.platform, "...")
+            raise RuntimeError(f"compile-only analysis for {target.platform} needs target.topology "
+                               f"(e.g. {example!r}): no {target.platform} devices here")  # fmt: skip
+        devices: list[Any] = targets.compile_devices(target.platform, target.topology)
+    else:
+        devices = list(jax.devices())
+    if len(devices) < n:
+        raise RuntimeError(f"mesh {shape} needs {n} devices, found {len(devices)} ({jax.default_backend()})")
+    mesh = build_mesh(shape, devices=devices[:n])
+    machine = {"backend": jax.default_backend(), "device_kind": devices[0].device_kind,
+               "device_count": len(devices)}  # fmt: skip
+    return mesh, machine
+
+
+@dataclass(frozen=True)
+class ModelStages:
+    """A worker's model: the variant's config (built once), its workload, mesh and machine."""
+
+    cfg: PipelineConfig
+    workload: Workload
+    mesh: Mesh
+    machine: dict[str, Any]
+    seed: int = 0
+    unavailable: tuple[type[BaseException], ...] = (StageUnavailable,)
+    device_memory: tuple[int | None, str] = (None, "")  # bytes per device and where that comes from
+
+    def build(self, name: str) -> JaxStage:
+        return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed)
+
+    def context(self) -> contextlib.AbstractContextManager[Any]:
+        return jax.set_mesh(self.mesh)
+
+    @property
+    def config_resolved(self) -> dict[str, Any]:
+        return config_dict(self.cfg)
+
+
+def open_model(spec: WorkerSpec) -> ModelStages:
+    mesh, machine = device_mesh(spec.target, spec.compile_only)
+    cfg = build_config(spec.preset, spec.config_overrides)
+    memory = (None, "") if spec.compile_only else targets.device_memory(mesh.devices.flat[0], mesh.size)
+    return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory)

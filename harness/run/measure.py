@@ -1,0 +1,109 @@
+"""The measured and trace metric families of one stage: timed calls, recompiles, transfers, a trace.
+
+Warm-up calls (the first one compiles) are timed apart from the repeats; the compile watcher
+runs over both, so a recompile inside the timed region shows. JAX loads only for stages that
+use it: the test presets' stages must run without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.results.stats import summarize
+from harness.run.stage import Stage
+
+_TRANSFER_LINE = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer")
+
+
+def _timed(run: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def _captured_fd2() -> Iterator[list[str]]:
+    """Collect what native code writes to stderr (XLA's transfer-guard log) while active."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines.extend(tmp.read().decode(errors="replace").splitlines())
+
+
+def count_transfers(run: Callable[[], Any]) -> dict[str, Any]:
+    """Implicit host<->device transfers during one (untimed) call, from jax's transfer guard."""
+    import jax
+
+    with _captured_fd2() as lines, jax.transfer_guard("log"):
+        run()
+    hits = [m.group(1) for line in lines if (m := _TRANSFER_LINE.search(line))]
+    examples = [line.strip() for line in lines if _TRANSFER_LINE.search(line)][:5]
+    return {
+        "host_to_device": hits.count("host-to-device"),
+        "device_to_host": hits.count("device-to-host"),
+        "device_to_device": hits.count("device-to-device"),
+        "examples": examples,
+    }
+
+
+def _compiles(watch: Any) -> dict[str, Any]:
+    if watch is None:
+        return {"count": 0, "by_function": {}, "reasons": []}
+    return {"count": watch.total, "by_function": dict(watch.compiles), "reasons": watch.reasons[:20]}
+
+
+def measure(stage: Stage, warmup: int, repeats: int, status: Callable[[str, str], None]) -> dict[str, Any]:
+    """Warm-up calls (first one compiles), then timed repeats with the compile watcher on."""
+    watcher: Callable[[], Any] = contextlib.nullcontext
+    if stage.uses_jax:
+        from harness.metrics.recompile import CompileWatcher
+
+        watcher = CompileWatcher
+    status(stage.name, "warmup")
+    with watcher() as warm_watch:
+        warm = [_timed(stage.run) for _ in range(warmup)]
+    status(stage.name, "measure")
+    with watcher() as watch:
+        samples = [_timed(stage.run) for _ in range(repeats)]
+    transfers = None
+    if stage.uses_jax:
+        status(stage.name, "transfers")
+        transfers = count_transfers(stage.run)
+    return {
+        "wall_s": summarize(samples),
+        "samples_s": samples,
+        "warmup_s": warm,
+        "recompiles": _compiles(watch),  # in the timed region: must be 0
+        "warmup_compiles": _compiles(warm_watch),
+        "transfers": transfers,
+    }
+
+
+def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], None]) -> dict[str, Any]:
+    """An XLA trace of ``steps`` calls, parsed into per-device time by category."""
+    from harness.metrics.trace import analyze_trace, capture_trace
+
+    status(stage.name, "trace")
+    xplane = capture_trace(stage.run, log_dir, steps=steps)
+    status(stage.name, "trace-parse")
+    trace_filter = getattr(stage, "trace_filter", None)
+    modules, categories = trace_filter() if trace_filter is not None else (None, None)
+    metrics = analyze_trace(xplane, modules=modules, categories=categories).to_dict()
+    return {**metrics, "log_dir": str(log_dir), "xplane": str(xplane), "steps": steps}

@@ -1,0 +1,107 @@
+"""The seam between the runner and a worker: one frozen :class:`WorkerSpec`, as JSON.
+
+The runner (or any launcher: a local subprocess today, a cluster job later) writes
+``spec.to_json()``; the worker reads ``WorkerSpec.from_json(text)`` and needs nothing else:
+what to build (preset, config overrides, workload), where (the target with its mesh resolved,
+and the run mode, decided once by the launching side), how to measure it (``[run]``) and
+where to put what it produces, and (set by a local launcher) the process it depends on and the
+scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`). ``spec_version``
+changes when a field does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import targets, testing
+from harness.plan.manifest import Run, Target, Workload
+
+SPEC_VERSION = 2
+RUN_MODES = ("measure", "compile")
+
+
+def resolve_mode(target: Target, preset: str = "") -> str:
+    """``measure`` or ``compile``: ``auto`` measures where the platform's devices are present
+    (judged without starting JAX); test presets always measure (they compile nothing)."""
+    if testing.is_test_preset(preset):
+        return "measure"
+    if target.mode != "auto":
+        return target.mode
+    return "measure" if targets.hardware_present(target.platform) else "compile"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything one worker needs to run one variant."""
+
+    variant_name: str
+    variant_id: str
+    preset: str
+    config_overrides: Mapping[str, Any]
+    target: Target  # mesh resolved: no -1 axis
+    mode: str  # "measure" | "compile", resolved by the launching side
+    workload: Workload
+    run: Run
+    trace_dir: str
+    status_path: str | None = None
+    cache_dir: str | None = None  # compile-only static metrics cache
+    seed: int = 0
+    parent_pid: int | None = None  # the launching process: if it dies, the worker ends (None: no such tie)
+    scratch_dir: str | None = None  # the launcher's temporary folder for this worker, removed if it dies
+    spec_version: int = field(default=SPEC_VERSION)
+
+    def __post_init__(self) -> None:
+        if self.mode not in RUN_MODES:
+            raise ValueError(f"WorkerSpec.mode={self.mode!r}: must be one of {RUN_MODES}")
+        if any(size == -1 for _, size in self.target.mesh):
+            raise ValueError(f"WorkerSpec.target.mesh={dict(self.target.mesh)}: resolve the -1 axis first")
+
+    @property
+    def compile_only(self) -> bool:
+        return self.mode == "compile"
+
+    @property
+    def mesh_shape(self) -> dict[str, int]:
+        return dict(self.target.mesh)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec_version": self.spec_version,
+            "variant": {"name": self.variant_name, "id": self.variant_id},
+            "preset": self.preset,
+            "config_overrides": dict(self.config_overrides),
+            "target": {**self.target.to_dict(), "mesh": [[a, n] for a, n in self.target.mesh]},  # order is layout
+            "mode": self.mode,
+            "workload": self.workload.to_dict(),
+            "run": self.run.to_dict(),
+            "trace_dir": self.trace_dir,
+            "status_path": self.status_path,
+            "cache_dir": self.cache_dir,
+            "seed": self.seed,
+            "parent_pid": self.parent_pid,
+            "scratch_dir": self.scratch_dir,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WorkerSpec:
+        if d.get("spec_version") != SPEC_VERSION:
+            raise ValueError(f"worker spec version {d.get('spec_version')!r} is not readable here "
+                             f"(reads {SPEC_VERSION})")  # fmt: skip
+        return cls(
+            variant_name=d["variant"]["name"], variant_id=d["variant"]["id"], preset=d["preset"],
+            config_overrides=dict(d["config_overrides"]), mode=d["mode"],
+            target=Target.from_dict({**d["target"], "mesh": {a: n for a, n in d["target"]["mesh"]}}),
+            workload=Workload.from_dict(d["workload"]), run=Run.from_dict(d["run"]), trace_dir=d["trace_dir"],
+            status_path=d.get("status_path"), cache_dir=d.get("cache_dir"), seed=int(d.get("seed", 0)),
+            parent_pid=d.get("parent_pid"), scratch_dir=d.get("scratch_dir"),
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerSpec:
+        return cls.from_dict(json.loads(text))

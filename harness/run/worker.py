@@ -1,0 +1,261 @@
+"""Run one variant in this process: ``python -m harness.run.worker <spec.json> <out.json>``.
+
+The launcher starts one worker per variant with the environment it needs (device count,
+platform) already set, so JAX is configured before it is imported here (and it is imported
+only for model presets: a test preset's worker never loads it). The worker reads its
+:class:`~harness.run.spec.WorkerSpec`, builds each requested stage, compiles it ahead of time
+for the static metrics, times it (warm-up apart, recompiles watched), optionally traces it,
+and rewrites ``out.json`` after every stage, so a crash later keeps what was measured. It
+reports where it is (stage, phase) in ``spec.status_path`` for the progress display, and says so
+on stderr, with every error's traceback, for the log the launcher keeps. A stage whose compiled
+memory per device exceeds the device's (:func:`memory_fit`) is recorded as ``does-not-fit``
+without running it. A worker launched with ``spec.parent_pid`` ends itself, removing its scratch
+folder, if that process dies (:mod:`harness.run.lifeline`). Exit status: 0 if every stage
+succeeded (or did not fit), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import targets, testing
+from harness.run import lifeline
+from harness.run.compile_cache import CompileCache, cache_key
+from harness.run.measure import measure, trace
+from harness.run.spec import WorkerSpec
+from harness.run.stage import Stage
+
+ERROR_TAIL_CHARS = 4000
+GiB = 2**30
+OK_STATUSES = ("ok", "does-not-fit")  # a stage that did not fit is a result, not a failure
+
+
+def say(text: str) -> None:
+    """A line for the worker's log (the launcher sends stdout and stderr there)."""
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Atomically replace a JSON file (readers never see half of it)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, default=str)
+    os.replace(tmp, path)
+
+
+class StatusFile:
+    """Where the worker is (for the runner's progress line), and how long each phase took."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.marks: list[tuple[str, str, float]] = []
+
+    def __call__(self, stage: str, phase: str) -> None:
+        self.marks.append((stage, phase, time.perf_counter()))
+        say(f"{stage}:{phase}" if stage else phase)
+        if self.path:
+            write_json(self.path, {"stage": stage, "phase": phase, "time": time.time(), "pid": os.getpid()})
+
+    def durations(self, stage: str) -> dict[str, float]:
+        """Seconds per phase of one stage (until the next mark, or now for the last one)."""
+        out: dict[str, float] = {}
+        ends = [t for _, _, t in self.marks[1:]] + [time.perf_counter()]
+        for (s, phase, start), end in zip(self.marks, ends, strict=True):
+            if s == stage:
+                out[phase] = out.get(phase, 0.0) + end - start
+        return out
+
+
+def error_text(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text[-ERROR_TAIL_CHARS:]
+
+
+# --------------------------------------------------------------------------- what the stages run on
+
+
+@dataclass
+class Stages:
+    """How to build a variant's stages, and what the worker records about where they run."""
+
+    build: Callable[[str], Stage]
+    context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    machine: dict[str, Any] = field(default_factory=dict)
+    config_resolved: dict[str, Any] | None = None
+    unavailable: tuple[type[BaseException], ...] = ()  # errors whose message is the whole story
+    device_memory: tuple[int | None, str] = (None, "")  # bytes per device, and where that number comes from
+
+
+def open_stages(spec: WorkerSpec) -> Stages:
+    """The test preset's JAX-free stages, or the model's on the variant's mesh (JAX loads here)."""
+    if testing.is_test_preset(spec.preset):
+        return Stages(lambda name: testing.TestStage(name, spec.preset, dict(spec.config_overrides)),
+                      device_memory=targets.host_memory_per_device(spec.target.devices or 1))
+    from harness.run.jax_stage import open_model
+
+    model = open_model(spec)
+    return Stages(model.build, model.context, model.machine, model.config_resolved, model.unavailable,
+                  model.device_memory)
+
+
+# --------------------------------------------------------------------------- one stage
+
+
+def _compile_static(stage: Stage, platform: str) -> dict[str, Any]:
+    """The stage's static metrics; a compile that runs out of device memory is a result too."""
+    from harness.metrics.aot import oom_static
+
+    try:
+        return stage.static()
+    except Exception as e:
+        oom = oom_static(e, platform)
+        if oom is None:
+            raise
+        return oom
+
+
+def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> dict[str, Any]:
+    """Static metrics of one stage (compile-only: from the on-disk cache when unchanged), and for
+    TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline."""
+    if not stage.uses_jax:  # test workloads: nothing compiled, and JAX must stay unimported
+        return stage.static()
+    from harness.metrics.aot import analyze
+
+    target = spec.target
+    cache = CompileCache(spec.cache_dir) if spec.compile_only and spec.cache_dir else None
+    key = cache_key(spec, name) if cache is not None else ""
+    static = cache.get(key) if cache is not None else None
+    if static is not None:
+        notes.append(f"static metrics from the compile cache ({key[:12]}): unchanged variant, not recompiled")
+    else:
+        static = _compile_static(stage, target.platform)
+        if cache is not None:
+            cache.put(key, static)
+    if target.topology and target.platform != "cpu":
+        spec_ = targets.SPECS.get(targets.parse_topology(target.topology)[0])
+        devices = math.prod(spec.mesh_shape.values())
+        static = {**static, "target": analyze(static, spec_, stage.calls_per_video, devices)}
+    if static.get("oom"):
+        notes.append(f"does not fit: {static['oom']['message']}")
+    return static
+
+
+def memory_fit(static: dict[str, Any], device_memory: tuple[int | None, str]) -> dict[str, Any] | None:
+    """Whether the compiled program's memory per device (its bound, or what an out-of-memory compile
+    said it needed) fits the device's; None when either number is unknown."""
+    available, source = device_memory
+    oom = static.get("oom") or {}
+    memory = static.get("memory") or {}
+    needed = oom.get("required_bytes") or memory.get("bound_bytes") or memory.get("peak_bytes")
+    if oom and not needed:
+        return {"fits": False, "needed_bytes": None, "available_bytes": available, "source": "the compiler"}
+    if not needed or not available:
+        return None
+    return {"fits": needed <= available, "needed_bytes": needed, "available_bytes": available, "source": source}
+
+
+def _unfit_message(fit: dict[str, Any]) -> str:
+    if fit["needed_bytes"] is None:
+        return "does not fit: the compiler ran out of device memory; compiled only, not run"
+    return (f"does not fit: needs {fit['needed_bytes'] / GiB:.3g} GiB per device, the device has "
+            f"{fit['available_bytes'] / GiB:.3g} GiB ({fit['source']}); compiled only, not run")
+
+
+def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -> dict[str, Any]:
+    """Everything the manifest asked for about one stage; its errors stay inside its entry."""
+    run = spec.run
+    entry: dict[str, Any] = {"status": "ok", "error": None, "notes": [], "static": None, "measured": None,
+                             "trace": None}  # fmt: skip
+    try:
+        status(name, "build")
+        stage = stages.build(name)
+        entry["notes"] += stage.notes
+        if "static" in run.metrics:
+            status(name, "compile")
+            entry["static"] = static_metrics(name, stage, spec, entry["notes"])
+        wants_trace = run.trace or "trace" in run.metrics
+        wants_run = "measured" in run.metrics or wants_trace
+        fit = memory_fit(entry["static"], stages.device_memory) if entry["static"] and wants_run else None
+        if fit is not None and not spec.compile_only:
+            entry["memory_fit"] = fit
+        if spec.compile_only and wants_run:
+            entry["notes"].append("compile-only: no target devices here, measured and trace metrics skipped")
+        elif fit is not None and not fit["fits"]:
+            entry["status"], entry["error"] = "does-not-fit", _unfit_message(fit)
+            say(f"{name}: {entry['error']}")
+        elif wants_run:
+            status(name, "prepare")
+            stage.prepare()
+            if "measured" in run.metrics:
+                entry["measured"] = measure(stage, run.warmup, run.repeats, status)
+            elif run.warmup:
+                for _ in range(run.warmup):
+                    stage.run()
+            if wants_trace and stage.uses_jax:
+                entry["trace"] = trace(stage, Path(spec.trace_dir) / name, min(run.repeats, 3), status)
+    except Exception as e:  # a failed stage is data, not a crash
+        entry["status"] = "failed"
+        entry["error"] = str(e) if isinstance(e, stages.unavailable) else error_text(e)
+        say(f"{name} failed:\n{error_text(e)}")
+    entry["phases_s"] = status.durations(name)
+    return entry
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
+    status = StatusFile(spec.status_path)
+    result: dict[str, Any] = {"status": "running", "error": None, "stages": {}, "notes": [], "machine": {},
+                              "mode_used": None, "config_resolved": None}  # fmt: skip
+    write_json(out_path, result)
+    try:
+        status("", "start")
+        stages = open_stages(spec)
+        result["machine"], result["config_resolved"] = stages.machine, stages.config_resolved
+        result["mode_used"] = spec.mode
+        for name in spec.workload.stages:
+            with stages.context():
+                result["stages"][name] = run_stage(name, spec, stages, status)
+            write_json(out_path, result)
+        failed = {n: s["error"] for n, s in result["stages"].items() if s["status"] not in OK_STATUSES}
+        result["status"] = "failed" if failed else "ok"
+        result["error"] = "\n".join(f"{n}: {(err or '').strip()}" for n, err in failed.items()) or None
+    except Exception as e:
+        result["status"], result["error"] = "failed", error_text(e)
+        say(f"failed:\n{error_text(e)}")
+    status("", "done")
+    say(f"finished: {result['status']}")
+    write_json(out_path, result)
+    return 0 if result["status"] == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, lifeline.LAUNCHER_SIGNALS)  # blocked while the launcher started us
+    if len(args) != 2:
+        print("usage: python -m harness.run.worker <spec.json> <out.json>", file=sys.stderr)
+        return 2
+    spec = WorkerSpec.from_json(Path(args[0]).read_text())
+    if spec.parent_pid is not None:
+        lifeline.hold(spec.parent_pid, spec.scratch_dir)
+    say(f"worker {os.getpid()}: {spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
+        f"{spec.target.platform} mesh {dict(spec.target.mesh)}, stages {', '.join(spec.workload.stages)}")
+    return run_spec(spec, args[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Every manifest under experiments/ loads, validates and expands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.plan.variants import load_sweep
+from ltx2.sharding import strategy_names
+
+EXPERIMENTS = sorted((Path(__file__).parents[3] / "experiments").glob("*.toml"))
+
+
+def test_there_are_manifests() -> None:
+    assert {"cpu.toml", "nightly.toml"} <= {p.name for p in EXPERIMENTS}
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.name for p in EXPERIMENTS])
+def test_manifest_loads(path: Path) -> None:
+    variants = load_sweep(path).variants
+    assert variants and len({v.id for v in variants}) == len(variants)
+    assert not any(v.preset.startswith("test:") for v in variants)  # test workloads stay in tests
+
+
+def test_cpu_manifest_runs_every_strategy_once() -> None:
+    variants = load_sweep(Path(__file__).parents[3] / "experiments" / "cpu.toml").variants
+    strategies = [v.config_overrides.get("transformer.sharding") for v in variants
+                  if set(v.overrides) == {"transformer.sharding"}]
+    assert sorted(strategies) == strategy_names()

@@ -1,0 +1,71 @@
+"""The compile-only static metrics cache: an unchanged variant is not recompiled, anything that changes the
+program misses."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from harness.plan.manifest import Run, Target, Workload
+from harness.run.compile_cache import CompileCache, cache_key
+from harness.run.spec import WorkerSpec
+from harness.run.worker import static_metrics
+
+
+class _CountingStage:
+    name, uses_jax, calls_per_video, notes = "denoise_step", True, 4, []
+
+    def __init__(self) -> None:
+        self.compiles = 0
+
+    def static(self) -> dict[str, Any]:
+        self.compiles += 1
+        return {"platform": "tpu", "collectives": None, "memory": {"peak_bytes": 10}, "cost": None}
+
+    def prepare(self) -> None: ...
+
+    def run(self) -> None: ...
+
+
+def _spec(tmp_path: Path, mesh: tuple[tuple[str, int], ...] = (("fsdp", 2), ("tensor", 4))) -> WorkerSpec:
+    return WorkerSpec(
+        variant_name="v", variant_id="v", preset="small", config_overrides={"transformer.sharding": "trillium"},
+        target=Target("tpu", "auto", mesh, "v6e:2x4", 8), mode="compile",
+        workload=Workload(height=64, stages=("denoise_step",)), run=Run(), trace_dir=str(tmp_path / "traces"),
+        cache_dir=str(tmp_path),
+    )  # fmt: skip
+
+
+def test_compile_cache_hits_for_an_unchanged_variant(tmp_path: Path) -> None:
+    stage, notes = _CountingStage(), []
+    first = static_metrics("denoise_step", stage, _spec(tmp_path), notes)
+    second = static_metrics("denoise_step", stage, _spec(tmp_path), notes)
+    assert stage.compiles == 1 and first == second
+    assert any("compile cache" in n for n in notes)
+    assert first["target"]["calls_per_video"] == 4 and first["target"]["fits"] is True
+    static_metrics("denoise_step", stage, _spec(tmp_path, (("fsdp", 4), ("tensor", 2))), notes)
+    assert stage.compiles == 2  # another layout is another program
+
+
+def test_measured_runs_do_not_use_the_cache(tmp_path: Path) -> None:
+    stage = _CountingStage()
+    spec = dataclasses.replace(_spec(tmp_path), mode="measure")
+    static_metrics("denoise_step", stage, spec, [])
+    static_metrics("denoise_step", stage, spec, [])
+    assert stage.compiles == 2
+
+
+def test_cache_key_ignores_the_stage_list_only(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    other = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, stages=("denoise_step", "upsample")))
+    assert cache_key(spec, "denoise_step") == cache_key(other, "denoise_step")
+    assert cache_key(spec, "denoise_step") != cache_key(spec, "video_decode")
+    taller = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, height=128))
+    assert cache_key(spec, "denoise_step") != cache_key(taller, "denoise_step")
+    bf16 = dataclasses.replace(spec, config_overrides={**spec.config_overrides, "transformer.dtype": "bfloat16"})
+    assert cache_key(spec, "denoise_step") != cache_key(bf16, "denoise_step")
+    cache = CompileCache(tmp_path / "c")
+    assert cache.get("missing") is None
+    cache.put("k", {"a": 1})
+    assert cache.get("k") == {"a": 1}

@@ -1,0 +1,185 @@
+"""The layering ARCHITECTURE.md promises, checked from the source: no import cycles (function-level
+imports included), the harness reaches the model only through ltx2's public names, ltx2 never
+imports the harness, reports load neither JAX nor the model, and no source file passes 500 lines."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ltx2", "harness")
+MAX_LINES = 500
+HEAVY = ("jax", "jaxlib", "flax", "torch", "ltx2")  # what a report of old records must not load
+
+
+def modules(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of ``packages`` under ``root``."""
+    out = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(name: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, line) of every import statement anywhere in the file (inside
+    functions and ``if TYPE_CHECKING:`` blocks too); relative imports resolved."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                package = package[: len(package) - node.level + 1]
+                base = ".".join(package + ([base] if base else []))
+            out.append((base, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def import_graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (``from a import b`` is an edge to ``a.b``
+    when that is a module, else to ``a``)."""
+    mods = modules(root, packages)
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = set()
+        for module, names, _ in imports(name, path):
+            for target in [f"{module}.{n}" for n in names if f"{module}.{n}" in mods] or [module]:
+                while target not in mods and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in mods and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_imports_inside_functions_and_finds_cycles(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    graph = import_graph(tmp_path, ["pkg"])
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph(ROOT)
+    assert graph["harness.run.worker"] >= {"harness.run.jax_stage"}  # a function-level import is an edge
+    assert cycles(graph) == []
+
+
+def test_ltx2_never_imports_the_harness() -> None:
+    offenders = [(name, module, line) for name, path in modules(ROOT, ["ltx2"]).items()
+                 for module, _, line in imports(name, path) if module.split(".")[0] == "harness"]  # fmt: skip
+    assert offenders == []
+
+
+def public_names(root: Path, module: str) -> set[str] | None:
+    """A module's ``__all__`` read from its source (None when it declares none)."""
+    mods = modules(root, [module.split(".")[0]])
+    for node in ast.parse(mods[module].read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def private_uses(root: Path) -> list[str]:
+    """Imports of ``ltx2`` from ``harness`` that reach past the public API: a module that its parent
+    package does not export, or a name the module does not export."""
+    bad = []
+    for name, path in modules(root, ["harness"]).items():
+        for module, names, line in imports(name, path):
+            parts = module.split(".")
+            if parts[0] != "ltx2":
+                continue
+            where = f"{path.relative_to(root)}:{line}"
+            for i in range(1, len(parts)):  # every submodule on the way must be exported by its parent
+                exported = public_names(root, ".".join(parts[:i])) or set()
+                if parts[i] not in exported or parts[i].startswith("_"):
+                    bad.append(f"{where}: {'.'.join(parts[: i + 1])} is not re-exported by {'.'.join(parts[:i])}")
+                    break
+            else:
+                exported = public_names(root, module) or set()
+                bad += [f"{where}: {module}.{n} is not public" for n in names if n.startswith("_") or n not in exported]
+    return bad
+
+
+def test_the_harness_uses_only_public_ltx2_names(tmp_path: Path) -> None:
+    assert private_uses(ROOT) == []
+    # The check itself: a private name and a module ltx2 does not re-export are both caught.
+    for package, text in (("ltx2", '__all__ = ["Workload", "stages"]\n'), ("ltx2/stages", '__all__ = ["X"]\n'),
+                          ("harness", "")):  # fmt: skip
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text(text)
+    (tmp_path / "ltx2" / "pipeline.py").write_text("__all__ = []\n")
+    (tmp_path / "harness" / "x.py").write_text(
+        "from ltx2 import Workload\nfrom ltx2.stages import X, _y\ndef f():\n    from ltx2.pipeline import thing\n")
+    assert private_uses(tmp_path) == ["harness/x.py:2: ltx2.stages._y is not public",
+                                      "harness/x.py:4: ltx2.pipeline is not re-exported by ltx2"]  # fmt: skip
+
+
+def test_no_source_file_over_500_lines() -> None:
+    files = [p for d in ("ltx2", "harness", "tests", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    files.append(ROOT / "noxfile.py")
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert len(files) > 100 and long == {}
+
+
+@pytest.mark.parametrize("code", [
+    "import harness.report, harness.report.html, harness.results.gate, harness.results.baseline",
+    "from harness import cli; assert cli.main(['report', sys.argv[1], '--out', sys.argv[2]]) == 0",
+], ids=["import", "cli-report"])  # fmt: skip
+def test_reports_need_neither_jax_nor_the_model(tmp_path: Path, code: str) -> None:
+    fixture = ROOT / "tests" / "harness" / "fixtures" / "sweep_cpu8.jsonl"
+    script = f"import sys\n{code}\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    done = subprocess.run([sys.executable, "-c", script, str(fixture), str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
