@@ -42,6 +42,16 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """The tests marked slow (> ~20 s each on 2 cores: the README's generate command, full-size
+    parity and the long sweeps), which `tests` leaves out to stay fast. Extra args go to pytest."""
+    _install(session, "test")
+    _ensure_chromium(session)
+    args = session.posargs or ["-q", "-m", "slow and not aot"]
+    session.run("pytest", *args, env=CPU_ENV)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (style, imports), mypy (public signatures) and the CI workflows against GitHub's schema."""
     _install(session, "lint")
