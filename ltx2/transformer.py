@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.attention import Attention
 from ltx2.config import FF_MULT, TIMESTEP_EMBED_DIM, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, layer_norm, layer_slice, rms_norm, stack_layers
@@ -37,10 +38,12 @@ def timestep_sinusoid(t: jax.Array, dim: int = TIMESTEP_EMBED_DIM, max_period: f
     return jnp.concatenate([jnp.cos(angles), jnp.sin(angles)], axis=-1)
 
 
+@scopes.scoped(scopes.NORM_MOD)
 def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
     return x * (1 + scale) + shift
 
 
+@scopes.scoped(scopes.NORM_MOD)
 def table_params(rows: jax.Array, temb_btm: jax.Array | None) -> list[jax.Array]:
     """Rows of a table ``[M, D]`` plus the matching slices of ``temb [B, T, M*D]`` -> M x ``[B, T, D]``
     (diffusers ``get_mod_params``); a missing ``temb`` gives the table alone (``[1, 1, D]`` each)."""
@@ -60,6 +63,7 @@ class AdaLayerNormSingle(nnx.Module):
         self.linear_2 = Linear(dim, dim, axes=(None, "embed"), **kw)
         self.linear = Linear(dim, num_mod * dim, axes=("embed", "modulation"), **kw)
 
+    @scopes.module_scope
     def __call__(self, t_bt: jax.Array, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
         """``t_bt [B]`` or ``[B, T]`` -> (``[B, T, num_mod*D]``, ``[B, T, D]``)."""
         t_bt = t_bt.reshape(t_bt.shape[0], -1)
@@ -74,6 +78,7 @@ class TextProjection(nnx.Module):
         self.linear_1 = Linear(in_dim, dim, axes=("caption", "embed"), dtype=param_dtype, rngs=rngs)
         self.linear_2 = Linear(dim, dim, axes=(None, "embed"), dtype=param_dtype, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x_bsc: jax.Array) -> jax.Array:
         return self.linear_2(gelu_tanh(self.linear_1(x_bsc)))
 
@@ -85,7 +90,9 @@ class FeedForward(nnx.Module):
         kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, rngs=rngs)
         self.proj_in = Linear(dim, FF_MULT * dim, axes=("embed", "mlp"), **kw)
         self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), **kw)
+        scopes.label(self, scopes.FEED_FORWARD_CHILDREN)
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.proj_out(gelu_tanh(self.proj_in(x)))
 
@@ -167,6 +174,7 @@ class Block(nnx.Module):
         self.video_a2v_cross_attn_scale_shift_table = table(5, D, 1.0)
         self.audio_a2v_cross_attn_scale_shift_table = table(5, Da, 1.0)
         self.cfg = cfg
+        scopes.label(self, scopes.BLOCK_CHILDREN)
 
     def _streams(self) -> tuple[_Stream, _Stream]:
         cfg = self.cfg
@@ -183,6 +191,7 @@ class Block(nnx.Module):
         )
         return video, audio
 
+    @scopes.scoped(scopes.BLOCK)
     def __call__(
         self, x_bld: jax.Array, a_bad: jax.Array, inp: BlockInputs, stg: jax.Array | None, *, isolate: bool
     ) -> tuple[jax.Array, jax.Array]:
@@ -279,7 +288,9 @@ class LTX2Transformer(nnx.Module):
         self.proj_out = linear(D, cfg.out_channels, ("embed", "in_features"))
         self.audio_proj_out = linear(Da, cfg.audio_out_channels, ("embed", "in_features"))
         self.cfg = cfg
+        scopes.label(self, scopes.TRANSFORMER_CHILDREN)
 
+    @scopes.scoped(scopes.TRANSFORMER)
     def __call__(
         self,
         hidden_states: jax.Array,
@@ -469,6 +480,7 @@ def _bias(mask_bs: jax.Array | None, dt: jnp.dtype) -> jax.Array | None:
     return ((1 - mask_bs.astype(dt)) * -10000.0)[:, None, None, :]
 
 
+@scopes.scoped(scopes.OUTPUT)
 def _output(x: jax.Array, emb_btd: jax.Array, table: jax.Array, proj: Linear) -> jax.Array:
     """Final LayerNorm, ``(table + embedded timestep)`` shift/scale, output projection."""
     values = table[None, None].astype(emb_btd.dtype) + emb_btd[:, :, None]
