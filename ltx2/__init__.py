@@ -1,8 +1,9 @@
 """LTX-2 audio+video diffusion in JAX (Flax NNX).
 
 The public API (``__all__``): the model and pipeline with their configs and presets, the
-sharding vocabulary, the named scopes of :mod:`ltx2.scopes`, and :mod:`ltx2.stages`, the pipeline's stages as compilable programs
-(what a profiling harness measures). Everything else is internal to the package.
+sharding vocabulary, the named scopes of :mod:`ltx2.scopes` (what a profile attributes time to),
+and :mod:`ltx2.stages`, the pipeline's stages as compilable programs (what a profiling harness
+measures). Everything else is internal to the package.
 """
 
 from ltx2 import scopes, stages
