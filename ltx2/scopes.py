@@ -163,6 +163,17 @@ def label(module: Any, children: Mapping[str, str], *, group: int = 1) -> None:
             setattr(child, ATTRIBUTE, name)
 
 
+def attributes() -> dict[str, tuple[str, ...]]:
+    """Scope -> the module attributes its parameters live under (``a2v`` -> ``audio_to_video_attn``,
+    ``block`` -> ``transformer_blocks``): how a parameter path maps onto scopes."""
+    out: dict[str, set[str]] = {BLOCK: {"transformer_blocks"}}
+    for table in (TRANSFORMER_CHILDREN, BLOCK_CHILDREN, ATTENTION_CHILDREN, FEED_FORWARD_CHILDREN, DECODER_CHILDREN,
+                  VOCODER_CHILDREN, {"upsamplers": STAGE, "resnets": STAGE}):  # fmt: skip
+        for attr, name in table.items():
+            out.setdefault(name, set()).add(attr)
+    return {name: tuple(sorted(attrs)) for name, attrs in out.items()}
+
+
 def indexed(name: str, index: int) -> str:
     """``up.2``: one of several scopes of a kind (a decoder's levels, a vocoder's stages)."""
     return f"{name}.{index}"

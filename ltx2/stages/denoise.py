@@ -102,6 +102,7 @@ def denoise_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         analytic_flops=float(t.forward_flops(L, A, S, B)), calls_per_video=wl.steps,
         extra={"tokens": token_facts(plan, S)},
         notes=("denoise_step = one transformer forward + Euler update; guidance passes are in the batch",),
+        strategy=t.sharding,
     )  # fmt: skip
 
 
@@ -198,7 +199,7 @@ def _guided(loop: _Loop, wl: Workload) -> StageProgram:
         (loop.state, loop.latents, loop.embeds, scalar, scalar, scalar, loop.scales_abs), make_args,
         analytic_flops=loop.flops(wl.text_tokens), calls_per_video=steps, extra=loop.extra,
         notes=(f"guided_step = one denoising step with every guidance pass ({_passes(loop)}); "
-               f"a video runs it {steps} times",),
+               f"a video runs it {steps} times",), strategy=loop.s.cfg.transformer.sharding,
     )  # fmt: skip
 
 
@@ -217,7 +218,7 @@ def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return StageProgram("denoise_loop", jax.jit(whole),
                             (loop.state, loop.latents, loop.embeds, loop.schedule_abs, loop.scales_abs),
                             loop.make_inputs, analytic_flops=loop.flops(wl.text_tokens) * steps, extra=loop.extra,
-                            notes=notes)  # fmt: skip
+                            notes=notes, strategy=c.transformer.sharding)  # fmt: skip
 
     step = _guided(loop, wl)
 
