@@ -181,5 +181,31 @@ def indexed(name: str, index: int) -> str:
 
 def scope_path(op_name: str) -> tuple[str, ...]:
     """The scopes of this table in an HLO ``op_name`` (``jit(f)/while/body/block/ff/dot_general`` ->
-    ``("block", "ff")``); an indexed name (``up.2``) counts as its kind."""
-    return tuple(part for part in op_name.split("/") if part.partition(".")[0] in SCOPES)
+    ``("block", "ff")``); an indexed name (``up.2``) counts as its kind. XLA writes an op combined
+    from several (``block/(attn1/qkv/dot:a2v/qkv/dot)``) with its parts' names as alternatives:
+    such an op has the scopes its parts share (``("block",)``)."""
+    paths = [tuple(p for p in alt.split("/") if p.partition(".")[0] in SCOPES) for alt in _alternatives(op_name)]
+    common = paths[0]
+    for path in paths[1:]:
+        n = next((i for i, (a, b) in enumerate(zip(common, path, strict=False)) if a != b), min(len(common), len(path)))
+        common = common[:n]
+    return common
+
+
+def _alternatives(text: str, limit: int = 64) -> list[str]:
+    """``a/(b:c)/d`` -> ``a/b/d``, ``a/c/d`` (nested groups too; a group opens after ``/`` or at the
+    start, so ``jit(f)`` is a name, not a group)."""
+    start = next((i for i, ch in enumerate(text) if ch == "(" and (i == 0 or text[i - 1] == "/")), None)
+    if start is None:
+        return [text]
+    depth, parts, begin = 0, [], start + 1
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 1 and text[i] == ":":
+            parts.append(text[begin:i])
+            begin = i + 1
+        elif depth == 0:
+            parts.append(text[begin:i])
+            rest = text[i + 1 :]
+            return [x for part in parts for x in _alternatives(text[:start] + part + rest, limit)][:limit]
+    return [text]  # unbalanced: read as one name

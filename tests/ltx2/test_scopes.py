@@ -66,4 +66,9 @@ def test_scope_path_keeps_only_table_names() -> None:
         "transformer", "block", "ff", "proj_in")
     assert scopes.scope_path("jit(decode)/audio_vae/up.2/conv/conv_general_dilated") == ("audio_vae", "up.2")
     assert scopes.scope_path("jit(f)/while/body/add") == ()
+    # an op XLA combined from several: the scopes its parts share
+    combined = "jit(step)/transformer/while/body/closed_call/block/(a2v/qkv/dot_general:audio_attn1/qkv/dot_general)"
+    assert scopes.scope_path(combined) == ("transformer", "block")
+    assert scopes.scope_path("jit(s)/block/(ff/proj_in/dot:ff/proj_out/dot)") == ("block", "ff")
+    assert scopes.scope_path("jit(s)/block/(ff/(proj_in/a:proj_in/b):ff/proj_in/c)") == ("block", "ff", "proj_in")
     assert all(" " not in name and "/" not in name for name in scopes.SCOPES)
