@@ -41,8 +41,7 @@ _ACT = ("activation_batch", "activation_frames", None, "activation_channels")
 
 
 class Buffer(nnx.Variable):
-    """Non-trainable state that checkpoints carry (torch ``register_buffer``): latent statistics,
-    fixed filters. Kept apart from :class:`nnx.Param` so optimisers and param counts skip it."""
+    """Checkpointed non-trainable state (torch ``register_buffer``), apart from :class:`nnx.Param`."""
 
 
 def buffer(value: jax.Array, names: tuple[str | None, ...]) -> Buffer:
