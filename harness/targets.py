@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 GiB = 2**30
@@ -123,6 +125,12 @@ ROOFLINE_ASSUMPTIONS = (
     "step_s = max(compute, HBM, interconnect): perfect overlap; step_serial_s = their sum: no overlap",
 )
 
+# TPU generations libtpu describes as topologies (``<generation>:<chips per dim>``), and the devices JAX
+# lists per chip: Ironwood (tpu7x) exposes its two TensorCores as two devices; v4 and v5p run their two
+# as one megacore device. Only those in SPECS have the numbers for fit and roofline.
+TPU_GENERATIONS: dict[str, int] = {"v4": 1, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
+TOPOLOGY_EXAMPLES = {"tpu": "v6e:2x4", "gpu": "h100:1x1x8"}
+
 _TOPOLOGY = re.compile(r"^([A-Za-z0-9_ ]+?)[:=_]([0-9]+(?:x[0-9]+)*)(?:_twisted|_untwisted)?$")
 
 
@@ -141,14 +149,38 @@ def spec_for(topology: str) -> TargetSpec:
     return SPECS[name]
 
 
+def known_topologies(platform: str) -> list[str]:
+    """The hardware names a ``platform`` topology may start with: TPU generations libtpu knows, or the
+    GPUs with a spec (compiling for a GPU needs its spec's target description)."""
+    if platform == "tpu":
+        return list(TPU_GENERATIONS)
+    return [name for name, spec in SPECS.items() if spec.platform == platform]
+
+
+def check_topology(topology: str, platform: str) -> tuple[str, tuple[int, ...]]:
+    """``parse_topology``, and the hardware name checked against ``platform``'s known ones; ValueError
+    naming them otherwise (a typo would fail only at run time, inside libtpu or the CUDA plugin)."""
+    name, dims = parse_topology(topology)
+    spec = SPECS.get(name)
+    if spec is not None and spec.platform != platform:
+        raise ValueError(f"{name!r} is a {spec.platform} target; platform is {platform!r}")
+    known = known_topologies(platform)
+    if name not in known:
+        what = "TPU generation" if platform == "tpu" else f"{platform.upper()}"
+        raise ValueError(f"unknown {what} {name!r} in topology {topology!r} (known: {', '.join(known)}; "
+                         f"e.g. {TOPOLOGY_EXAMPLES.get(platform, '')!r})")
+    if platform == "gpu" and len(dims) != 3:
+        raise ValueError(f"a GPU topology is <gpu>:<slices>x<hosts>x<gpus per host>, got {topology!r}")
+    return name, dims
+
+
 def topology_devices(topology: str) -> int:
     """Devices JAX lists for a topology: chips (the product of the dims) x devices per chip.
 
-    GPU topologies are ``slices x hosts x gpus``; unknown TPU generations count one device
-    per chip (libtpu has the last word when it builds the topology).
+    GPU topologies are ``slices x hosts x gpus``.
     """
     name, dims = parse_topology(topology)
-    per_chip = SPECS[name].devices_per_chip if name in SPECS else 1
+    per_chip = SPECS[name].devices_per_chip if name in SPECS else TPU_GENERATIONS.get(name, 1)
     return math.prod(dims) * per_chip
 
 
@@ -253,3 +285,37 @@ def roofline(spec: TargetSpec, flops: float | None, hbm_bytes: float | None,
 
 def fits(spec: TargetSpec, needed_bytes: float | None) -> bool | None:
     return None if needed_bytes is None else needed_bytes <= spec.hbm_bytes
+
+
+def host_memory_per_device(devices: int) -> tuple[int | None, str]:
+    """(bytes, where the number comes from): the host memory available now, shared by ``devices``
+    simulated CPU devices (they all allocate from it). None where the host does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+                return available // max(devices, 1), f"host MemAvailable / {devices} devices"
+    except (OSError, ValueError):
+        pass
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None, ""
+    return available // max(devices, 1), f"host available memory / {devices} devices"
+
+
+def device_memory(device: Any, devices: int) -> tuple[int | None, str]:
+    """(bytes per device, source) of a JAX device: what its runtime says (``memory_stats()``), else the
+    spec table by device kind, else on CPU the host's share (:func:`host_memory_per_device`)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - a backend without memory stats
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"{device.device_kind} memory_stats() bytes_limit"
+    spec = next((s for s in SPECS.values() if s.device_kind == device.device_kind), None)
+    if spec is not None:
+        return spec.hbm_bytes, f"{spec.name} spec ({spec.source.split(':')[0]})"
+    if device.platform == "cpu":
+        return host_memory_per_device(devices)
+    return None, ""

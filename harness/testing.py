@@ -67,7 +67,10 @@ class TestStage:
     notes: list[str] = field(default_factory=lambda: ["test workload: no model, no JAX"])
 
     def static(self) -> dict[str, Any]:
-        return {"platform": "test", "flops": float(self.overrides.get("test.flops", 1.0))}
+        out: dict[str, Any] = {"platform": "test", "flops": float(self.overrides.get("test.flops", 1.0))}
+        if "test.memory_bytes" in self.overrides:  # the per-device memory it claims to need (fit checks)
+            out["memory"] = {"bound_bytes": int(self.overrides["test.memory_bytes"])}
+        return out
 
     def prepare(self) -> None:
         pass

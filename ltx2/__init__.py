@@ -13,7 +13,7 @@ from ltx2.latents import Plan
 from ltx2.pipeline import LTX2Pipeline
 from ltx2.pipeline_config import PRESETS, PipelineConfig
 from ltx2.sharding import MESH_AXES, build_mesh, get_strategy, strategy_names
-from ltx2.stages import STAGES, StageProgram, StageUnavailable, Workload, build_stage, check_workload
+from ltx2.stages import STAGES, StageProgram, StageUnavailable, Workload, WorkloadError, build_stage, check_workload
 from ltx2.transformer import LTX2Transformer
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "StageUnavailable",
     "TransformerConfig",
     "Workload",
+    "WorkloadError",
     "abstract_state",
     "build_mesh",
     "build_stage",

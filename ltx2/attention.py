@@ -145,17 +145,17 @@ class Attention(nnx.Module):
         q_rope: RopeTables | None = None,
         k_rope: RopeTables | None = None,
         keep: jax.Array | None = None,
+        kv: tuple[jax.Array, jax.Array] | None = None,
     ) -> jax.Array:
         """``x_bld [B, L, Dq]`` attends to ``context_bsd [B, S, Dc]`` (itself if None) -> ``[B, L, Dq]``.
 
         ``bias`` broadcasts to ``[B, N, L, S]``. ``keep`` (``[B, 1, 1]``, STG) mixes the attention
         output with the value projection per row: 1 keeps attention, 0 returns ``to_v(x)``
-        (``torch.lerp(value, attention, keep)`` in ``LTX2PerturbedAttnProcessor``).
+        (``torch.lerp(value, attention, keep)`` in ``LTX2PerturbedAttnProcessor``). ``kv``: keys and
+        values ``[B, S, N*K]`` already projected by :meth:`project_kv` (then ``context_bsd`` is unused).
         """
-        context_bsd = x_bld if context_bsd is None else context_bsd
         q = self.norm_q(self.to_q(x_bld))
-        k = self.norm_k(self.to_k(context_bsd))
-        v = self.to_v(context_bsd)
+        k, v = self.project_kv(x_bld if context_bsd is None else context_bsd) if kv is None else kv
         if q_rope is not None:
             q = apply_rope(q, q_rope, self.rope_type)
             k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
@@ -169,3 +169,8 @@ class Attention(nnx.Module):
             gates_bln = 2.0 * jax.nn.sigmoid(self.to_gate_logits(x_bld))
             out = (heads(out) * gates_bln[..., None]).reshape(out.shape)
         return self.to_out(out)
+
+    def project_kv(self, context_bsd: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Keys (``norm_k`` applied, no RoPE) and values ``[B, S, N*K]`` of ``context_bsd [B, S, Dc]``:
+        what a cross-attention over a fixed context (the text) can compute once and reuse."""
+        return self.norm_k(self.to_k(context_bsd)), self.to_v(context_bsd)

@@ -1,12 +1,15 @@
 """The LTX-2 denoising loop as pure, jittable functions (diffusers ``LTX2Pipeline.__call__`` step 7).
 
-One step: the transformer runs the conditional pass (on the ``[negative; positive]`` batch when
-CFG is on), then the perturbed (STG) and modality-isolated passes on the positive rows only;
-:func:`ltx2.guidance.guided_velocity` combines them in x0 space, video and audio with their own
-scales; an Euler step moves both latents. :func:`denoise_scan` runs every step in one
-``lax.scan``; :func:`denoise_step` is one step, for a Python loop. Both are module-level
-``jax.jit`` functions with the module graph and the :class:`~ltx2.latents.Plan` static, so
-guidance scales and sigmas are traced: changing them never recompiles.
+One step: the transformer predicts a velocity for every guidance pass the plan asks for
+(:func:`ltx2.passes.predict`: conditional, text-unconditional, perturbed (STG) and
+modality-isolated rows, batched or pass by pass); :func:`ltx2.guidance.guided_velocity` combines
+them in x0 space, video and audio with their own scales; an Euler step moves both latents.
+:func:`denoise_scan` runs every step in one ``lax.scan``; :func:`denoise_step` is one step, for a
+Python loop (:func:`denoise_python`, which donates each step's input latents to its output).
+Text keys/values that do not change during a video (``plan.text_kv_cache``) are computed once,
+before the loop, and carried into every step. Both are module-level ``jax.jit`` functions with
+the module graph and the :class:`~ltx2.latents.Plan` static, so guidance scales and sigmas are
+traced: changing them never recompiles.
 
 Shapes: B batch, L video tokens, A audio tokens, S text tokens; ``B' = 2B`` with CFG.
 """
@@ -20,8 +23,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2.block import TextKV
 from ltx2.guidance import AVGuidanceScales, guided_velocity
 from ltx2.latents import Plan
+from ltx2.passes import needs_text_kv, precompute_text_kv, predict
 from ltx2.scheduler import step as euler_step
 from ltx2.transformer import LTX2Transformer
 
@@ -48,37 +53,6 @@ class Schedule(NamedTuple):
     timesteps: jax.Array
 
 
-def _forward(
-    model: LTX2Transformer,
-    plan: Plan,
-    x: Latents,
-    text: TextEmbeddings,
-    t: jax.Array,
-    *,
-    isolate: bool = False,
-    stg: tuple[int, ...] | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    """One transformer pass at timestep ``t`` (scalar), velocities cast to float32."""
-    rows = x.video.shape[0]
-    t_b = jnp.broadcast_to(t, (rows,))
-    v, a = model(
-        x.video, x.audio, text.video, text.audio, t_b,
-        sigma=t_b,  # diffusers passes the timestep as sigma too (LTX-2.3 prompt AdaLN)
-        encoder_attention_mask=text.mask, audio_encoder_attention_mask=text.mask,
-        num_frames=plan.frames, height=plan.height, width=plan.width, fps=plan.fps,
-        audio_num_frames=plan.audio_frames, isolate_modalities=isolate,
-        spatio_temporal_guidance_blocks=stg, use_cross_timestep=plan.use_cross_timestep,
-    )  # fmt: skip
-    return v.astype(jnp.float32), a.astype(jnp.float32)
-
-
-def _positive(text: TextEmbeddings, cfg: bool) -> TextEmbeddings:
-    if not cfg:
-        return text
-    half = text.video.shape[0] // 2
-    return TextEmbeddings(text.video[half:], text.audio[half:], text.mask[half:])
-
-
 def guided_step(
     model: LTX2Transformer,
     plan: Plan,
@@ -88,30 +62,23 @@ def guided_step(
     sigma_next: jax.Array,
     t: jax.Array,
     scales: AVGuidanceScales,
+    text_kv: TextKV | None = None,
 ) -> Latents:
-    """One denoising step with every guidance pass the plan asks for."""
-    passes = plan.passes
-    uncond: tuple[jax.Array, jax.Array] | tuple[None, None] = (None, None)
-    if passes.cfg:
-        both = Latents(jnp.concatenate([x.video, x.video]), jnp.concatenate([x.audio, x.audio]))
-        v2, a2 = _forward(model, plan, both, text, t)
-        b = x.video.shape[0]
-        uncond, cond = (v2[:b], a2[:b]), (v2[b:], a2[b:])
-    else:
-        cond = _forward(model, plan, x, text, t)
-    pos = _positive(text, passes.cfg)
-    perturbed = _forward(model, plan, x, pos, t, stg=plan.stg_blocks) if passes.stg else (None, None)
-    isolated = _forward(model, plan, x, pos, t, isolate=True) if passes.modality else (None, None)
+    """One denoising step with every guidance pass the plan asks for; ``text_kv``: the video's
+    precomputed text keys/values (:func:`text_kv_once`), else computed in the step if needed."""
+    pred = predict(model, plan, x, text, t, text_kv)
     out = []
     for i, (sample, s) in enumerate(((x.video, scales.video), (x.audio, scales.audio))):
-        vel = guided_velocity(sample, sigma, cond[i], s, v_uncond=uncond[i], v_perturbed=perturbed[i],
-                              v_isolated=isolated[i])  # fmt: skip
+        extra = {k: pred[g][i] if g in pred else None for k, g in _EXTRA.items()}
+        vel = guided_velocity(sample, sigma, pred["cond"][i], s, **extra)
         out.append(euler_step(sample, vel, sigma, sigma_next))
     return Latents(*out)
 
 
-@partial(jax.jit, static_argnames=("graphdef", "plan"))
-def denoise_step(
+_EXTRA = {"v_uncond": "uncond", "v_perturbed": "perturbed", "v_isolated": "isolated"}
+
+
+def _step(
     graphdef: nnx.GraphDef,
     state: nnx.State,
     x: Latents,
@@ -120,11 +87,26 @@ def denoise_step(
     sigma_next: jax.Array,
     t: jax.Array,
     scales: AVGuidanceScales,
+    text_kv: TextKV | None = None,
     *,
     plan: Plan,
 ) -> Latents:
-    """:func:`guided_step` compiled once per (model structure, plan)."""
-    return guided_step(nnx.merge(graphdef, state), plan, x, text, sigma, sigma_next, t, scales)
+    """:func:`guided_step` compiled once per (model structure, plan); ``text_kv`` from
+    :func:`text_kv_once` (None: the step projects the text itself)."""
+    return guided_step(nnx.merge(graphdef, state), plan, x, text, sigma, sigma_next, t, scales, text_kv)
+
+
+denoise_step = jax.jit(_step, static_argnames=("graphdef", "plan"))
+# The Python loop's step: the input latents' buffers are reused for the output.
+_denoise_step_donating = jax.jit(_step, static_argnames=("graphdef", "plan"), donate_argnames=("x",))
+
+
+@partial(jax.jit, static_argnames=("graphdef", "plan"))
+def text_kv_once(graphdef: nnx.GraphDef, state: nnx.State, text: TextEmbeddings, *, plan: Plan) -> TextKV | None:
+    """The text keys/values of every layer for the whole video when the plan caches them and they
+    do not depend on the step (:func:`ltx2.passes.needs_text_kv`), else None."""
+    model = nnx.merge(graphdef, state)
+    return precompute_text_kv(model, text) if needs_text_kv(plan, model) else None
 
 
 @partial(jax.jit, static_argnames=("graphdef", "plan"))
@@ -140,10 +122,11 @@ def denoise_scan(
 ) -> Latents:
     """Every step of ``schedule`` in one ``lax.scan`` (one compiled program)."""
     model = nnx.merge(graphdef, state)
+    kv = precompute_text_kv(model, text) if needs_text_kv(plan, model) else None  # a constant of the loop
 
     def body(carry: Latents, xs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[Latents, None]:
         sigma, sigma_next, t = xs
-        return guided_step(model, plan, carry, text, sigma, sigma_next, t, scales), None
+        return guided_step(model, plan, carry, text, sigma, sigma_next, t, scales, kv), None
 
     xs = (schedule.sigmas[:-1], schedule.sigmas[1:], schedule.timesteps)
     out, _ = jax.lax.scan(body, x, xs)
@@ -169,10 +152,13 @@ def denoise_python(
     plan: Plan,
     progress: Any = None,
 ) -> Latents:
-    """A Python loop over :func:`denoise_step`; ``progress(i, n)`` after each step (it waits for
-    the step to finish, so only pass one when you want to watch)."""
+    """A Python loop over :func:`denoise_step` (text keys/values computed once before it, latents
+    donated from step to step: the caller's ``x`` stays valid); ``progress(i, n)`` after each
+    step (it waits for the step to finish, so only pass one when you want to watch)."""
+    kv = text_kv_once(graphdef, state, text, plan=plan)
+    x = jax.tree.map(jnp.copy, x)
     for i, (sigma, sigma_next, t) in enumerate(steps):
-        x = denoise_step(graphdef, state, x, text, sigma, sigma_next, t, scales, plan=plan)
+        x = _denoise_step_donating(graphdef, state, x, text, sigma, sigma_next, t, scales, kv, plan=plan)
         if progress is not None:
             jax.block_until_ready(x)
             progress(i + 1, len(steps))

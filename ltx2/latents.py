@@ -24,7 +24,9 @@ class Plan:
     """Static facts of one generation (hashable: a ``jax.jit`` static argument).
 
     ``frames, height, width``: the latent grid F, H, W; ``audio_frames``: A; ``fps``: the RoPE
-    frame rate; ``passes``: which guidance passes run; ``stg_blocks``: perturbed blocks."""
+    frame rate; ``passes``: which guidance passes run; ``stg_blocks``: perturbed blocks;
+    ``guidance_batching``, ``stg_fork``, ``text_kv_cache``: how the guided step runs its passes
+    (:class:`~ltx2.pipeline_config.PipelineOptions`)."""
 
     batch: int
     frames: int
@@ -38,6 +40,9 @@ class Plan:
     use_cross_timestep: bool
     patch_size: int
     patch_size_t: int
+    guidance_batching: str = "batched"
+    stg_fork: bool = True
+    text_kv_cache: bool = True
 
     @property
     def video_tokens(self) -> int:
@@ -79,6 +84,9 @@ class Plan:
             use_cross_timestep=o.use_cross_timestep,
             patch_size=cfg.transformer.patch_size,
             patch_size_t=cfg.transformer.patch_size_t,
+            guidance_batching=o.guidance_batching,
+            stg_fork=o.stg_fork,
+            text_kv_cache=o.text_kv_cache,
         )
 
 

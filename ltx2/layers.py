@@ -40,10 +40,12 @@ class Linear(nnx.Module):
 
     @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.matmul(x, self.kernel[...].astype(x.dtype))
+        """``x [..., in]`` -> ``[..., out]`` in ``x``'s dtype; products accumulate (and the bias adds) in
+        float32 before the one rounding to a 16-bit ``x`` dtype (weights are cast to ``x``'s dtype)."""
+        y = jnp.matmul(x, self.kernel[...].astype(x.dtype), preferred_element_type=jnp.float32)
         if self.bias is not None:
-            y = y + self.bias[...].astype(x.dtype)
-        return y
+            y = y + self.bias[...].astype(jnp.float32)
+        return y.astype(x.dtype)
 
 
 @scopes.scoped(scopes.NORM_MOD)

@@ -26,6 +26,7 @@ from ltx2.vae.vocoder import VocoderConfig, VocoderWithBWEConfig
 
 DiffusionLoop = Literal["scan", "python"]
 DIFFUSION_LOOPS = ("scan", "python")
+GUIDANCE_BATCHINGS = ("batched", "sequential")
 
 
 def _positive_int(value: Any) -> bool:
@@ -105,10 +106,23 @@ class PipelineOptions:
     loop over one compiled step). ``vae_replication``: replicate the video/audio VAEs and the
     vocoder on every device (their configs' ``sharding`` is forced to ``replicated``) instead of
     laying them out by their own ``sharding`` field. Text-encoder batching and placement are
-    ``text_encoder.batching`` / ``text_encoder.placement`` (:class:`TextEncoderConfig`)."""
+    ``text_encoder.batching`` / ``text_encoder.placement`` (:class:`TextEncoderConfig`).
+
+    The guided step (:mod:`ltx2.passes`): ``guidance_batching`` ``batched`` runs every guidance
+    pass of a step (uncond, cond, isolated, perturbed rows) as one transformer forward with
+    per-row masks, ``sequential`` one forward per pass as diffusers does. ``stg_fork``: the
+    perturbed (STG) rows equal the conditional ones up to the first perturbed block, so they are
+    computed once and forked there (with no effective perturbation, ``perturbed_attn`` off, the
+    conditional prediction is reused). ``text_kv_cache``: text keys/values of every
+    cross-attention computed once per prompt row and shared by the rows that read it: once per
+    video, or, where the text modulation follows the timestep (LTX-2.3 prompt AdaLN), in each
+    block of each step for the rows of that forward (batched passes share, sequential ones cannot)."""
 
     num_inference_steps: int = 30
     diffusion_loop: str = "scan"
+    guidance_batching: str = "batched"
+    stg_fork: bool = True
+    text_kv_cache: bool = True
     vae_replication: bool = True
     height: int = 512
     width: int = 768
@@ -127,7 +141,9 @@ class PipelineOptions:
                 raise _fail("pipeline", name, getattr(self, name), "must be a positive integer")
         if self.diffusion_loop not in DIFFUSION_LOOPS:
             raise _fail("pipeline", "diffusion_loop", self.diffusion_loop, f"must be one of {DIFFUSION_LOOPS}")
-        for name in ("vae_replication", "use_cross_timestep"):
+        if self.guidance_batching not in GUIDANCE_BATCHINGS:
+            raise _fail("pipeline", "guidance_batching", self.guidance_batching, f"must be one of {GUIDANCE_BATCHINGS}")
+        for name in ("vae_replication", "use_cross_timestep", "stg_fork", "text_kv_cache"):
             if not isinstance(getattr(self, name), bool):
                 raise _fail("pipeline", name, getattr(self, name), "must be a bool")
         if isinstance(self.frame_rate, bool) or not isinstance(self.frame_rate, int | float) or self.frame_rate <= 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -20,13 +20,34 @@ import numpy as np
 from flax import nnx
 
 from ltx2 import scopes
-from ltx2.attention import Attention
-from ltx2.config import FF_MULT, TIMESTEP_EMBED_DIM, TransformerConfig
-from ltx2.layers import Linear, gelu_tanh, layer_norm, layer_slice, rms_norm, stack_layers
-from ltx2.rope import RopeTables, av_rope, prepare_audio_coords, prepare_video_coords
+from ltx2.block import Block, BlockInputs, StreamInputs, TextKV, modulate
+from ltx2.config import TIMESTEP_EMBED_DIM, TransformerConfig
+from ltx2.layers import Linear, gelu_tanh, layer_norm, stack_layers
+from ltx2.rope import AVRope, av_rope, prepare_audio_coords, prepare_video_coords
 from ltx2.sharding import constrain, param
 
+__all__ = ["ACTIVATION", "Block", "BlockInputs", "Conditioning", "LTX2Transformer", "StreamInputs", "TextKV"]
+
 ACTIVATION = ("activation_batch", "activation_length", "activation_embed")
+
+
+class Conditioning(NamedTuple):
+    """Per-forward inputs derived from the timesteps and the latent grid (``T``: 1 or per token):
+    AdaLN modulations ``[B, T, M*D]``, embedded timesteps ``[B, T, D]`` for the output norm, a2v/v2a
+    scale-shift ``[B, T, 4*D]`` and gates ``[B, T, D]``, prompt K/V modulation ``[B, 1, 2*D]``
+    (LTX-2.3 prompt AdaLN, else None), RoPE tables. ``B`` may be 1 and broadcast over the rows."""
+
+    temb: jax.Array
+    emb: jax.Array
+    audio_temb: jax.Array
+    audio_emb: jax.Array
+    ca: jax.Array
+    audio_ca: jax.Array
+    ca_gate: jax.Array
+    audio_ca_gate: jax.Array
+    prompt: jax.Array | None
+    audio_prompt: jax.Array | None
+    rope: AVRope
 
 
 def timestep_sinusoid(t: jax.Array, dim: int = TIMESTEP_EMBED_DIM, max_period: float = 10000.0) -> jax.Array:
@@ -36,22 +57,6 @@ def timestep_sinusoid(t: jax.Array, dim: int = TIMESTEP_EMBED_DIM, max_period: f
     freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
     angles = t.astype(jnp.float32)[..., None] * freqs
     return jnp.concatenate([jnp.cos(angles), jnp.sin(angles)], axis=-1)
-
-
-@scopes.scoped(scopes.NORM_MOD)
-def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
-    return x * (1 + scale) + shift
-
-
-@scopes.scoped(scopes.NORM_MOD)
-def table_params(rows: jax.Array, temb_btm: jax.Array | None) -> list[jax.Array]:
-    """Rows of a table ``[M, D]`` plus the matching slices of ``temb [B, T, M*D]`` -> M x ``[B, T, D]``
-    (diffusers ``get_mod_params``); a missing ``temb`` gives the table alone (``[1, 1, D]`` each)."""
-    if temb_btm is None:
-        values = rows[None, None].astype(jnp.float32)
-    else:
-        values = rows[None, None].astype(temb_btm.dtype) + temb_btm.reshape(*temb_btm.shape[:2], *rows.shape)
-    return [values[:, :, i] for i in range(rows.shape[0])]
 
 
 class AdaLayerNormSingle(nnx.Module):
@@ -81,177 +86,6 @@ class TextProjection(nnx.Module):
     @scopes.module_scope
     def __call__(self, x_bsc: jax.Array) -> jax.Array:
         return self.linear_2(gelu_tanh(self.linear_1(x_bsc)))
-
-
-class FeedForward(nnx.Module):
-    """D -> 4D -> D with GELU(tanh) (diffusers ``FeedForward``, ``gelu-approximate``)."""
-
-    def __init__(self, dim: int, *, bias: bool, param_dtype: jnp.dtype, rngs: nnx.Rngs):
-        kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, rngs=rngs)
-        self.proj_in = Linear(dim, FF_MULT * dim, axes=("embed", "mlp"), **kw)
-        self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), **kw)
-        scopes.label(self, scopes.FEED_FORWARD_CHILDREN)
-
-    @scopes.module_scope
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.proj_out(gelu_tanh(self.proj_in(x)))
-
-
-class StreamInputs(NamedTuple):
-    """What every layer reads for one modality (video: D wide, T in {1, L}; audio: Da, T in {1, A})."""
-
-    text: jax.Array  # [B, S, D] text keys/values
-    text_bias: jax.Array | None  # [B, 1, 1, S] additive mask
-    temb: jax.Array  # [B, T, M*D] self-attention / FF (/ text query) modulation
-    temb_ca: jax.Array  # [B, T, 4*D] a2v/v2a scale and shift
-    temb_ca_gate: jax.Array  # [B, T, D] a2v (video) or v2a (audio) gate
-    temb_prompt: jax.Array | None  # [B, 1, 2*D] text K/V modulation (LTX-2.3)
-    rope: RopeTables  # self-attention RoPE
-    cross_rope: RopeTables  # time-only RoPE of a2v/v2a attention
-
-
-class BlockInputs(NamedTuple):
-    """Everything a block reads besides its parameters and the two streams (same for every layer);
-    ``keep``: STG row mask ``[B, 1, 1]`` (1 = attend) or None."""
-
-    video: StreamInputs
-    audio: StreamInputs
-    keep: jax.Array | None
-
-
-class _Stream(NamedTuple):
-    """One modality's view of a block: the video and audio streams run the same code."""
-
-    attn1: Attention
-    attn2: Attention
-    ff: FeedForward
-    table: nnx.Param
-    prompt_table: nnx.Param | None  # present iff cfg.prompt_modulation
-    cross_mod: bool
-
-
-class Block(nnx.Module):
-    """One ``LTX2VideoTransformerBlock``: per stream self-attention, text cross-attention,
-    audio<->video cross-attention (a2v, v2a), feed-forward; AdaLN-zero modulation from per-layer
-    tables plus global timestep embeddings."""
-
-    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
-        D, Da, pd = cfg.inner_dim, cfg.audio_inner_dim, jnp.dtype(cfg.param_dtype)
-        N, K, Na, Ka = cfg.num_attention_heads, cfg.head_dim, cfg.audio_num_attention_heads, cfg.audio_head_dim
-
-        def attn(q_dim: int, kv_dim: int, heads: int, head_dim: int, gated: bool) -> Attention:
-            return Attention(
-                q_dim,
-                kv_dim,
-                heads,
-                head_dim,
-                bias=cfg.attention_bias,
-                out_bias=cfg.attention_out_bias,
-                gated=gated,
-                eps=cfg.norm_eps,
-                rope_type=cfg.rope_type,
-                impl=cfg.attention_impl,
-                strategy=cfg.sharding,
-                param_dtype=pd,
-                rngs=rngs,
-            )
-
-        def table(rows: int, dim: int, std: float) -> nnx.Param:
-            return param(jax.random.normal(rngs.params(), (rows, dim), pd) * std, ("table", "embed"))
-
-        self.attn1 = attn(D, D, N, K, cfg.gated_attn)
-        self.audio_attn1 = attn(Da, Da, Na, Ka, cfg.audio_gated_attn)
-        self.attn2 = attn(D, cfg.cross_attention_dim, N, K, cfg.gated_attn)
-        self.audio_attn2 = attn(Da, cfg.audio_cross_attention_dim, Na, Ka, cfg.audio_gated_attn)
-        self.audio_to_video_attn = attn(D, Da, Na, Ka, cfg.gated_attn)
-        self.video_to_audio_attn = attn(Da, D, Na, Ka, cfg.audio_gated_attn)
-        self.ff = FeedForward(D, bias=cfg.ff_bias, param_dtype=pd, rngs=rngs)
-        self.audio_ff = FeedForward(Da, bias=cfg.audio_ff_bias, param_dtype=pd, rngs=rngs)
-        self.scale_shift_table = table(cfg.video_mod_params, D, D**-0.5)
-        self.audio_scale_shift_table = table(cfg.audio_mod_params, Da, Da**-0.5)
-        self.prompt_scale_shift_table = table(2, D, 1.0) if cfg.prompt_modulation else None
-        self.audio_prompt_scale_shift_table = table(2, Da, 1.0) if cfg.prompt_modulation else None
-        self.video_a2v_cross_attn_scale_shift_table = table(5, D, 1.0)
-        self.audio_a2v_cross_attn_scale_shift_table = table(5, Da, 1.0)
-        self.cfg = cfg
-        scopes.label(self, scopes.BLOCK_CHILDREN)
-
-    def _streams(self) -> tuple[_Stream, _Stream]:
-        cfg = self.cfg
-        video = _Stream(
-            self.attn1, self.attn2, self.ff, self.scale_shift_table, self.prompt_scale_shift_table, cfg.cross_attn_mod
-        )
-        audio = _Stream(
-            self.audio_attn1,
-            self.audio_attn2,
-            self.audio_ff,
-            self.audio_scale_shift_table,
-            self.audio_prompt_scale_shift_table,
-            cfg.audio_cross_attn_mod,
-        )
-        return video, audio
-
-    @scopes.scoped(scopes.BLOCK)
-    def __call__(
-        self, x_bld: jax.Array, a_bad: jax.Array, inp: BlockInputs, stg: jax.Array | None, *, isolate: bool
-    ) -> tuple[jax.Array, jax.Array]:
-        """Video ``x_bld [B, L, D]`` and audio ``a_bad [B, A, Da]`` through one block. ``stg`` is this
-        layer's scalar flag: where true, rows with ``inp.keep == 0`` skip self-attention."""
-        video, audio = self._streams()
-        keep = None if inp.keep is None or stg is None else jnp.where(stg, inp.keep, 1.0)
-        x_bld, mods = self._self_and_text(video, x_bld, inp.video, keep)
-        a_bad, audio_mods = self._self_and_text(audio, a_bad, inp.audio, keep)
-        if not isolate:
-            x_bld, a_bad = self._audio_video(x_bld, a_bad, inp)
-        return self._feed_forward(video, x_bld, mods), self._feed_forward(audio, a_bad, audio_mods)
-
-    def _self_and_text(
-        self, s: _Stream, x: jax.Array, inp: StreamInputs, keep: jax.Array | None
-    ) -> tuple[jax.Array, list[jax.Array]]:
-        """Self-attention (gated residual) then text cross-attention of one stream."""
-        eps = self.cfg.norm_eps
-        mods = table_params(s.table[...], inp.temb)  # shift/scale/gate msa, mlp[, text q]
-        keep = keep if self.cfg.perturbed_attn else None
-        x = x + s.attn1(modulate(rms_norm(x, eps), mods[0], mods[1]), q_rope=inp.rope, keep=keep) * mods[2]
-        h, text = rms_norm(x, eps), inp.text
-        if s.cross_mod:
-            h = modulate(h, mods[6], mods[7])
-        if self.cfg.prompt_modulation:
-            assert s.prompt_table is not None
-            kv_shift, kv_scale = table_params(s.prompt_table[...], inp.temb_prompt)
-            text = modulate(text, kv_shift.astype(text.dtype), kv_scale.astype(text.dtype))
-        out = s.attn2(h, text, bias=inp.text_bias)
-        return x + (out * mods[8] if s.cross_mod else out), mods
-
-    def _audio_video(self, x: jax.Array, a: jax.Array, inp: BlockInputs) -> tuple[jax.Array, jax.Array]:
-        """a2v (Q video, K/V audio) and v2a (Q audio, K/V video) cross-attention, both from the
-        same normalised inputs; per-layer tables rows: a2v scale, a2v shift, v2a scale, v2a shift, gate."""
-        eps = self.cfg.norm_eps
-        nx, na = rms_norm(x, eps), rms_norm(a, eps)
-        video_rows = self.video_a2v_cross_attn_scale_shift_table[...]
-        audio_rows = self.audio_a2v_cross_attn_scale_shift_table[...]
-        video, audio = inp.video, inp.audio
-        v_a2v_scale, v_a2v_shift, v_v2a_scale, v_v2a_shift = table_params(video_rows[:4], video.temb_ca)
-        a_a2v_scale, a_a2v_shift, a_v2a_scale, a_v2a_shift = table_params(audio_rows[:4], audio.temb_ca)
-        (a2v_gate,) = table_params(video_rows[4:], video.temb_ca_gate)
-        (v2a_gate,) = table_params(audio_rows[4:], audio.temb_ca_gate)
-        a2v = self.audio_to_video_attn(
-            modulate(nx, v_a2v_shift, v_a2v_scale),
-            modulate(na, a_a2v_shift, a_a2v_scale),
-            q_rope=video.cross_rope,
-            k_rope=audio.cross_rope,
-        )
-        v2a = self.video_to_audio_attn(
-            modulate(na, a_v2a_shift, a_v2a_scale),
-            modulate(nx, v_v2a_shift, v_v2a_scale),
-            q_rope=audio.cross_rope,
-            k_rope=video.cross_rope,
-        )
-        return x + a2v_gate * a2v, a + v2a_gate * v2a
-
-    def _feed_forward(self, s: _Stream, x: jax.Array, mods: list[jax.Array]) -> jax.Array:
-        h = modulate(rms_norm(x, self.cfg.norm_eps), mods[3], mods[4])
-        return x + s.ff(h) * mods[5]
 
 
 class LTX2Transformer(nnx.Module):
@@ -330,39 +164,149 @@ class LTX2Transformer(nnx.Module):
 
         Returns: video ``[B, L, out_channels]``, audio ``[B, A, audio_out_channels]``.
         """
-        cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
+        dt = jnp.dtype(self.cfg.dtype)
         batch = hidden_states.shape[0]
-        audio_timestep = timestep if audio_timestep is None else audio_timestep
-        audio_sigma = sigma if audio_sigma is None else audio_sigma
         # Grid coordinates are the same for every row: tables for one row, broadcast over the batch
         # (half the cos/sin work and table memory of the CFG batch; explicit coords keep their B).
         if video_coords is None:
             video_coords = self._video_coords(1, num_frames, height, width, fps)
         if audio_coords is None:
             audio_coords = self._audio_coords(1, audio_num_frames)
-        rope = av_rope(cfg, video_coords, audio_coords)
-        text, audio_text = self._text(encoder_hidden_states, audio_encoder_hidden_states, dt)
+        cond = self.conditioning(timestep, audio_timestep, sigma, audio_sigma, video_coords, audio_coords,
+                                 use_cross_timestep=use_cross_timestep)  # fmt: skip
+        text, audio_text = self.project_text(encoder_hidden_states, audio_encoder_hidden_states)
+        flags, keep = self._stg(batch, spatio_temporal_guidance_blocks, perturbation_mask, dt)
+        inputs = self.block_inputs(cond, text, audio_text, encoder_attention_mask, audio_encoder_attention_mask, keep)
+        x, a = self.project_in(hidden_states, audio_hidden_states)
+        x, a = self.run_blocks(x, a, inputs, flags, isolate=isolate_modalities)
+        return self.project_out(x, a, cond)
+
+    # ---- the forward's pieces (the guided step, ltx2.passes, runs them on its own rows) -------
+    def conditioning(
+        self,
+        timestep: jax.Array,
+        audio_timestep: jax.Array | None,
+        sigma: jax.Array | None,
+        audio_sigma: jax.Array | None,
+        video_coords: jax.Array | np.ndarray,
+        audio_coords: jax.Array | np.ndarray,
+        *,
+        use_cross_timestep: bool,
+    ) -> Conditioning:
+        """Timestep embeddings and RoPE tables of one forward (rows: those of ``timestep``)."""
+        dt = jnp.dtype(self.cfg.dtype)
+        audio_timestep = timestep if audio_timestep is None else audio_timestep
+        audio_sigma = sigma if audio_sigma is None else audio_sigma
         temb, emb = self.time_embed(jnp.asarray(timestep), dt)
         audio_temb, audio_emb = self.audio_time_embed(jnp.asarray(audio_timestep), dt)
         ca, audio_ca, ca_gate, audio_ca_gate = self._cross_embeddings(
             timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep, dt
         )
         prompt, audio_prompt = self._prompt_embeddings(sigma, audio_sigma, dt)
-        flags, keep = self._stg(batch, spatio_temporal_guidance_blocks, perturbation_mask, dt)
-        inputs = BlockInputs(
-            StreamInputs(text, _bias(encoder_attention_mask, dt), temb, ca, ca_gate, prompt, rope.video,
+        return Conditioning(temb, emb, audio_temb, audio_emb, ca, audio_ca, ca_gate, audio_ca_gate, prompt,
+                            audio_prompt, av_rope(self.cfg, video_coords, audio_coords))  # fmt: skip
+
+    def block_inputs(
+        self,
+        cond: Conditioning,
+        text: jax.Array | None,
+        audio_text: jax.Array | None,
+        mask: jax.Array | None,
+        audio_mask: jax.Array | None,
+        keep: jax.Array | None = None,
+        cross: jax.Array | None = None,
+    ) -> BlockInputs:
+        """What every block reads: ``text``/``audio_text`` ``[B, S, D]`` (None when the blocks get a
+        :class:`TextKV`), keep-masks ``[B, S]``, STG ``keep`` and a2v/v2a ``cross`` row masks ``[B, 1, 1]``."""
+        dt, rope = jnp.dtype(self.cfg.dtype), cond.rope
+        return BlockInputs(
+            StreamInputs(text, _bias(mask, dt), cond.temb, cond.ca, cond.ca_gate, cond.prompt, rope.video,
                          rope.cross_video),
-            StreamInputs(audio_text, _bias(audio_encoder_attention_mask, dt), audio_temb, audio_ca,
-                         audio_ca_gate, audio_prompt, rope.audio, rope.cross_audio),
+            StreamInputs(audio_text, _bias(audio_mask, dt), cond.audio_temb, cond.audio_ca, cond.audio_ca_gate,
+                         cond.audio_prompt, rope.audio, rope.cross_audio),
             keep,
+            cross,
         )  # fmt: skip
-        x = self.proj_in(hidden_states.astype(dt))
-        a = self.audio_proj_in(audio_hidden_states.astype(dt))
-        x, a = self._run_blocks(x, a, inputs, flags, isolate_modalities)
-        return (
-            _output(x, emb, self.scale_shift_table[...], self.proj_out),
-            _output(a, audio_emb, self.audio_scale_shift_table[...], self.audio_proj_out),
-        )
+
+    def project_text(self, text: jax.Array, audio_text: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Text features ``[B, S, caption_channels]`` -> ``[B, S, D]``, ``[B, S, Da]`` (LTX-2.0 caption
+        projections; LTX-2.3 connectors already emit model widths)."""
+        dt = jnp.dtype(self.cfg.dtype)
+        text, audio_text = text.astype(dt), audio_text.astype(dt)
+        if self.caption_projection is not None and self.audio_caption_projection is not None:
+            text, audio_text = self.caption_projection(text), self.audio_caption_projection(audio_text)
+        return text, audio_text
+
+    def project_in(self, x: jax.Array, a: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Patchified latents ``[B, L, C]`` / ``[B, A, Ca]`` -> model widths."""
+        dt = jnp.dtype(self.cfg.dtype)
+        return self.proj_in(x.astype(dt)), self.audio_proj_in(a.astype(dt))
+
+    def project_out(self, x: jax.Array, a: jax.Array, cond: Conditioning) -> tuple[jax.Array, jax.Array]:
+        return (_output(x, cond.emb, self.scale_shift_table[...], self.proj_out),
+                _output(a, cond.audio_emb, self.audio_scale_shift_table[...], self.audio_proj_out))  # fmt: skip
+
+    def text_kv(self, text: jax.Array, audio_text: jax.Array, cond: Conditioning | None = None) -> TextKV:
+        """Every layer's text keys/values ``[layers, R, S, D]`` of the projected ``text``/``audio_text``
+        ``[R, S, D]``. They depend on the step only through LTX-2.3's prompt AdaLN (``cond.prompt``,
+        see :attr:`text_kv_per_step`); otherwise ``cond`` may be None and one computation serves
+        the whole video."""
+        if self.text_kv_per_step and cond is None:
+            raise ValueError("this model modulates the text by the timestep (prompt AdaLN): text_kv needs cond")
+        prompts = (None, None) if cond is None else (cond.prompt, cond.audio_prompt)
+        graphdef, state = nnx.split(self.transformer_blocks)
+        return jax.lax.map(lambda st: cast(Block, nnx.merge(graphdef, st)).text_kv(text, audio_text, *prompts), state)
+
+    @property
+    def text_kv_per_step(self) -> bool:
+        """True when the text keys/values change with the timestep (LTX-2.3 prompt AdaLN on)."""
+        return self.prompt_adaln is not None
+
+    def run_blocks(
+        self,
+        x: jax.Array,
+        a: jax.Array,
+        inputs: BlockInputs,
+        flags: jax.Array | None,
+        *,
+        isolate: bool,
+        layers: tuple[int, int] | None = None,
+        kv: TextKV | None = None,
+        text_rows: tuple[int, ...] | None = None,
+        cross_from: int = 0,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Blocks ``layers = (first, stop)`` (default all) over the stacked state: ``lax.scan`` or a
+        Python loop, same block function. ``flags [num_layers]``: STG per layer; ``kv``: the
+        model's precomputed :class:`TextKV` (``[layers, R, ...]``), prompt row ``text_rows[b]`` for row b;
+        ``cross_from``: rows before it skip a2v/v2a (:class:`Block`)."""
+        graphdef, state = nnx.split(self.transformer_blocks)
+        strategy, n = self.cfg.sharding, self.cfg.num_layers
+        first, stop = (0, n) if layers is None else layers
+
+        Carry = tuple[jax.Array, jax.Array]
+
+        def layer(carry: Carry, xs: tuple[Any, Any, Any]) -> tuple[Carry, None]:
+            state_l, stg, kv_l = xs
+            block = cast(Block, nnx.merge(graphdef, state_l))
+            x, a = block(*carry, inputs, stg, isolate=isolate, kv=kv_l, text_rows=text_rows, cross_from=cross_from)
+            return (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy)), None
+
+        carry = (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy))
+        if not self.cfg.scan_layers:
+            for i in range(first, stop):
+                carry, _ = layer(carry, _layer((state, flags, kv), i))
+            return carry
+        if (first, stop) == (0, n):
+            carry, _ = jax.lax.scan(layer, carry, (state, flags, kv))
+            return carry
+
+        # A sub-range reads layer i of the full stacks inside the loop: slicing the stacks first
+        # would copy those layers' weights.
+        def layer_at(carry: Carry, i: jax.Array) -> tuple[Carry, None]:
+            return layer(carry, _layer((state, flags, kv), i))
+
+        carry, _ = jax.lax.scan(layer_at, carry, jnp.arange(first, stop))
+        return carry
 
     def _video_coords(
         self, batch: int, num_frames: int | None, height: int | None, width: int | None, fps: float
@@ -396,13 +340,10 @@ class LTX2Transformer(nnx.Module):
             sampling_rate=cfg.audio_sampling_rate,
         )
 
-    def _text(self, text: jax.Array, audio_text: jax.Array, dt: jnp.dtype) -> tuple[jax.Array, jax.Array]:
-        """Text features ``[B, S, caption_channels]`` -> ``[B, S, D]``, ``[B, S, Da]`` (LTX-2.0 caption
-        projections; LTX-2.3 connectors already emit model widths)."""
-        text, audio_text = text.astype(dt), audio_text.astype(dt)
-        if self.caption_projection is not None and self.audio_caption_projection is not None:
-            text, audio_text = self.caption_projection(text), self.audio_caption_projection(audio_text)
-        return text, audio_text
+    def coords(self, num_frames: int, height: int, width: int, fps: float, audio_num_frames: int
+               ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """RoPE coordinates of one row (``[1, 3, L, 2]``, ``[1, 1, A, 2]``) for a latent grid."""
+        return self._video_coords(1, num_frames, height, width, fps), self._audio_coords(1, audio_num_frames)
 
     def _cross_embeddings(
         self,
@@ -436,6 +377,11 @@ class LTX2Transformer(nnx.Module):
             raise ValueError("this config modulates the prompt by sigma (LTX-2.3): pass sigma")
         return self.prompt_adaln(jnp.asarray(sigma), dt)[0], self.audio_prompt_adaln(jnp.asarray(audio_sigma), dt)[0]
 
+    def stg_flags(self, blocks: Sequence[int] | None) -> jax.Array | None:
+        """Per-layer STG flags ``[num_layers]`` (True in ``blocks``); None when STG cannot act (no
+        blocks, or ``perturbed_attn`` off as in LTX-2.0: diffusers then leaves self-attention alone)."""
+        return self._stg(1, blocks, None, jnp.dtype(self.cfg.dtype))[0]
+
     def _stg(
         self, batch: int, blocks: Sequence[int] | None, mask: jax.Array | None, dt: jnp.dtype
     ) -> tuple[jax.Array | None, jax.Array | None]:
@@ -450,25 +396,12 @@ class LTX2Transformer(nnx.Module):
         keep = keep.reshape(batch, 1, 1) if keep.ndim == 1 else keep
         return jnp.asarray(np.isin(np.arange(self.cfg.num_layers), blocks)), keep
 
-    def _run_blocks(
-        self, x: jax.Array, a: jax.Array, inputs: BlockInputs, flags: jax.Array | None, isolate: bool
-    ) -> tuple[jax.Array, jax.Array]:
-        """All blocks over the stacked state: ``lax.scan`` or a Python loop, same block function."""
-        graphdef, state = nnx.split(self.transformer_blocks)
-        strategy = self.cfg.sharding
 
-        def layer(carry: tuple[jax.Array, jax.Array], xs: tuple[nnx.State, jax.Array | None]):
-            state_l, stg = xs
-            x, a = nnx.merge(graphdef, state_l)(*carry, inputs, stg, isolate=isolate)
-            return (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy)), None
-
-        carry = (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy))
-        if self.cfg.scan_layers:
-            carry, _ = jax.lax.scan(layer, carry, (state, flags))
-            return carry
-        for i in range(self.cfg.num_layers):
-            carry, _ = layer(carry, (layer_slice(state, i), None if flags is None else flags[i]))
-        return carry
+def _layer(stacked: Any, i: int | jax.Array) -> Any:
+    """Layer ``i`` of stacked trees (``[layers, ...]`` leaves; None stays None), static or traced ``i``."""
+    if isinstance(i, int):
+        return jax.tree.map(lambda v: v[i], stacked)
+    return jax.tree.map(lambda v: jax.lax.dynamic_index_in_dim(v, i, 0, keepdims=False), stacked)
 
 
 def _bias(mask_bs: jax.Array | None, dt: jnp.dtype) -> jax.Array | None:

@@ -109,3 +109,53 @@ def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
     assert "Matmul peak: 171.8 GFLOP/s (the faster library's 2048x2048 float32 matmul)" in table
     assert bench.matmul_peak(rows[1:]) is None  # no reference case: rates without a fraction
     assert "| 115.0 | 102.2 |" in bench.markdown_table(rows[1:], {})
+
+
+# ---------------------------------------------------------------------------- issue 17 scripts
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _script(name: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("name", "argv"), [("guided_step_static", ["--variants", "old,fast"]),
+                                            ("guided_ab", ["--variants", "default,turbo"]),
+                                            ("guided_ab", ["--rounds", "0"])])  # fmt: skip
+def test_guided_scripts_refuse_bad_arguments(name: str, argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        _script(name).parse_args(argv)
+    assert e.value.code == 2
+
+
+def test_guided_static_variants_are_the_knob_settings() -> None:
+    static = _script("guided_step_static")
+    ab = _script("guided_ab")
+    assert static.VARIANTS["old"] == ab.VARIANTS["old"] == ("sequential", False, False)
+    assert static.VARIANTS["default"] == ab.VARIANTS["default"]
+    from ltx2.pipeline_config import PipelineOptions
+
+    o = PipelineOptions()
+    assert static.VARIANTS["default"] == (o.guidance_batching, o.stg_fork, o.text_kv_cache)
+
+
+@pytest.mark.slow  # a fresh interpreter compiling two tiny guided steps: ~1 min on 2 busy cores
+def test_guided_static_tiny_run(tmp_path: Path) -> None:
+    out = tmp_path / "static.json"
+    argv = ["--preset", "tiny", "--variants", "old,default", "--json", str(out)]
+    proc = subprocess.run([sys.executable, str(BENCH / "guided_step_static.py"), *argv], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["variant"]: r for r in json.loads(out.read_text())}
+    # tiny: 2 blocks, STG at block 1 -> the fork drops 1 of 8 row-blocks; the text cache all text projections.
+    assert 0 < rows["default"]["matmul_flops"] < 0.9 * rows["old"]["matmul_flops"]
+    assert rows["old"]["text_kv_per_video_matmul_flops"] is None and rows["default"]["text_kv_per_video_matmul_flops"]
+    assert "| default | batched | True | True |" in proc.stdout

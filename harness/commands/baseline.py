@@ -1,7 +1,9 @@
 """Manage gate baselines in reports/baselines/ (committed; one per backend and topology).
 
     baseline update <results>   write a baseline from a results file, on purpose
-                                (refuses failed variants and mixed backends)
+                                (refuses failed variants and mixed backends); where:
+                                --out PATH, else where --manifest's gate reads it,
+                                else <dir>/<name>.json
     baseline show <name|path>   what a baseline holds
 
 The default name is <manifest>-<backend key>, e.g. nightly-cpu-8dev, which is the
@@ -28,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     update.add_argument("--name", help="baseline name (default: <manifest>-<backend key>)")
     update.add_argument("--manifest", type=Path, help="write where this manifest's gate looks ([gate] baseline or "
                         "the default name); refuses records of another backend")
+    update.add_argument("--out", type=Path, metavar="PATH", help="write exactly this file (.json: a wrapped baseline, "
+                        ".jsonl: bare records)")
     update.add_argument("--dir", type=Path, default=bl.BASELINES_DIR, help=f"default: {bl.BASELINES_DIR}")
     show = actions.add_parser("show", help="summarise a baseline")
     show.add_argument("baseline", help="a name in --dir or a path to a .json")
@@ -45,6 +49,8 @@ def update(args: argparse.Namespace) -> int:
                                    f"{bl.target_key(manifest.target)}")
         if not args.name:
             path = bl.path_for(manifest, args.dir)
+    if args.out is not None:
+        path = args.out
     data["name"] = path.stem
     path = bl.write(path, data)
     commit = (data.get("git") or {}).get("commit") or "unknown commit"

@@ -2,8 +2,9 @@
 [gate] baseline, else reports/baselines/<manifest>-<backend key>.json (or --baseline).
 
 Prints one line per failing metric (variant, stage, metric, baseline, now, ratio and
-the test's verdict), writes index.html with the comparison and gate.json next to the
-results, and exits
+the test's verdict), writes index.html with the comparison and gate.json to the sweep's
+folder (reports/<sweep-id>/; with --results, that sweep's folder, or reports/<sweep-id>/
+for a file that is not a sweep's results.jsonl, e.g. a baseline), and exits
 
     0  no regression
     1  regression in at least one gated metric
@@ -25,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING
 from harness.plan.manifest import ManifestError
 from harness.results import baseline as bl
 from harness.results import store as rec
+from harness.results.lock import SweepLocked
 from harness.results.record import Record
 
 if TYPE_CHECKING:
@@ -66,16 +69,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_or_load(args: argparse.Namespace, sweep: Sweep) -> tuple[list[Record], Path]:
     if args.results is not None:
         records = list(rec.latest_by_variant(bl.load_records_any(args.results)).values())
-        out = args.results if args.results.is_dir() else args.results.parent
-        return records, out
+        return records, rec.output_dir(args.results, args.reports, _sweep_id(args, sweep.name))
     from harness.run.runner import SweepOptions, run_sweep
 
-    options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id or f"{sweep.name}-gate", rerun=True)
+    options = SweepOptions(reports_dir=args.reports, sweep_id=_sweep_id(args, sweep.name), rerun=True)
     result = run_sweep(sweep, options)
     return result.records, result.results_path.parent
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sweep_id(args: argparse.Namespace, manifest_name: str) -> str:
+    return rec.check_sweep_id(args.sweep_id or f"{manifest_name}-gate")
+
+
+def missing_baseline(args: argparse.Namespace, path: Path) -> str:
+    """Why the gate cannot run without a baseline, and the commands that write the one it reads, to paste."""
+    write = ["python", "-m", "harness", "baseline", "update"]
+    target = ["--manifest", str(args.manifest), "--out", str(path)]
+    if args.results is not None:
+        steps = [write + [str(args.results)] + target]
+    else:
+        reports, sweep_id = args.reports, _sweep_id(args, args.manifest.stem)
+        steps = [["python", "-m", "harness", "sweep", str(args.manifest), "--reports", str(reports), "--sweep-id",
+                  sweep_id], write + [str(rec.results_path(reports, sweep_id))] + target]  # fmt: skip
+    return (f"no baseline at {path}; write it on purpose from a run you trust, then commit it:\n  "
+            + " && ".join(shlex.join(step) for step in steps))
 
 
 def _sweep(tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: str) -> None:
@@ -140,13 +160,15 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
     sweep = load_sweep(args.manifest)
     manifest = sweep.manifest
     if args.against:
-        sweep_id = args.sweep_id or f"{manifest.name}-gate"
+        sweep_id = _sweep_id(args, manifest.name)
         with worktree(args.against) as tree:
             base_records, records, out = interleaved(sweep, tree, REPO_ROOT, args.rounds, args.reports, sweep_id)
         label = f"{args.against} (re-measured, {args.rounds} interleaved rounds)"
     else:
         path = args.baseline or bl.path_for(manifest, args.baselines_dir)
-        base = bl.load(path)  # before running anything: a missing baseline is known up front
+        if not path.exists():  # known before running anything
+            raise bl.BaselineError(missing_baseline(args, path))
+        base = bl.load(path)
         expected = bl.target_key(manifest.target)
         if base.key != expected:
             return GateResult(ERROR, None, problems=[f"baseline {path} is for {base.key}, this manifest targets "
@@ -171,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     # Python exception would exit 1 and read as a perf regression in CI.
     try:
         result, out = gate(args)
-    except (ManifestError, bl.BaselineError, rec.RecordError, OSError, ValueError) as e:
+    except (ManifestError, bl.BaselineError, rec.RecordError, SweepLocked, OSError, ValueError) as e:
         print(f"GATE ERROR  {e}", file=sys.stderr)
         print(f"gate could not run (exit {ERROR})")
         return ERROR

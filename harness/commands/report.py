@@ -2,6 +2,8 @@
 results.csv from a results file, optionally compared with a baseline: a committed
 baseline (reports/baselines/<name>.json), another results file or a sweep directory.
 The report is a pure function of the records: nothing is re-run or re-parsed.
+It goes next to a sweep's own results (reports/<sweep-id>/); for any other file (a
+baseline, a copied .jsonl) to <reports>/<its name>-report/, never next to that file.
 Exit status 2 if a file cannot be read."""
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
     parser.add_argument("--baseline", type=Path, metavar="PATH",
                         help="compare with: a baseline .json, a results .jsonl or a sweep directory")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: the results' directory)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: the sweep's folder, "
+                        "or <reports>/<file name>-report/ for a file that is not a sweep's results.jsonl)")
+    parser.add_argument("--reports", type=Path, default=Path("reports"), help="reports directory")
     parser.add_argument("--reference", metavar="VARIANT", help="variant that speedups are relative to "
                         "(default: the first that succeeded)")
     parser.add_argument("--manifest", type=Path, help="take the comparison's thresholds from this manifest's [gate]")
@@ -42,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     gate = load_manifest(args.manifest).gate if args.manifest else Gate()
-    out = args.out or (args.results if args.results.is_dir() else args.results.parent)
+    out = args.out or rec.output_dir(args.results, args.reports, f"{args.results.stem}-report")
     try:
         files = write_report(records, out, baseline=baseline, baseline_label=str(args.baseline or ""), gate=gate,
                              reference=args.reference, title=args.title,

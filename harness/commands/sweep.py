@@ -1,7 +1,15 @@
 """Run a manifest: every variant in its own process, one record each, appended to
 reports/<sweep-id>/results.jsonl. Re-running resumes: variants with an ok record are
-skipped unless --rerun. At the end the sweep's report (index.html, results.csv) is written
-from every record in the file. Exit status 1 if any variant that ran did not succeed."""
+skipped unless --rerun, or unless [run] changed what their samples are (repeats, warmup,
+trace, metrics): those run again, and the sweep says so. One sweep at a time per sweep id
+(a second one exits 2 naming the first). At the end the sweep's report (index.html,
+results.csv) is written from every record in the file. A variant whose compiled memory
+per device exceeds the device's is recorded as does-not-fit, not run.
+
+Exit status: 0 every variant that ran succeeded (or did not fit), 1 one did not, 2 bad
+manifest / results file / sweep id, or the sweep id is in use; 130 / 143 on SIGINT /
+SIGTERM, after stopping the running worker and removing its temporary files (records
+already written stay; run the same command again to resume)."""
 
 from __future__ import annotations
 

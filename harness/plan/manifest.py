@@ -37,9 +37,13 @@ from harness import targets
 from harness.plan.toml import (
     Invalid,
     KeyPath,
+    NotUTF8,
+    at_most,
     canonical,
+    check_finite,
     check_keys,
     choice,
+    decode,
     flatten,
     flatten_origins,
     format_path,
@@ -50,6 +54,7 @@ from harness.plan.toml import (
     str_list,
     type_name,
 )
+from harness.results.metric_names import split_tolerance_key
 
 SCHEMA_VERSION = 1
 PLATFORMS = ("cpu", "tpu", "gpu")
@@ -58,6 +63,11 @@ METRIC_FAMILIES = ("static", "measured", "trace")
 # Override prefixes that address the manifest rather than the ltx2 config.
 SETTING_PREFIXES = ("target.", "workload.")
 PRESET_KEY = "model.preset"
+# The largest workload sizes a manifest may ask for: far beyond any LTX-2 workload (experiments/ goes up
+# to 768x512 px, 121 frames, 1024 text tokens, 40 steps), and small enough that every count derived
+# from them (latent grid, tokens, buffer bytes) stays well inside 64-bit integers.
+WORKLOAD_LIMITS: dict[str, float] = {"height": 16384, "width": 16384, "num_frames": 16384, "frame_rate": 1000.0,
+                                     "batch": 1024, "steps": 10000, "text_tokens": 131072}
 
 
 class ManifestError(ValueError):
@@ -220,16 +230,10 @@ class Manifest:
 
 def topology_devices(topology: str, platform: str) -> int:
     try:
-        n = targets.topology_devices(topology)
-        name, dims = targets.parse_topology(topology)
+        targets.check_topology(topology, platform)
     except ValueError as e:
         raise Invalid(("topology",), str(e)) from None
-    spec = targets.SPECS.get(name)
-    if spec is not None and spec.platform != platform:
-        raise Invalid(("topology",), f"{name!r} is a {spec.platform} target; platform is {platform!r}")
-    if platform == "gpu" and len(dims) != 3:
-        raise Invalid(("topology",), f"a GPU topology is <gpu>:<slices>x<hosts>x<gpus per host>, got {topology!r}")
-    return n
+    return targets.topology_devices(topology)
 
 
 def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:
@@ -257,6 +261,11 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
     devices = get(raw, "devices", "int", None)
     if devices is not None:
         positive(devices, "devices")
+    if topology is None and platform != "cpu":
+        known = ", ".join(targets.known_topologies(platform))
+        raise Invalid(("topology",), f"a {platform} target needs a topology, e.g. topology = "
+                      f"{targets.TOPOLOGY_EXAMPLES[platform]!r} (known: {known}): what to compile for, and on the "
+                      "hardware what to expect")
     if topology is not None:
         if platform == "cpu":
             raise Invalid(("topology",), "a topology names TPU or GPU hardware; platform is 'cpu'")
@@ -281,13 +290,14 @@ def parse_workload(raw: Mapping[str, Any]) -> Workload:
     """Sizes and stage names as written; which stages exist is the model's to say (variants)."""
     d = Workload()
     check_keys(raw, tuple(d.to_dict()))
-    ints = {k: positive(get(raw, k, "int", getattr(d, k)), k)
-            for k in ("height", "width", "num_frames", "batch", "steps", "text_tokens")}  # fmt: skip
-    frame_rate = positive(get(raw, "frame_rate", "float", d.frame_rate), "frame_rate")
+    sizes = {k: positive(get(raw, k, "float" if k == "frame_rate" else "int", getattr(d, k)), k)
+             for k in ("height", "width", "num_frames", "frame_rate", "batch", "steps", "text_tokens")}  # fmt: skip
+    for key, value in sizes.items():
+        at_most(value, key, WORKLOAD_LIMITS[key], "larger workloads overflow token counts and buffer sizes")
     stages = str_list(raw, "stages", None, d.stages)
     if not stages:
         raise Invalid(("stages",), "needs at least one stage")
-    return Workload(**ints, frame_rate=frame_rate, stages=stages)
+    return Workload(**sizes, stages=stages)
 
 
 def parse_run(raw: Mapping[str, Any]) -> Run:
@@ -309,6 +319,10 @@ def parse_gate(raw: Mapping[str, Any]) -> Gate:
     for metric, tol in flatten(tolerances).items():
         if not is_kind(tol, "float") or tol < 0:
             raise Invalid(("tolerances", metric), f"tolerance must be a number >= 0, got {tol!r}")
+        try:
+            split_tolerance_key(metric)  # a stage prefix is the model's to check (variants)
+        except ValueError as e:
+            raise Invalid(("tolerances", metric), str(e)) from None
     ratio = get(raw, "timing_ratio", "float", d.timing_ratio)
     if ratio < 1.0:
         raise Invalid(("timing_ratio",), f"must be >= 1.0 (slowdown factor), got {ratio!r}")
@@ -322,6 +336,9 @@ def parse_gate(raw: Mapping[str, Any]) -> Gate:
 def _parse_variants(raw: Any, origins: dict[KeyPath, KeyPath]) -> tuple[VariantSpec, ...]:
     if not isinstance(raw, list):
         raise Invalid(("variants",), f"expected an array of tables ([[variants]]), got {type_name(raw)}")
+    if not raw:
+        raise Invalid(("variants",), "is empty: declare [[variants]] tables, or leave the key out to run the "
+                      "manifest's own settings as one variant named 'base'")
     specs: list[VariantSpec] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(raw):
@@ -400,13 +417,18 @@ def load_manifest(path: str | Path) -> Manifest:
     """Read and validate a manifest's TOML; any problem raises :class:`ManifestError`."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise ManifestError(str(path), "", None, f"cannot read: {e.strerror}") from None
-    return parse_manifest(text, path)
+    try:
+        text = decode(data)
+    except NotUTF8 as e:
+        raise ManifestError(str(path), "", e.line, str(e)) from None
+    return parse_manifest(text, path, sha256=hashlib.sha256(data).hexdigest())
 
 
-def parse_manifest(text: str, path: str | Path = "<manifest>") -> Manifest:
+def parse_manifest(text: str, path: str | Path = "<manifest>", sha256: str | None = None) -> Manifest:
+    """A manifest from its text; ``sha256`` of the file's bytes (default: of the text as UTF-8)."""
     path = Path(path)
     try:
         raw = tomllib.loads(text)
@@ -416,7 +438,8 @@ def parse_manifest(text: str, path: str | Path = "<manifest>") -> Manifest:
     origins: dict[KeyPath, KeyPath] = {}
     stub = Manifest(path, "", Target(), Model(""), Workload(), Run(), Gate(), source=text, origins=origins)
     try:
-        return _build(raw, path, text, origins)
+        check_finite(raw)
+        return _build(raw, path, text, sha256 or hashlib.sha256(text.encode()).hexdigest(), origins)
     except Invalid as e:
         raise stub.error(e.path, e.reason) from None
 
@@ -431,7 +454,7 @@ def _section(raw: Mapping[str, Any], name: str, parser: Any) -> Any:
         raise Invalid((name,) + e.path, e.reason) from None
 
 
-def _build(raw: dict[str, Any], path: Path, text: str, origins: dict[KeyPath, KeyPath]) -> Manifest:
+def _build(raw: dict[str, Any], path: Path, text: str, sha256: str, origins: dict[KeyPath, KeyPath]) -> Manifest:
     check_keys(raw, _TOP_KEYS)
     version = get(raw, "schema_version", "int")
     if version != SCHEMA_VERSION:
@@ -441,7 +464,7 @@ def _build(raw: dict[str, Any], path: Path, text: str, origins: dict[KeyPath, Ke
         raise Invalid(("model",), "missing required section")
     return Manifest(  # keyword arguments evaluate in order: errors come in file-section order
         path=path,
-        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        sha256=sha256,
         target=_section(raw, "target", parse_target),
         model=_section(raw, "model", lambda r: _parse_model(r, origins)),
         workload=_section(raw, "workload", parse_workload),

@@ -1,14 +1,19 @@
 """Reading values out of parsed TOML tables, and finding the line a key was written on.
 
 Every value a manifest gives is read through :func:`get` (one kind check per key, numbers
-included), so a rule about numbers or strings is added in one place. Problems raise
-:class:`Invalid` with a key path relative to the table being read; the manifest parser
-prefixes the section and :func:`locate` finds the line in the text.
+included), so a rule about numbers or strings is added in one place. Numbers are also checked
+once for the whole document (:func:`check_finite`): TOML spells ``nan`` and ``inf``, and no
+manifest value means anything with them (a ``nan`` timeout never fires, a ``nan`` tolerance
+passes everything), wherever they are written, config overrides and matrix values included.
+Problems raise :class:`Invalid` with a key path relative to the table being read; the manifest
+parser prefixes the section and :func:`locate` finds the line in the text. :func:`decode` turns
+a file's bytes into text (UTF-8, a byte order mark allowed).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -63,6 +68,24 @@ def get(table: Mapping[str, Any], key: str, kind: str, default: Any = REQUIRED) 
     return float(value) if kind == "float" else value
 
 
+def check_finite(value: Any, path: KeyPath = ()) -> None:
+    """Raise :class:`Invalid` at the first ``nan`` or ``inf`` anywhere in a parsed TOML value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Invalid(path, f"not a finite number ({value!r}); manifests take finite numbers only")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_finite(item, path + (i,))
+
+
+def at_most(value: float, key: str, limit: float, why: str) -> Any:
+    if value > limit:
+        raise Invalid((key,), f"{value!r} is more than this harness accepts (at most {limit:g}: {why})")
+    return value
+
+
 def check_keys(table: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     for key in table:
         if key not in allowed:
@@ -101,6 +124,33 @@ def str_list(table: Mapping[str, Any], key: str, choices: tuple[str, ...] | None
 def canonical(value: Any) -> str:
     """A value's canonical JSON (for comparing TOML values of any type)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- text
+
+BOM = b"\xef\xbb\xbf"
+
+
+class NotUTF8(ValueError):
+    """Manifest bytes that are not UTF-8; ``line`` is where the first bad byte is."""
+
+    def __init__(self, line: int, reason: str):
+        super().__init__(reason)
+        self.line = line
+
+
+def decode(data: bytes) -> str:
+    """A manifest's bytes as text: UTF-8 (as TOML requires), a leading byte order mark dropped.
+    :class:`NotUTF8` names the first byte that is not UTF-8 by line, column and offset."""
+    body = data[len(BOM):] if data.startswith(BOM) else data
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        offset = e.start + len(data) - len(body)
+        line = data.count(b"\n", 0, offset) + 1
+        column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+        raise NotUTF8(line, f"not UTF-8 text: byte 0x{data[offset]:02x} at line {line}, column {column} (offset "
+                            f"{offset}); a manifest is TOML, which is UTF-8: re-save it as UTF-8") from None
 
 
 # --------------------------------------------------------------------------- dotted keys

@@ -36,7 +36,8 @@ from harness import testing
 from harness.plan import manifest as mf
 from harness.plan.config import build_config, check_override, check_preset, model_workload
 from harness.plan.toml import Invalid, KeyPath, type_name
-from ltx2 import MESH_AXES, STAGES, PipelineConfig, check_workload
+from harness.results.metric_names import split_tolerance_key
+from ltx2 import MESH_AXES, STAGES, PipelineConfig, WorkloadError, check_workload
 
 ID_LENGTH = 12
 
@@ -206,9 +207,18 @@ def _check_with_model(m: mf.Manifest, cfg: PipelineConfig, target: mf.Target, wl
         raise m.error(path, f"unknown mesh axes {unknown} (known: {', '.join(MESH_AXES)})")
     try:
         check_workload(cfg, model_workload(wl), target.mesh_shape, wl.stages)
-    except ValueError as e:
-        mine = [k for k in overrides if k.startswith(("workload.", "target.mesh")) or k.endswith(".sharding")]
-        raise m.error(where + (mine[0],) if mine else ("workload",), str(e)) from None
+    except WorkloadError as e:
+        raise m.error(_blame(overrides, where, e), str(e)) from None
+
+
+def _blame(overrides: Mapping[str, Any], where: KeyPath, e: WorkloadError) -> KeyPath:
+    """The setting a workload error is about: the variant's own override of a field at fault (or, for a
+    dim that does not divide its shards, of the mesh or a strategy), else the [workload] field."""
+    fields = {f"workload.{f}" for f in e.fields}
+    for key in overrides:
+        if key in fields or (e.sharded and (key == "target.mesh" or key.endswith(".sharding"))):
+            return where + (key,)
+    return ("workload", e.fields[0]) if e.fields else ("workload",)
 
 
 def resolve(m: mf.Manifest, name: str, overrides: Mapping[str, Any], where: KeyPath = (),
@@ -224,14 +234,26 @@ def resolve(m: mf.Manifest, name: str, overrides: Mapping[str, Any], where: KeyP
     return Variant(name, dict(overrides), variant_id(settings), preset, config, target, wl, description, where)
 
 
+def _check_tolerance_stages(m: mf.Manifest) -> None:
+    """A stage-qualified ``[gate] tolerances`` key names a stage of the model."""
+    for key in m.gate.tolerances:
+        stage, _ = split_tolerance_key(key)
+        if stage is not None and stage not in STAGES:
+            raise m.error(("gate", "tolerances", key), f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+
+
 def expand(m: mf.Manifest) -> tuple[Variant, ...]:
     """All variants of a manifest, validated; duplicate names or settings are errors."""
     _preset(m, {}, ())  # the [model] section itself, even when every variant overrides the preset
+    _check_tolerance_stages(m)
     points: list[tuple[str, dict[str, Any], KeyPath, str]] = [
         (v.name, dict(v.overrides), ("variants", i, "overrides"), v.description) for i, v in enumerate(m.variants)
     ]  # fmt: skip
     if m.matrix is not None:
-        points += [(name, ov, ("matrix",), "") for name, ov in matrix_points(m.matrix)]
+        in_matrix = matrix_points(m.matrix)
+        if not in_matrix:
+            raise m.error(("matrix", "exclude"), "excludes every point of the matrix: nothing of it would run")
+        points += [(name, ov, ("matrix",), "") for name, ov in in_matrix]
     if not points:
         points = [("base", {}, (), "")]
     variants: list[Variant] = []

@@ -8,6 +8,10 @@ Timing rows carry the sample summary (n, median, q1, q3, min, max); every row ha
 ``value``. With a baseline, rows also carry baseline, delta, ratio, verdict and
 gated. A variant or stage that failed without producing metrics gets one row with
 an empty metric, so failures are visible in the table too.
+
+Text cells that a spreadsheet would read as a formula (starting with ``=``, ``+``, ``-``, ``@``,
+a tab or a carriage return: a variant named ``=HYPERLINK(...)``, an error message) are written
+with a leading ``'``, which spreadsheets show as text; numbers are written as they are.
 """
 
 from __future__ import annotations
@@ -25,6 +29,16 @@ from harness.results.record import Record
 COLUMNS = ("sweep_id", "variant", "variant_id", "status", "stage", "stage_status", "metric", "kind", "unit",
            "value", "n", "median", "q1", "q3", "min", "max")
 COMPARE_COLUMNS = ("baseline", "delta", "ratio", "verdict", "gated")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(value: Any) -> Any:
+    """A CSV cell: empty for None, text that could start a spreadsheet formula neutralised."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> list[dict[str, Any]]:
@@ -59,7 +73,7 @@ def to_csv(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) ->
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows(records, comparisons):
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+        writer.writerow({k: cell(row.get(k)) for k in columns})
     return buf.getvalue()
 
 

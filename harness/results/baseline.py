@@ -131,8 +131,8 @@ def write(path: str | Path, baseline: Mapping[str, Any]) -> Path:
 def load(path: str | Path) -> Baseline:
     path = Path(path)
     if not path.exists():
-        raise BaselineError(f"no baseline at {path}; create one on purpose with "
-                            f"`python -m harness baseline update <results.jsonl> --name {path.stem}`")
+        raise BaselineError(f"no baseline at {path}; write one on purpose from a run you trust with "
+                            f"`python -m harness baseline update <results.jsonl> --out {path}`")
     if path.suffix == ".jsonl":
         return _load_results_file(path)
     try:

@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.plan.manifest import Gate
 from harness.results import stats
+from harness.results.metric_names import MEMORY_FIELDS, tolerance_forms
 from harness.results.record import Record, StageEntry
 
 MISSING, NEW = "missing", "new"  # only in the baseline / only in the new run
@@ -59,8 +60,6 @@ CATALOG: tuple[tuple[str, MetricSpec], ...] = (
     ("*", MetricSpec("info", "")),
 )
 GATED_KINDS = ("timing", "exact", "relative", "monotonic")
-MEMORY_FIELDS = ("argument_bytes", "output_bytes", "temp_bytes", "peak_bytes", "bound_bytes", "alias_bytes",
-                 "generated_code_bytes")
 
 
 def spec_for(metric: str) -> MetricSpec:
@@ -165,13 +164,6 @@ def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], s
 # --------------------------------------------------------------------------- comparing
 
 
-def family(metric: str) -> str:
-    """The record section a metric comes from: ``measured``, ``static`` or ``trace``."""
-    if metric == "time" or metric.startswith(("recompiles", "transfers.")):
-        return "measured"
-    return "trace" if metric.startswith("trace.") else "static"
-
-
 def tolerance_keys(stage: str, metric: str) -> list[str]:
     """Manifest tolerance keys that apply to a metric, most specific first.
 
@@ -180,12 +172,7 @@ def tolerance_keys(stage: str, metric: str) -> list[str]:
     qualified by the record family (``static.memory``) and by the stage
     (``denoise_step.static.memory``). Stage-qualified keys win, then longer names.
     """
-    parts = metric.split(".")
-    names = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
-    if parts[0] == "collectives" and len(parts) == 3:
-        names.insert(1, f"collectives.{parts[2]}")
-    fam = family(metric)
-    forms = [form for n in names for form in (n if n == fam or n.startswith(f"{fam}.") else f"{fam}.{n}", n)]
+    forms = tolerance_forms(metric)
     return list(dict.fromkeys([f"{stage}.{f}" for f in forms] + forms))
 
 

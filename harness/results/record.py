@@ -28,7 +28,9 @@ does not know are kept (``extra``), so reading and writing a record loses nothin
 
 Reading always goes through :func:`parse`: a record older than :data:`RECORD_VERSION` is
 brought up to date by :func:`upgrade` (one step per version in :data:`UPGRADES`), a newer one
-is an error.
+is a :class:`NewerRecordError`; then its shape is checked (:func:`check_shape`: the keys above
+with their JSON types, statuses from :data:`STATUSES` / :data:`STAGE_STATUSES`), so a JSON object
+that only looks like a record is a :class:`RecordError` here, not a ``KeyError`` downstream.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from harness.plan.manifest import Manifest, Run, Target, Workload
 
 RECORD_VERSION = 1
 STATUSES = ("ok", "failed", "timeout", "crashed")
+# A stage that "does-not-fit" was compiled but not run: the memory it needs per device exceeds the
+# device's (its static metrics are recorded, its measured ones are not).
+STAGE_STATUSES = ("ok", "failed", "does-not-fit")
 
 # record_version n -> a function turning a version-n record (a JSON object) into version n + 1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -52,18 +57,81 @@ class RecordError(ValueError):
     """A record (or results file) that cannot be read."""
 
 
+class NewerRecordError(RecordError):
+    """A record written by a newer harness (a higher ``record_version``): valid, but not readable here."""
+
+
 def upgrade(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A record as a JSON object of the current :data:`RECORD_VERSION`, whatever version it was written at."""
     out = dict(raw)
     version = out.get("record_version")
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= RECORD_VERSION:
-        raise RecordError(f"record_version {version!r} is not readable by this harness (reads <= {RECORD_VERSION})")
+        error = NewerRecordError if isinstance(version, int) and version > RECORD_VERSION else RecordError
+        raise error(f"record_version {version!r} is not readable by this harness (reads <= {RECORD_VERSION})")
     while version < RECORD_VERSION:
         out = UPGRADES[version](out)
         if out.get("record_version") != version + 1:
             raise RecordError(f"the upgrade from record_version {version} did not produce version {version + 1}")
         version += 1
     return out
+
+
+_STR, _NUM, _OBJ, _LIST, _NONE = (str,), (int, float), (dict,), (list,), (type(None),)
+# Top-level key -> (JSON types allowed, the keys its object must have with their types).
+_SHAPE: dict[str, tuple[tuple[type, ...], dict[str, tuple[type, ...]]]] = {
+    "sweep_id": (_STR, {}),
+    "manifest": (_OBJ, {"path": _STR, "sha256": _STR}),
+    "variant": (_OBJ, {"name": _STR, "id": _STR}),
+    "config": (_OBJ, {"preset": _STR, "overrides": _OBJ, "resolved": _OBJ + _NONE, "workload": _OBJ, "run": _OBJ}),
+    "target": (_OBJ, {"platform": _STR, "mode": _STR, "mesh": _OBJ}),
+    "machine": (_OBJ, {}),
+    "versions": (_OBJ, {}),
+    "git": (_OBJ, {}),
+    "started_at": (_STR, {}),
+    "finished_at": (_STR, {}),
+    "duration_s": (_NUM, {}),
+    "status": (_STR, {}),
+    "error": (_STR + _NONE, {}),
+    "stages": (_OBJ, {}),
+}
+_OPTIONAL = {"notes": _LIST, "artifacts": _OBJ}
+_STAGE_SHAPE = {"status": _STR, "error": _STR + _NONE, "notes": _LIST, "static": _OBJ + _NONE,
+                "measured": _OBJ + _NONE, "trace": _OBJ + _NONE, "phases_s": _OBJ + _NONE}  # fmt: skip
+
+
+def _kind(value: Any, types: tuple[type, ...], where: str) -> None:
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        names = " or ".join(dict.fromkeys({str: "a string", int: "a number", float: "a number", dict: "an object",
+                                           list: "an array", type(None): "null"}[t] for t in types))  # fmt: skip
+        raise RecordError(f"{where}: expected {names}, got {type(value).__name__} ({str(value)[:40]!r})")
+
+
+def check_shape(raw: Mapping[str, Any]) -> None:
+    """A current-version record's JSON object has every key with its JSON type and known statuses;
+    :class:`RecordError` names the first that does not."""
+    missing = [k for k in _SHAPE if k not in raw]
+    if missing:
+        raise RecordError(f"missing {', '.join(missing)}")
+    for key, (types, inner) in _SHAPE.items():
+        _kind(raw[key], types, key)
+        for sub, sub_types in inner.items():
+            if sub not in raw[key]:
+                raise RecordError(f"{key}: missing {sub}")
+            _kind(raw[key][sub], sub_types, f"{key}.{sub}")
+    for key, types in _OPTIONAL.items():
+        if key in raw:
+            _kind(raw[key], types, key)
+    if raw["status"] not in STATUSES:
+        raise RecordError(f"status: {raw['status']!r} is none of {', '.join(STATUSES)}")
+    for name, entry in raw["stages"].items():
+        _kind(entry, _OBJ, f"stages.{name}")
+        if "status" not in entry:
+            raise RecordError(f"stages.{name}: missing status")
+        for key, types in _STAGE_SHAPE.items():
+            if key in entry:
+                _kind(entry[key], types, f"stages.{name}.{key}")
+        if entry["status"] not in STAGE_STATUSES:
+            raise RecordError(f"stages.{name}.status: {entry['status']!r} is none of {', '.join(STAGE_STATUSES)}")
 
 
 def _known(cls: type, raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -170,8 +238,13 @@ class Record:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Record:
-        """A record from its JSON object (upgraded to the current version first)."""
-        known, extra = _known(cls, upgrade(raw))
+        """A record from its JSON object (upgraded to the current version first, then its shape checked)."""
+        current = upgrade(raw)
+        try:
+            check_shape(current)
+        except RecordError as e:
+            raise RecordError(f"not a result record: {e}") from None
+        known, extra = _known(cls, current)
         return cls(**{
             **known,
             "manifest": ManifestRef(**known["manifest"]),
@@ -275,7 +348,9 @@ def parse(raw: Any, where: str) -> Record:
         raise RecordError(f"{where}: not a JSON object")
     try:
         return Record.from_dict(raw)
+    except NewerRecordError as e:
+        raise NewerRecordError(f"{where}: {e}") from None
     except RecordError as e:
         raise RecordError(f"{where}: {e}") from None
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:  # a shape check_shape does not cover (e.g. an unknown key in manifest)
         raise RecordError(f"{where}: not a result record ({type(e).__name__}: {e})") from None

@@ -1,35 +1,71 @@
 """Results files: one record per line (``reports/<sweep-id>/results.jsonl``), appended and read here.
 
 Records (:mod:`harness.results.record`) are appended with one ``os.write`` of the whole line
-on an ``O_APPEND`` descriptor and fsynced, so a crash leaves at most a truncated last line,
-which :func:`load_records` skips with a warning. Every record read anywhere (results files,
-baselines) goes through :func:`harness.results.record.parse`.
+on an ``O_APPEND`` descriptor, under an exclusive ``flock`` of the file, and fsynced, so a crash
+leaves at most a torn last line. Reading skips every line that is not a record (a torn write,
+an object that only looks like a record) with one :class:`InvalidRecordWarning` per file naming
+each line; the next append repairs a torn last line first (it is completed if it is a whole
+record that lost its newline, else moved to ``results.jsonl.torn``), so it is not warned about
+again. A record written by a newer harness is an error, not skipped. Every record read anywhere
+(results files, baselines) goes through :func:`harness.results.record.parse`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.results.record import Record, RecordError, parse
+from harness.results.record import NewerRecordError, Record, RecordError, parse
 
 RESULTS_FILE = "results.jsonl"
-__all__ = ["RESULTS_FILE", "RecordError", "TruncatedRecordWarning", "append_record", "finished_ids",
-           "latest_by_variant", "load_records", "results_path", "to_line"]  # fmt: skip
+TORN_SUFFIX = ".torn"
+_WARNED: set[tuple[str, str]] = set()  # (file, what was said about one of its lines): said once per process
+SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+__all__ = ["RESULTS_FILE", "InvalidRecordWarning", "NewerRecordError", "RecordError", "SweepIdError",
+           "append_record", "check_sweep_id", "finished_ids", "latest_by_variant", "load_records", "output_dir",
+           "results_path", "to_line"]  # fmt: skip
 
 
-class TruncatedRecordWarning(UserWarning):
-    """A results file line that is not a complete JSON record (skipped)."""
+class InvalidRecordWarning(UserWarning):
+    """Lines of a results file that are not records (skipped), or a torn last line repaired."""
 
 
-# --------------------------------------------------------------------------- writing
+class SweepIdError(ValueError):
+    """A sweep id that is not a plain folder name."""
+
+
+# --------------------------------------------------------------------------- where
+
+
+def check_sweep_id(sweep_id: str) -> str:
+    """A sweep id is one plain folder name under the reports directory (``../x`` would write elsewhere)."""
+    if not SWEEP_ID.match(sweep_id) or ".." in sweep_id:
+        raise SweepIdError(f"sweep id {sweep_id!r} is not a plain folder name (letters, digits and . _ + -, not "
+                           "starting with '.', no '..'); results go to <reports>/<sweep id>/: pass --sweep-id NAME")
+    return sweep_id
 
 
 def results_path(reports_dir: str | Path, sweep_id: str) -> Path:
-    return Path(reports_dir) / sweep_id / RESULTS_FILE
+    return Path(reports_dir) / check_sweep_id(sweep_id) / RESULTS_FILE
+
+
+def output_dir(results: str | Path, reports_dir: str | Path, fallback_id: str) -> Path:
+    """Where reports and gate files about ``results`` go: the sweep's own folder when ``results`` is one
+    (``<dir>/results.jsonl`` or the folder), else ``<reports_dir>/<fallback_id>/``, never the folder of
+    some other file (a committed baseline's)."""
+    results = Path(results)
+    folder = results if results.is_dir() else results.parent if results.name == RESULTS_FILE else None
+    if folder is not None and folder.name != "baselines":
+        return folder
+    return Path(reports_dir) / check_sweep_id(fallback_id)
+
+
+# --------------------------------------------------------------------------- writing
 
 
 def to_line(record: Record) -> str:
@@ -38,14 +74,14 @@ def to_line(record: Record) -> str:
 
 
 def append_record(path: str | Path, record: Record) -> None:
-    """Append one record as one line, atomically with respect to readers and crashes."""
+    """Append one record as one line, atomically with respect to readers, crashes and other appenders."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = to_line(record).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        if _ends_without_newline(path):  # a torn line from a crash: keep ours on its own line
-            line = b"\n" + line
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
+        _repair_tail(fd, path)
         written = os.write(fd, line)
         if written != len(line):
             raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
@@ -54,41 +90,64 @@ def append_record(path: str | Path, record: Record) -> None:
         os.close(fd)
 
 
-def _ends_without_newline(path: Path) -> bool:
-    size = path.stat().st_size
-    if size == 0:
-        return False
-    with path.open("rb") as f:
-        f.seek(size - 1)
-        return f.read(1) != b"\n"
+def _repair_tail(fd: int, path: Path) -> None:
+    """A last line without its newline (a crash mid-write): end it if it is a whole record, else move it
+    to ``<path>.torn`` and cut it, so the file is clean again and nothing is lost."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    data = os.pread(fd, size, 0)
+    start = data.rfind(b"\n") + 1
+    tail, line_no = data[start:], data.count(b"\n") + 1
+    try:
+        parse(json.loads(tail), f"{path}:{line_no}")
+    except (ValueError, RecordError):
+        torn = path.with_name(path.name + TORN_SUFFIX)
+        with torn.open("ab") as f:
+            f.write(tail + b"\n")
+        os.ftruncate(fd, start)
+        warnings.warn(InvalidRecordWarning(f"{path}:{line_no}: torn last line ({len(tail)} bytes) moved to {torn} "
+                                           "before appending"), stacklevel=3)  # fmt: skip
+    else:
+        os.write(fd, b"\n")  # a whole record that lost its newline (an editor): keep it
 
 
 # --------------------------------------------------------------------------- reading
 
 
 def load_records(path: str | Path) -> list[Record]:
-    """Every complete record of a results file, in file order ([] if the file does not exist).
+    """Every record of a results file, in file order ([] if the file does not exist).
 
-    Lines that are not a JSON object (a torn write) are skipped with a
-    :class:`TruncatedRecordWarning`; older records are upgraded, a record newer than this
-    harness (or an object that is no record) is a :class:`RecordError` naming the line.
+    Lines that are not records (not JSON, a torn last line, JSON that is no record) are skipped
+    with one :class:`InvalidRecordWarning` naming the file and each line (a line already reported
+    by this process is not reported again: a sweep reads its file more than once); older records
+    are upgraded; a record newer than this harness is a :class:`~harness.results.record.NewerRecordError`.
     """
     path = Path(path)
     if not path.exists():
         return []
-    records = []
-    for n, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+    data = path.read_bytes()
+    records, skipped = [], []
+    for n, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
+            raw = json.loads(line)
         except ValueError:
-            warnings.warn(f"{path}:{n}: skipping incomplete record line ({len(line)} bytes)",
-                          TruncatedRecordWarning, stacklevel=2)
+            torn = not data.endswith(b"\n") and n == data.count(b"\n") + 1
+            skipped.append(f"line {n}: {'torn last line' if torn else 'not JSON'} ({len(line)} bytes)")
             continue
-        records.append(parse(record, f"{path}:{n}"))
+        try:
+            records.append(parse(raw, f"{path}:{n}"))
+        except NewerRecordError:
+            raise
+        except RecordError as e:
+            skipped.append(f"line {n}: {str(e).removeprefix(f'{path}:{n}: ')}")
+    skipped = [s for s in skipped if (str(path), s) not in _WARNED]
+    _WARNED.update((str(path), s) for s in skipped)
+    if skipped:
+        warnings.warn(InvalidRecordWarning(f"{path}: skipped {len(skipped)} line(s) that are not records: "
+                                           + "; ".join(skipped)), stacklevel=2)  # fmt: skip
     return records
 
 

@@ -119,6 +119,7 @@ class ModelStages:
     machine: dict[str, Any]
     seed: int = 0
     unavailable: tuple[type[BaseException], ...] = (StageUnavailable,)
+    device_memory: tuple[int | None, str] = (None, "")  # bytes per device and where that comes from
 
     def build(self, name: str) -> JaxStage:
         return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed, mesh=self.mesh)
@@ -134,7 +135,8 @@ class ModelStages:
 def open_model(spec: WorkerSpec) -> ModelStages:
     mesh, machine = device_mesh(spec.target, spec.compile_only)
     cfg = build_config(spec.preset, spec.config_overrides)
-    return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed)
+    memory = (None, "") if spec.compile_only else targets.device_memory(mesh.devices.flat[0], mesh.size)
+    return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory)
 
 
 # --------------------------------------------------------------------------- sharding facts

@@ -8,6 +8,14 @@ CPU, ``JAX_PLATFORMS``); a worker that raises, exits non-zero, dies from a signa
 killer) or runs past ``run.timeout_s`` (its whole process group is killed) becomes a failed
 outcome carrying the error text. A launcher for a cluster (one job per variant, several
 processes per job) implements the same :class:`Launcher` protocol.
+
+Nothing outlives the launcher: if it is interrupted (SIGINT / SIGTERM become
+:class:`~harness.run.interrupt.Interrupted`, or any other exception) while a worker runs, it kills
+the worker's process group before the exception goes on, and the worker's temporary folder is
+removed on the way out; if it is killed outright, the worker notices and cleans up itself
+(:mod:`harness.run.lifeline`: the spec carries the launcher's pid and the folder). The worker's
+stdout and stderr go to ``log_path``, between a line saying how it was started and one saying how
+it ended.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any, Protocol
 from harness import targets
 from harness.results.provenance import now
 from harness.results.record import Outcome
+from harness.run.lifeline import LAUNCHER_SIGNALS
 from harness.run.progress import Progress
 from harness.run.spec import WorkerSpec
 
@@ -35,6 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 ERROR_TAIL_LINES = 40
 _JAX_PLATFORM = {"cpu": "cpu", "tpu": "tpu", "gpu": "cuda"}
+LOG_MARK = "[launcher]"  # the launcher's own lines in a worker log (left out of error tails)
 
 
 class Launcher(Protocol):
@@ -86,7 +96,7 @@ def _tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    return "\n".join([ln for ln in text.rstrip().splitlines() if not ln.startswith(LOG_MARK)][-lines:])
 
 
 def _exit_reason(rc: int) -> str:
@@ -137,16 +147,32 @@ class LocalLauncher:
         timeout_s = spec.run.timeout_s
         with tempfile.TemporaryDirectory(prefix=f"harness-{spec.variant_id}-") as tmp:
             spec_path, out_path, status_path = (Path(tmp) / n for n in ("spec.json", "out.json", "status.json"))
-            spec_path.write_text(dataclasses.replace(spec, status_path=str(status_path)).to_json())
+            spec = dataclasses.replace(spec, status_path=str(status_path), parent_pid=os.getpid(), scratch_dir=tmp)
+            spec_path.write_text(spec.to_json())
+            command = [self.python, "-m", "harness.run.worker", str(spec_path), str(out_path)]
             started_at, start = now(), time.monotonic()
             with log_path.open("wb") as log:
-                proc = subprocess.Popen(
-                    [self.python, "-m", "harness.run.worker", str(spec_path), str(out_path)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=worker_env(spec, self.env), start_new_session=True,
-                )  # fmt: skip
-                timed_out, where = self._watch(proc, timeout_s, status_path, progress)
-            duration = time.monotonic() - start
+                log.write(f"{LOG_MARK} {started_at} {spec.variant_name} ({spec.variant_id}): {' '.join(command)}\n"
+                          .encode())  # fmt: skip
+                log.flush()
+                # Blocked while the worker starts: a Ctrl-C inside Popen would lose the child's handle.
+                # The worker inherits the mask and unblocks them first thing.
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, LAUNCHER_SIGNALS)
+                try:
+                    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=worker_env(spec, self.env), start_new_session=True)  # fmt: skip
+                except BaseException:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                    raise
+                try:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal pending since Popen fires here
+                    timed_out, where = self._watch(proc, timeout_s, status_path, progress)
+                except BaseException:  # interrupted (or a bug here): the worker must not outlive this call
+                    _kill_group(proc, self.kill_grace_s)
+                    raise
+                duration = time.monotonic() - start
+                log.write(f"{LOG_MARK} {now()} {_exit_reason(proc.returncode)} after {duration:.1f} s"
+                          f"{' (timed out)' if timed_out else ''}\n".encode())  # fmt: skip
             result = _read_json(out_path) or {}
         status, error = classify(proc.returncode, timed_out, where, result, timeout_s, _tail(log_path))
         return Outcome(status, error, result, duration, started_at, now())

@@ -70,8 +70,8 @@ def stage_cells(stage: StageEntry | None) -> list[str]:
     """Median ms, recompiles, collectives (count), memory bound MiB of one stage."""
     if stage is None:
         return ["-"] * 4
-    if stage.status != "ok":
-        return ["failed", "-", "-", "-"]
+    if stage.status != "ok":  # failed, or does-not-fit (its memory bound says why)
+        return [stage.status, "-", "-", _fmt(_dig(stage.static, "memory", "bound_bytes"), 1 / MIB)]
     median = _dig(stage.measured, "wall_s", "median")
     recompiles = _dig(stage.measured, "recompiles", "count")
     by_kind = _dig(stage.static, "collectives", "by_kind") or {}

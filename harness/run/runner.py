@@ -5,12 +5,19 @@ resolved here, once), hands it to a :class:`~harness.run.launcher.Launcher` (a l
 subprocess by default), and turns the outcome into a record appended to
 ``reports/<sweep-id>/results.jsonl``; a failed, crashed or timed-out worker is a record too,
 and the sweep goes on. A sweep resumes: variants with an ok record in the results file are
-skipped unless ``rerun`` is set.
+skipped unless ``rerun`` is set, or unless the ``[run]`` settings that shape the samples
+(:data:`SAMPLE_SETTINGS`) changed since that record, which re-runs them and says so.
+
+One sweep at a time holds a sweep folder (:func:`harness.results.lock.sweep_lock`). If the sweep
+is interrupted (:class:`~harness.run.interrupt.Interrupted`), the launcher has stopped the running
+worker; the runner adds what was stopped and where the finished records are, and lets it go on.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,12 +25,17 @@ from typing import Any, TextIO
 from harness.plan.manifest import Run
 from harness.plan.variants import Sweep, Variant, select
 from harness.results import provenance, store
+from harness.results.lock import sweep_lock
 from harness.results.record import Record, build_record
+from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
 from harness.run.progress import Progress, summary_table
 from harness.run.spec import WorkerSpec, resolve_mode
 
 CACHE_DIR = "aot-cache"  # under the reports directory: compile-only static metrics, shared by sweeps
+# [run] settings an ok record must share with the manifest to be kept on resume (timeout_s does not
+# change a sample, so raising it keeps them).
+SAMPLE_SETTINGS = ("repeats", "warmup", "trace", "metrics")
 
 
 @dataclass(frozen=True)
@@ -63,17 +75,53 @@ def context() -> dict[str, Any]:
             "git": provenance.git_info(REPO_ROOT)}  # fmt: skip
 
 
+def run_changes(recorded: Mapping[str, Any], run: Run) -> str:
+    """How the manifest's ``[run]`` differs from a record's in what shapes the samples ("" if not at all),
+    e.g. ``repeats 2 -> 7``."""
+    now = run.to_dict()
+    return ", ".join(f"{k} {_show(recorded.get(k))} -> {_show(now[k])}" for k in SAMPLE_SETTINGS
+                     if recorded.get(k) != now[k])  # fmt: skip
+
+
+def _show(value: Any) -> str:
+    """A [run] value as the manifest writes it (lists, true/false)."""
+    return json.dumps(value)
+
+
+def resume_plan(records: Sequence[Record], run: Run) -> tuple[set[str], dict[str, str]]:
+    """(ids to skip: their latest ok record has this [run]; id -> what changed, for those to run again)."""
+    latest_ok = {r.variant.id: r for r in records if r.ok}
+    changed = {vid: c for vid, r in latest_ok.items() if (c := run_changes(r.config.run, run))}
+    return set(latest_ok) - set(changed), changed
+
+
+def _say_reruns(changed: Mapping[str, str], variants: Sequence[Variant], out: TextIO) -> None:
+    by_change: dict[str, int] = {}
+    for v in variants:
+        if v.id in changed:
+            by_change[changed[v.id]] = by_change.get(changed[v.id], 0) + 1
+    for change, n in by_change.items():
+        out.write(f"re-running {n} variant{'s' * (n != 1)}: [run] changed ({change})\n")
+
+
 def run_sweep(sweep: Sweep, options: SweepOptions, stream: TextIO | None = None,
               launcher: Launcher | None = None) -> SweepResult:  # fmt: skip
-    """Run (or resume) every selected variant; append a record for each one that ran."""
-    manifest, launcher = sweep.manifest, launcher or LocalLauncher()
-    sweep_id = options.sweep_id or manifest.name
+    """Run (or resume) every selected variant, holding the sweep folder; append a record for each one that ran."""
+    sweep_id = store.check_sweep_id(options.sweep_id or sweep.manifest.name)
+    with sweep_lock(Path(options.reports_dir) / sweep_id):
+        return _run_locked(sweep, options, sweep_id, stream if stream is not None else sys.stderr,
+                           launcher or LocalLauncher())  # fmt: skip
+
+
+def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher) -> SweepResult:
+    manifest = sweep.manifest
     sweep_dir = Path(options.reports_dir) / sweep_id
     path = store.results_path(options.reports_dir, sweep_id)
     variants = select(sweep.variants, options.only)
-    done = set() if options.rerun else store.finished_ids(store.load_records(path))
+    done, changed = (set(), {}) if options.rerun else resume_plan(store.load_records(path), manifest.run)
+    _say_reruns(changed, variants, out)
     cache_dir = options.cache_dir or Path(options.reports_dir) / CACHE_DIR
-    progress = Progress(len(variants), stream)
+    progress = Progress(len(variants), out)
     result = SweepResult(sweep_id, path)
     where = context()
     for i, variant in enumerate(variants, start=1):
@@ -84,13 +132,17 @@ def run_sweep(sweep: Sweep, options: SweepOptions, stream: TextIO | None = None,
         progress.start(i, variant.name, variant.id)
         log_path = sweep_dir / "logs" / f"{variant.id}.log"
         spec = worker_spec(variant, manifest.run, sweep_dir / "traces" / variant.id, cache_dir)
-        outcome = launcher.run(spec, log_path=log_path, progress=progress)
+        try:
+            outcome = launcher.run(spec, log_path=log_path, progress=progress)
+        except Interrupted as e:
+            e.detail = (f"stopped variant {variant.name} ({variant.id}) and its worker; {len(result.records)} "
+                        f"variant(s) of this run recorded in {path}; run the same command again to resume")
+            raise
         record = build_record(sweep_id=sweep_id, manifest=manifest, variant=variant, run=manifest.run,
                               outcome=outcome, context=where, log_path=log_path)  # fmt: skip
         store.append_record(path, record)
         result.records.append(record)
         progress.finish(outcome.status, outcome.duration_s, outcome.error)
-    out = stream if stream is not None else sys.stderr
     if result.records:
         out.write("\n" + summary_table(result.records) + "\n")
     out.write(f"\n{len(result.records)} run, {len(result.skipped)} skipped -> {path}\n")

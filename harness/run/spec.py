@@ -4,7 +4,9 @@ The runner (or any launcher: a local subprocess today, a cluster job later) writ
 ``spec.to_json()``; the worker reads ``WorkerSpec.from_json(text)`` and needs nothing else:
 what to build (preset, config overrides, workload), where (the target with its mesh resolved,
 and the run mode, decided once by the launching side), how to measure it (``[run]``) and
-where to put what it produces. ``spec_version`` changes when a field does.
+where to put what it produces, and (set by a local launcher) the process it depends on and the
+scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`). ``spec_version``
+changes when a field does.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from harness import targets, testing
 from harness.plan.manifest import Run, Target, Workload
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2
 RUN_MODES = ("measure", "compile")
 
 
@@ -47,6 +49,8 @@ class WorkerSpec:
     status_path: str | None = None
     cache_dir: str | None = None  # compile-only static metrics cache
     seed: int = 0
+    parent_pid: int | None = None  # the launching process: if it dies, the worker ends (None: no such tie)
+    scratch_dir: str | None = None  # the launcher's temporary folder for this worker, removed if it dies
     spec_version: int = field(default=SPEC_VERSION)
 
     def __post_init__(self) -> None:
@@ -77,6 +81,8 @@ class WorkerSpec:
             "status_path": self.status_path,
             "cache_dir": self.cache_dir,
             "seed": self.seed,
+            "parent_pid": self.parent_pid,
+            "scratch_dir": self.scratch_dir,
         }
 
     def to_json(self) -> str:
@@ -93,6 +99,7 @@ class WorkerSpec:
             target=Target.from_dict({**d["target"], "mesh": {a: n for a, n in d["target"]["mesh"]}}),
             workload=Workload.from_dict(d["workload"]), run=Run.from_dict(d["run"]), trace_dir=d["trace_dir"],
             status_path=d.get("status_path"), cache_dir=d.get("cache_dir"), seed=int(d.get("seed", 0)),
+            parent_pid=d.get("parent_pid"), scratch_dir=d.get("scratch_dir"),
         )  # fmt: skip
 
     @classmethod

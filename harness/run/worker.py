@@ -6,8 +6,12 @@ only for model presets: a test preset's worker never loads it). The worker reads
 :class:`~harness.run.spec.WorkerSpec`, builds each requested stage, compiles it ahead of time
 for the static metrics, times it (warm-up apart, recompiles watched), optionally traces it,
 and rewrites ``out.json`` after every stage, so a crash later keeps what was measured. It
-reports where it is (stage, phase) in ``spec.status_path`` for the progress display. Exit
-status: 0 if every stage succeeded, 1 otherwise.
+reports where it is (stage, phase) in ``spec.status_path`` for the progress display, and says so
+on stderr, with every error's traceback, for the log the launcher keeps. A stage whose compiled
+memory per device exceeds the device's (:func:`memory_fit`) is recorded as ``does-not-fit``
+without running it. A worker launched with ``spec.parent_pid`` ends itself, removing its scratch
+folder, if that process dies (:mod:`harness.run.lifeline`). Exit status: 0 if every stage
+succeeded (or did not fit), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -26,12 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets, testing
+from harness.run import lifeline
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.measure import measure, trace, trace_steps
 from harness.run.spec import WorkerSpec
 from harness.run.stage import Stage
 
 ERROR_TAIL_CHARS = 4000
+GiB = 2**30
+OK_STATUSES = ("ok", "does-not-fit")  # a stage that did not fit is a result, not a failure
+
+
+def say(text: str) -> None:
+    """A line for the worker's log (the launcher sends stdout and stderr there)."""
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -52,8 +65,9 @@ class StatusFile:
 
     def __call__(self, stage: str, phase: str) -> None:
         self.marks.append((stage, phase, time.perf_counter()))
+        say(f"{stage}:{phase}" if stage else phase)
         if self.path:
-            write_json(self.path, {"stage": stage, "phase": phase, "time": time.time()})
+            write_json(self.path, {"stage": stage, "phase": phase, "time": time.time(), "pid": os.getpid()})
 
     def durations(self, stage: str) -> dict[str, float]:
         """Seconds per phase of one stage (until the next mark, or now for the last one)."""
@@ -82,16 +96,19 @@ class Stages:
     machine: dict[str, Any] = field(default_factory=dict)
     config_resolved: dict[str, Any] | None = None
     unavailable: tuple[type[BaseException], ...] = ()  # errors whose message is the whole story
+    device_memory: tuple[int | None, str] = (None, "")  # bytes per device, and where that number comes from
 
 
 def open_stages(spec: WorkerSpec) -> Stages:
     """The test preset's JAX-free stages, or the model's on the variant's mesh (JAX loads here)."""
     if testing.is_test_preset(spec.preset):
-        return Stages(lambda name: testing.TestStage(name, spec.preset, dict(spec.config_overrides)))
+        return Stages(lambda name: testing.TestStage(name, spec.preset, dict(spec.config_overrides)),
+                      device_memory=targets.host_memory_per_device(spec.target.devices or 1))
     from harness.run.jax_stage import open_model
 
     model = open_model(spec)
-    return Stages(model.build, model.context, model.machine, model.config_resolved, model.unavailable)
+    return Stages(model.build, model.context, model.machine, model.config_resolved, model.unavailable,
+                  model.device_memory)
 
 
 # --------------------------------------------------------------------------- one stage
@@ -136,6 +153,27 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
     return static
 
 
+def memory_fit(static: dict[str, Any], device_memory: tuple[int | None, str]) -> dict[str, Any] | None:
+    """Whether the compiled program's memory per device (its bound, or what an out-of-memory compile
+    said it needed) fits the device's; None when either number is unknown."""
+    available, source = device_memory
+    oom = static.get("oom") or {}
+    memory = static.get("memory") or {}
+    needed = oom.get("required_bytes") or memory.get("bound_bytes") or memory.get("peak_bytes")
+    if oom and not needed:
+        return {"fits": False, "needed_bytes": None, "available_bytes": available, "source": "the compiler"}
+    if not needed or not available:
+        return None
+    return {"fits": needed <= available, "needed_bytes": needed, "available_bytes": available, "source": source}
+
+
+def _unfit_message(fit: dict[str, Any]) -> str:
+    if fit["needed_bytes"] is None:
+        return "does not fit: the compiler ran out of device memory; compiled only, not run"
+    return (f"does not fit: needs {fit['needed_bytes'] / GiB:.3g} GiB per device, the device has "
+            f"{fit['available_bytes'] / GiB:.3g} GiB ({fit['source']}); compiled only, not run")
+
+
 def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -> dict[str, Any]:
     """Everything the manifest asked for about one stage; its errors stay inside its entry."""
     run = spec.run
@@ -150,8 +188,14 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
             entry["static"] = static_metrics(name, stage, spec, entry["notes"])
         wants_trace = run.trace or "trace" in run.metrics
         wants_run = "measured" in run.metrics or wants_trace
+        fit = memory_fit(entry["static"], stages.device_memory) if entry["static"] and wants_run else None
+        if fit is not None and not spec.compile_only:
+            entry["memory_fit"] = fit
         if spec.compile_only and wants_run:
             entry["notes"].append("compile-only: no target devices here, measured and trace metrics skipped")
+        elif fit is not None and not fit["fits"]:
+            entry["status"], entry["error"] = "does-not-fit", _unfit_message(fit)
+            say(f"{name}: {entry['error']}")
         elif wants_run:
             status(name, "prepare")
             stage.prepare()
@@ -166,6 +210,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
     except Exception as e:  # a failed stage is data, not a crash
         entry["status"] = "failed"
         entry["error"] = str(e) if isinstance(e, stages.unavailable) else error_text(e)
+        say(f"{name} failed:\n{error_text(e)}")
     entry["phases_s"] = status.durations(name)
     return entry
 
@@ -187,22 +232,30 @@ def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
             with stages.context():
                 result["stages"][name] = run_stage(name, spec, stages, status)
             write_json(out_path, result)
-        failed = {n: s["error"] for n, s in result["stages"].items() if s["status"] != "ok"}
+        failed = {n: s["error"] for n, s in result["stages"].items() if s["status"] not in OK_STATUSES}
         result["status"] = "failed" if failed else "ok"
         result["error"] = "\n".join(f"{n}: {(err or '').strip()}" for n, err in failed.items()) or None
     except Exception as e:
         result["status"], result["error"] = "failed", error_text(e)
+        say(f"failed:\n{error_text(e)}")
     status("", "done")
+    say(f"finished: {result['status']}")
     write_json(out_path, result)
     return 0 if result["status"] == "ok" else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, lifeline.LAUNCHER_SIGNALS)  # blocked while the launcher started us
     if len(args) != 2:
         print("usage: python -m harness.run.worker <spec.json> <out.json>", file=sys.stderr)
         return 2
-    return run_spec(WorkerSpec.from_json(Path(args[0]).read_text()), args[1])
+    spec = WorkerSpec.from_json(Path(args[0]).read_text())
+    if spec.parent_pid is not None:
+        lifeline.hold(spec.parent_pid, spec.scratch_dir)
+    say(f"worker {os.getpid()}: {spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
+        f"{spec.target.platform} mesh {dict(spec.target.mesh)}, stages {', '.join(spec.workload.stages)}")
+    return run_spec(spec, args[1])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,14 @@ from jax.sharding import Mesh
 from ltx2.pipeline_config import PipelineConfig
 from ltx2.stages.decode import audio_decode, upsample, video_decode
 from ltx2.stages.denoise import denoise_loop, denoise_step, guided_step
-from ltx2.stages.program import TRANSFORMER_STAGES, StageProgram, StageUnavailable, Workload, check_workload
+from ltx2.stages.program import (
+    TRANSFORMER_STAGES,
+    StageProgram,
+    StageUnavailable,
+    Workload,
+    WorkloadError,
+    check_workload,
+)
 from ltx2.stages.text import text_encode
 
 Builder = Callable[[PipelineConfig, Workload, Mesh], StageProgram]
@@ -53,6 +60,7 @@ __all__ = [
     "StageProgram",
     "StageUnavailable",
     "Workload",
+    "WorkloadError",
     "audio_decode",
     "build_stage",
     "check_workload",

@@ -38,6 +38,16 @@ class StageUnavailable(NotImplementedError):
     """A stage the model code cannot build for this config (the message says why)."""
 
 
+class WorkloadError(ValueError):
+    """A workload the transformer stages cannot run. ``fields`` names the :class:`Workload` fields at
+    fault (so a caller can point at the setting that is wrong); ``sharded`` is True when they are
+    at fault only together with the mesh and the strategy laying it out (a dim that does not divide)."""
+
+    def __init__(self, message: str, fields: tuple[str, ...], sharded: bool = False):
+        super().__init__(message)
+        self.fields, self.sharded = fields, sharded
+
+
 @dataclass(frozen=True)
 class Workload:
     """One generation's size: ``height x width`` pixels, ``num_frames`` at ``frame_rate``,
@@ -120,27 +130,34 @@ def setup(cfg: PipelineConfig, wl: Workload) -> Setup:
 def check_workload(cfg: PipelineConfig, wl: Workload, mesh_shape: Mapping[str, int], stages: Sequence[str]) -> None:
     """A workload the transformer stages can run: its video fits the latent grid exactly, and its
     sequence-sharded dims (batch, video / audio / text tokens) divide their mesh axes under the
-    transformer's strategy. ``ValueError`` names the dimension, the shard count and the axes."""
+    transformer's strategy. :class:`WorkloadError` names the dimension, the shard count and the axes,
+    and carries the workload fields at fault."""
     if not set(stages) & set(TRANSFORMER_STAGES):
         return
     t = cfg.transformer
     st, sh, sw = t.vae_scale_factors
-    if (wl.num_frames - 1) % st or wl.height % (sh * t.patch_size) or wl.width % (sw * t.patch_size):
-        raise ValueError(f"workload {wl.width}x{wl.height}x{wl.num_frames} does not fit the latent grid: width and "
-                         f"height must be multiples of {sw * t.patch_size}, frames of the form {st}k + 1")
+    off_grid = tuple(name for name, rest in (("height", wl.height % (sh * t.patch_size)),
+                                             ("width", wl.width % (sw * t.patch_size)),
+                                             ("num_frames", (wl.num_frames - 1) % st)) if rest)  # fmt: skip
+    if off_grid:
+        raise WorkloadError(f"workload {wl.width}x{wl.height}x{wl.num_frames} does not fit the latent grid: width "
+                            f"and height must be multiples of {sw * t.patch_size}, frames of the form {st}k + 1",
+                            off_grid)  # fmt: skip
     plan = workload_plan(cfg, wl, wl.batch)
     if plan.frames % t.patch_size_t:
-        raise ValueError(f"{plan.frames} latent frames are not a multiple of patch_size_t={t.patch_size_t}")
+        raise WorkloadError(f"{plan.frames} latent frames are not a multiple of patch_size_t={t.patch_size_t}",
+                            ("num_frames",))  # fmt: skip
     strategy = get_strategy(t.sharding)
-    dims = (("batch", wl.batch, "activation_batch"), ("video tokens", plan.video_tokens, "activation_length"),
-            ("audio tokens", plan.audio_frames, "activation_length"),
-            ("text tokens", wl.text_tokens, "activation_text_length"))  # fmt: skip
-    for what, size, logical in dims:
+    dims = (("batch", wl.batch, "activation_batch", ("batch",)),
+            ("video tokens", plan.video_tokens, "activation_length", ("height", "width", "num_frames")),
+            ("audio tokens", plan.audio_frames, "activation_length", ("num_frames", "frame_rate")),
+            ("text tokens", wl.text_tokens, "activation_text_length", ("text_tokens",)))  # fmt: skip
+    for what, size, logical, fields in dims:
         axes = [a for a in strategy.mesh_axes(logical) if mesh_shape.get(a, 1) > 1]
         shards = math.prod(mesh_shape[a] for a in axes)
         if size % shards:
-            raise ValueError(f"{what} ({size}) do not divide into {shards} shards ({logical} over "
-                             f"{' x '.join(axes)} under strategy {strategy.name!r})")
+            raise WorkloadError(f"{what} ({size}) do not divide into {shards} shards ({logical} over "
+                                f"{' x '.join(axes)} under strategy {strategy.name!r})", fields, sharded=True)
 
 
 def token_facts(plan: Plan, text_tokens: int) -> dict[str, int]:

@@ -12,12 +12,18 @@ Weights are random (speed does not depend on their values). Ours run as one jitt
 The whole denoising loop (text connectors + every step with CFG, STG and modality guidance, scan
 loop; diffusers ``LTX2Pipeline(output_type="latent")``) runs at float32 only: ``ltx2.pipeline``
 jits its own stages, so its compile time is the first call's excess over the steady state.
+One guided step (every guidance pass, guidance math and Euler step; diffusers: the pipeline's
+three forwards) at ``small`` and ``medium``. The ``small`` loop and the ``medium`` guided step also
+run with each of the guided step's knobs switched back (``+sequential``: one forward per pass,
+``+no-fork``: STG rows from block 0, ``+no-text-kv``: text keys/values projected in every block,
+``+old``: all three, the step before issue 17), each paired with its own diffusers samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -34,6 +40,15 @@ from ltx2.vae.video import VideoVAEConfig
 from ltx2.vae.vocoder import VocoderConfig
 
 PRESETS = ("tiny", "small")
+Knobs = tuple[str, bool, bool]  # pipeline.guidance_batching, stg_fork, text_kv_cache
+DEFAULT_KNOBS: Knobs = ("batched", True, True)
+# The guided step's knobs: the defaults, each one switched back alone, and all three (diffusers' way).
+KNOB_VARIANTS: dict[str, Knobs] = {
+    "sequential": ("sequential", True, True),
+    "no-fork": ("batched", False, True),
+    "no-text-kv": ("batched", True, False),
+    "old": ("sequential", False, False),
+}
 DTYPES = ("float32", "bfloat16")
 _OURS_ONLY = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
 
@@ -229,7 +244,7 @@ def _audio_case(preset: str, dtype: str) -> Built:
     return Built(fn, (state_vae, state_voc, jnp.asarray(z)), lambda: ref_voc(ref_vae.decode(tz).sample), {})
 
 
-def _loop_case(preset: str, dtype: str) -> Built:
+def _loop_case(preset: str, dtype: str, knobs: Knobs = DEFAULT_KNOBS) -> Built:
     import torch
 
     from ltx2.convert import from_diffusers
@@ -239,6 +254,8 @@ def _loop_case(preset: str, dtype: str) -> Built:
     if dtype != "float32":
         pytest.skip("the whole-loop case runs the pipeline presets' float32 components only")
     cfg = getattr(PipelineConfig, preset)()
+    batching, fork, text_kv = knobs
+    cfg = cfg.replace(pipeline=cfg.pipeline.replace(guidance_batching=batching, stg_fork=fork, text_kv_cache=text_kv))
     ref = _diffusers_pipeline(cfg)
     ours = LTX2Pipeline(
         cfg, transformer=from_diffusers(ref.transformer, attention_impl="auto"),
@@ -265,8 +282,92 @@ def _loop_case(preset: str, dtype: str) -> Built:
         **diffusers_call_kwargs(cfg), latents=t(video), audio_latents=t(audio),
         output_type="latent", return_dict=False,
     )  # fmt: skip
-    info = dict(steps=cfg.pipeline.num_inference_steps, video_tokens=plan.frames * plan.height * plan.width)
+    info = dict(steps=cfg.pipeline.num_inference_steps, video_tokens=plan.frames * plan.height * plan.width,
+                **_knob_info(knobs))  # fmt: skip
     return Built(jax_loop, (), lambda: ref(**kwargs), info, jit=False)
+
+
+def _guided_step_case(preset: str, dtype: str, knobs: Knobs = DEFAULT_KNOBS) -> Built:
+    """One denoising step with every guidance pass (CFG + STG at block 1 + modality isolation, rescale
+    on: the ``LTX2Pipeline`` defaults) on one video. diffusers: the pipeline's three forwards and its
+    x0-space guidance, then the Euler step, as ``LTX2Pipeline.__call__`` runs one loop iteration.
+    Ours: :func:`ltx2.denoise.guided_step` under the knobs; text keys/values the knobs cache per
+    video are computed before the timed calls (once per video, not per step)."""
+    import torch
+    from diffusers import LTX2VideoTransformer3DModel
+
+    from ltx2.convert.transformer import from_diffusers
+    from ltx2.denoise import Latents, TextEmbeddings, guided_step, text_kv_once
+    from ltx2.guidance import GuidanceConfig, GuidancePasses
+    from ltx2.latents import Plan
+
+    cfg, shapes = _transformer_config(preset).replace(perturbed_attn=True), SHAPES[preset]
+    torch.manual_seed(0)
+    td = _torch_dtype(dtype)
+    ref = LTX2VideoTransformer3DModel(**_kwargs(cfg)).eval().to(td)
+    ours = from_diffusers(ref, attention_impl="auto", dtype=dtype, param_dtype=dtype)
+    (F, H, W), A, S, rng = shapes.grid, shapes.audio_frames, shapes.text_tokens, np.random.default_rng(0)
+    guidance, stg_blocks = GuidanceConfig(), (1,)
+    plan = Plan(batch=1, frames=F, height=H, width=W, audio_frames=A, latent_mel_bins=16, fps=24.0,
+                passes=GuidancePasses(True, True, True), stg_blocks=stg_blocks, use_cross_timestep=True,
+                patch_size=1, patch_size_t=1, guidance_batching=knobs[0], stg_fork=knobs[1],
+                text_kv_cache=knobs[2])  # fmt: skip
+    x, a = _rand(rng, 1, F * H * W, cfg.in_channels), _rand(rng, 1, A, cfg.audio_in_channels)
+    text, audio_text = _rand(rng, 2, S, cfg.caption_channels), _rand(rng, 2, S, cfg.caption_channels)
+    mask = np.ones((2, S), np.int64)
+    mask[0, : S // 2] = 0  # the negative prompt is shorter (left padding)
+    t, sigma, sigma_next = 500.0, 0.5, 0.45
+    graphdef, state = nnx.split(ours)
+    embeds = TextEmbeddings(jnp.asarray(text), jnp.asarray(audio_text), jnp.asarray(mask, jnp.int32))
+    kv = text_kv_once(graphdef, state, embeds, plan=plan)
+
+    def jax_step(state: Any, latents: Any, embeds: Any, kv: Any, scales: Any) -> Any:
+        model = nnx.merge(graphdef, state)
+        return guided_step(model, plan, latents, embeds, jnp.float32(sigma), jnp.float32(sigma_next),
+                           jnp.float32(t), scales, kv)  # fmt: skip
+
+    latents = Latents(jnp.asarray(x), jnp.asarray(a))
+    tx, ta = torch.from_numpy(x), torch.from_numpy(a)
+    ttext, tatext = (torch.from_numpy(v).to(td) for v in (text, audio_text))
+    tmask = torch.from_numpy(mask)
+    static = dict(num_frames=F, height=H, width=W, audio_num_frames=A, use_cross_timestep=True, return_dict=False)
+
+    def forward(rows: slice, copies: int, **kw: Any) -> tuple[Any, Any]:
+        ts = torch.full((copies,), t, dtype=td)
+        v, va = ref(hidden_states=torch.cat([tx] * copies).to(td), audio_hidden_states=torch.cat([ta] * copies).to(td),
+                    encoder_hidden_states=ttext[rows], audio_encoder_hidden_states=tatext[rows], timestep=ts, sigma=ts,
+                    encoder_attention_mask=tmask[rows], audio_encoder_attention_mask=tmask[rows], **static, **kw)
+        return v.float(), va.float()  # fmt: skip
+
+    def torch_step() -> Any:
+        (v2, va2), pos = forward(slice(0, 2), 2), slice(1, 2)
+        stg = forward(pos, 1, spatio_temporal_guidance_blocks=list(stg_blocks))
+        iso = forward(pos, 1, isolate_modalities=True)
+        g = guidance
+        video = _torch_guide(tx, v2, stg[0], iso[0], sigma, sigma_next, g.guidance_scale, g.stg_scale,
+                             g.modality_scale, g.guidance_rescale)
+        audio = _torch_guide(ta, va2, stg[1], iso[1], sigma, sigma_next, g.audio_guidance_scale, g.audio_stg_scale,
+                             g.audio_modality_scale, g.audio_guidance_rescale)
+        return video, audio  # fmt: skip
+
+    L = F * H * W
+    flops = cfg.forward_flops(L, A, S, batch_size=4)  # diffusers' rows: CFG pair, STG, isolated
+    info = dict(video_tokens=L, audio_tokens=A, text_tokens=S, rows=4, analytic_gflop=flops / 1e9,
+                stg_blocks=list(stg_blocks), num_layers=cfg.num_layers, **_knob_info(knobs))  # fmt: skip
+    return Built(jax_step, (state, latents, embeds, kv, guidance.scales()), torch_step, info)
+
+
+def _torch_guide(x: Any, v_pair: Any, v_stg: Any, v_iso: Any, sigma: float, sigma_next: float, cfg: float,
+                 stg: float, modality: float, rescale: float) -> Any:  # fmt: skip
+    """``LTX2Pipeline.__call__``'s guidance (x0 space, deltas, ``rescale_noise_cfg``) and Euler step."""
+    from diffusers.pipelines.ltx2.pipeline_ltx2 import rescale_noise_cfg
+
+    x0 = lambda v: x - v * sigma  # noqa: E731
+    uncond, cond = x0(v_pair[:1]), x0(v_pair[1:])
+    guided = cond + (cfg - 1) * (cond - uncond) + stg * (cond - x0(v_stg)) + (modality - 1) * (cond - x0(v_iso))
+    if rescale > 0:
+        guided = rescale_noise_cfg(guided, cond, guidance_rescale=rescale)
+    return x + (sigma_next - sigma) * (x - guided) / sigma
 
 
 def _matmul_case(preset: str, dtype: str) -> Built:
@@ -304,6 +405,10 @@ def _diffusers_pipeline(cfg: Any) -> Any:
     )  # fmt: skip
 
 
+def _knob_info(knobs: Knobs) -> dict[str, Any]:
+    return dict(guidance_batching=knobs[0], stg_fork=knobs[1], text_kv_cache=knobs[2])
+
+
 BUILDERS: dict[str, Callable[[str, str], Built]] = {
     "denoise_loop": _loop_case,
     "transformer_step_cfg": _step_case,
@@ -316,6 +421,13 @@ BUILDERS: dict[str, Callable[[str, str], Built]] = {
 CASES = [(c, p, d) for c in BUILDERS for p in PRESETS for d in DTYPES]
 CASES += [("transformer_step_cfg", "medium", "float32"), ("matmul", str(MATMUL_N), "float32")]
 BUILDERS["matmul"] = _matmul_case
+# Issue 17: the small guided loop and the medium guided step, defaults and each knob variant.
+BUILDERS["guided_step"] = _guided_step_case
+CASES += [("guided_step", "small", "float32"), ("guided_step", "medium", "float32")]
+for _name, _knobs in KNOB_VARIANTS.items():
+    BUILDERS[f"denoise_loop+{_name}"] = partial(_loop_case, knobs=_knobs)
+    BUILDERS[f"guided_step+{_name}"] = partial(_guided_step_case, knobs=_knobs)
+    CASES += [(f"denoise_loop+{_name}", "small", "float32"), (f"guided_step+{_name}", "medium", "float32")]
 
 
 @pytest.mark.parametrize(("component", "preset", "dtype"), CASES, ids=["-".join(c) for c in CASES])

@@ -5,13 +5,16 @@ One tiny diffusers pipeline with random weights (no text encoder: Gemma hidden s
 is run against ours fed the converted weights and the same initial latents. Parity metric
 (fixed): max|ours - diffusers| / max(1, max|diffusers|) <= 1e-4, the block tolerance of
 STYLE.md, since the chain is transformer passes, Euler steps and two decoders in fp32.
-Also: scan and Python loops agree; new guidance scales never recompile the loop; the loop
-moves nothing between host and device; joint and separate text encoding agree.
+Every combination of the guided step's knobs (``pipeline.guidance_batching``, ``stg_fork``,
+``text_kv_cache``) is held to that bar. Also: scan and Python loops agree; new guidance scales
+never recompile the loop (batched and sequential passes); the loop moves nothing between host and
+device; joint and separate text encoding agree.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -125,13 +128,37 @@ def case() -> dict[str, Any]:
                 ref_video=np.asarray(ref_video), ref_audio=ref_audio.float().numpy(), ref=ref)  # fmt: skip
 
 
-def test_end_to_end_matches_diffusers(case: dict[str, Any]) -> None:
-    ours, plan, out = case["ours"], case["plan"], case["out"]
-    video, audio = ours.decode_video(out.video, plan), ours.decode_audio(out.audio, plan)
+# The guided step's knobs (pipeline.guidance_batching, stg_fork, text_kv_cache): every combination.
+STEP_KNOBS = list(itertools.product(("batched", "sequential"), (True, False), (True, False)))
+
+
+def _knob_id(knobs: tuple[str, bool, bool]) -> str:
+    batching, fork, kv = knobs
+    return f"{batching}-{'fork' if fork else 'nofork'}-{'kv' if kv else 'nokv'}"
+
+
+def with_knobs(case: dict[str, Any], knobs: tuple[str, bool, bool]) -> tuple[LTX2Pipeline, Any]:
+    """The case's pipeline (same components) with the guided-step knobs set, and its plan."""
+    batching, fork, kv = knobs
+    cfg = case["cfg"]
+    cfg = cfg.replace(pipeline=cfg.pipeline.replace(guidance_batching=batching, stg_fork=fork, text_kv_cache=kv))
+    o = case["ours"]
+    pipe = LTX2Pipeline(cfg, transformer=o.transformer, connectors=o.connectors, video_vae=o.video_vae,
+                        audio_vae=o.audio_vae, vocoder=o.vocoder)  # fmt: skip
+    return pipe, pipe.plan()
+
+
+@pytest.mark.parametrize("knobs", STEP_KNOBS, ids=[_knob_id(k) for k in STEP_KNOBS])
+def test_end_to_end_matches_diffusers(case: dict[str, Any], knobs: tuple[str, bool, bool]) -> None:
+    ours, plan = with_knobs(case, knobs)
+    assert (plan.guidance_batching, plan.stg_fork, plan.text_kv_cache) == knobs
+    out = ours.denoise(case["x0"], case["text"], case["schedule"], case["scales"], plan, loop="scan")
+    # Decoders do not read the knobs: the case's plan keeps their compiled programs.
+    video, audio = ours.decode_video(out.video, case["plan"]), ours.decode_audio(out.audio, case["plan"])
     assert video.shape == case["ref_video"].shape == (1, 9, 64, 64, 3)
     assert audio.shape == case["ref_audio"].shape == (1, 2, 7920)
     video_err, audio_err = _error(video, case["ref_video"]), _error(audio, case["ref_audio"])
-    print(f"end-to-end parity: video {video_err:.3g}, waveform {audio_err:.3g}")
+    print(f"end-to-end parity {_knob_id(knobs)}: video {video_err:.3g}, waveform {audio_err:.3g}")
     assert video_err <= TOL and audio_err <= TOL
     assert float(np.std(case["ref_audio"])) > 1e-3  # a silent waveform would pass trivially
 
@@ -163,8 +190,9 @@ LOOPS = ["scan", pytest.param("python", marks=pytest.mark.slow)]  # compiling th
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_new_guidance_scales_do_not_recompile(case: dict[str, Any], loop: str) -> None:
-    ours, plan = case["ours"], case["plan"]
+@pytest.mark.parametrize("batching", ["batched", "sequential"])
+def test_new_guidance_scales_do_not_recompile(case: dict[str, Any], loop: str, batching: str) -> None:
+    ours, plan = with_knobs(case, (batching, batching == "batched", batching == "batched"))
     args = (case["x0"], case["text"], case["schedule"])
     first = ours.denoise(*args, case["scales"], plan, loop=loop)  # compiled here (or earlier)
     # Every scale changes; each pass stays on (structure), rescale stays > 0.

@@ -16,6 +16,7 @@ from ltx2 import (
     Plan,
     StageUnavailable,
     Workload,
+    WorkloadError,
     build_mesh,
     build_stage,
     check_workload,
@@ -101,21 +102,25 @@ def test_unknown_stage_and_missing_upsampler_are_unavailable(mesh: jax.sharding.
 
 
 @pytest.mark.parametrize(
-    ("wl", "strategy", "message"),
+    ("wl", "strategy", "message", "fields", "sharded"),
     [
         ({"height": 100}, "replicated", "workload 64x100x65 does not fit the latent grid: width and height must be "
-                                        "multiples of 32, frames of the form 8k \\+ 1"),
-        ({"num_frames": 64}, "replicated", "frames of the form 8k"),
-        ({"batch": 3}, "trillium", r"batch \(3\) do not divide into 2 shards \(activation_batch over fsdp"),
+                                        "multiples of 32, frames of the form 8k \\+ 1", ("height",), False),
+        ({"width": 48, "num_frames": 64}, "replicated", "frames of the form 8k", ("width", "num_frames"), False),
+        ({"batch": 3}, "trillium", r"batch \(3\) do not divide into 2 shards \(activation_batch over fsdp",
+         ("batch",), True),
         ({"height": 96}, "context", r"video tokens \(54\) do not divide into 4 shards \(activation_length over "
-                                    r"context x fsdp under strategy 'context'\)"),
+                                    r"context x fsdp under strategy 'context'\)", ("height", "width", "num_frames"),
+         True),
     ],
 )
-def test_check_workload_names_the_dimension(wl: dict, strategy: str, message: str) -> None:
+def test_check_workload_names_the_dimension(wl: dict, strategy: str, message: str, fields: tuple[str, ...],
+                                            sharded: bool) -> None:  # fmt: skip
     cfg = PipelineConfig.tiny()
     cfg = cfg.replace(transformer=cfg.transformer.replace(sharding=strategy))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(WorkloadError, match=message) as info:
         check_workload(cfg, Workload(**{**WL.__dict__, **wl}), MESH, ["denoise_step"])
+    assert (info.value.fields, info.value.sharded) == (fields, sharded)  # which setting to blame
     check_workload(cfg, Workload(**{**WL.__dict__, **wl}), MESH, ["video_decode"])  # decoders place by shape
 
 

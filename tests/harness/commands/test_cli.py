@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from harness import cli
+from harness.report.export import to_csv
+from harness.results.record import Record
+
+_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
+synthetic = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(synthetic)
 
 ISOLATION = """\
 schema_version = 1
@@ -92,3 +100,56 @@ def test_a_report_that_cannot_be_written_warns_and_keeps_the_results(
     assert "warning: could not write the report (OSError: disk full)" in err
     assert f"retry with: python -m harness report {reports / 's' / 'results.jsonl'}" in err
     assert len((reports / "s" / "results.jsonl").read_text().splitlines()) == 1
+
+
+def test_sweep_and_report_read_past_lines_that_are_no_records(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """`{"record_version": 1}` crashed both with a KeyError; a torn last line was warned about forever."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the sweep's worker folders must all go
+    first = ISOLATION[: ISOLATION.index('[[variants]]\nname = "raises"')]
+    path, reports = _manifest(tmp_path, first), tmp_path / "reports"
+    assert cli.main(["sweep", str(path), "--reports", str(reports), "--no-report"]) == 0
+    results = reports / "iso" / "results.jsonl"
+    with results.open("a") as f:
+        f.write('{"record_version": 1}\n{"record_version": 1, "sweep_id": "iso", "variant": {"na')
+    path.write_text(first + '[[variants]]\nname = "second"\noverrides = { "test.run_s" = 0.002 }\n')
+    capsys.readouterr()
+    assert cli.main(["sweep", str(path), "--reports", str(reports)]) == 0  # resumes, runs `second`, reports
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        f"warning: {results}: skipped 2 line(s) that are not records: line 2: not a result record: missing "
+        "sweep_id, manifest, variant, config, target, machine, versions, git, started_at, finished_at, duration_s, "
+        "status, error, stages; line 3: torn last line (56 bytes)",
+        f"warning: {results}:3: torn last line (56 bytes) moved to {results}.torn before appending"]
+    assert "Traceback" not in err and "[1/2] first" in err and "skipped: ok record exists" in err
+    assert [json.loads(line).get("variant", {}).get("name") for line in results.read_text().splitlines()] == [
+        "first", None, "second"]
+    elsewhere = reports / "copy" / "results.jsonl"  # the report verb, in a process that has not read it yet
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(results.read_bytes())
+    assert cli.main(["report", str(elsewhere)]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"warning: {elsewhere}: skipped 1 line(s) that are not records: line 2: not a result record: " \
+        "missing sweep_id, manifest, variant, config, target, machine, versions, git, started_at, finished_at, " \
+        "duration_s, status, error, stages\n"
+    assert f"wrote {elsewhere.parent / 'index.html'}" in out
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_sweep_id_is_a_folder_name_under_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, reports = _manifest(tmp_path, ISOLATION[: ISOLATION.index("[[variants]]")]), tmp_path / "a" / "reports"
+    assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "../../x"]) == 2
+    assert capsys.readouterr().err.startswith("error: sweep id '../../x' is not a plain folder name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iso.toml"]  # nothing written, inside or out
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised() -> None:
+    stage = {"status": "failed", "error": "-1 x", "notes": [], "static": None, "measured": None, "trace": None}
+    names = ["=HYPERLINK(\"http://x\",\"y\")", "+1", "-2", "@SUM(A1)", "\tx", "plain"]
+    records = [Record.from_dict({**synthetic.minimal(name), "stages": {"denoise_step": stage}}) for name in names]
+    rows = list(csv.DictReader(to_csv(records).splitlines()))
+    assert [r["variant"] for r in rows] == ["'=HYPERLINK(\"http://x\",\"y\")", "'+1", "'-2", "'@SUM(A1)", "'\tx",
+                                            "plain"]  # fmt: skip
+    assert all(r["variant_id"] == r["variant"] for r in rows) and {r["stage_status"] for r in rows} == {"failed"}

@@ -94,7 +94,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
      f"unknown stage 'decode' (known: {STAGES})"),
     ("duplicate-stage", BASE + 'stages = ["denoise_step", "denoise_step"]\n', "workload.stages", 12,
      "duplicate entries"),
-    ("grid-mismatch", BASE.replace("height = 64", "height = 100"), "workload", 7,
+    ("grid-mismatch", BASE.replace("height = 64", "height = 100"), "workload.height", 8,
      "workload 64x100x9 does not fit the latent grid: width and height must be multiples of 32, "
      "frames of the form 8k + 1"),
     ("negative-batch", BASE + "batch = -1\n", "workload.batch", 12, "must be > 0, got -1"),
@@ -144,7 +144,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
      'matrix.exclude[0]."transformer.sharding"', 14, "'context' is not a value of this axis"),
     ("matrix-name-clash", BASE + '[[variants]]\nname = "sharding=replicated"\n[matrix]\n'
      '"transformer.sharding" = ["replicated"]\n', "matrix", 14, "duplicate variant name 'sharding=replicated'"),
-    ("indivisible-batch", BASE + '[model.overrides]\n"transformer.sharding" = "naive"\n', "workload", 7,
+    ("indivisible-batch", BASE + '[model.overrides]\n"transformer.sharding" = "naive"\n', "workload.batch", 7,
      "batch (1) do not divide into 8 shards (activation_batch over data under strategy 'naive')"),
     ("indivisible-tokens", BASE + '[[variants]]\nname = "a"\n'
      'overrides = { "transformer.sharding" = "context", "target.mesh" = { context = 8 } }\n',

@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import shlex
 import shutil
 from pathlib import Path
 
 import pytest
 
 from harness import cli
+from harness.commands import gate as gate_command
 from harness.plan.manifest import Gate
 from harness.results import gate
 
@@ -219,6 +221,43 @@ def test_cli_missing_baseline_exits_2(workspace, template, capsys):
     assert gate_cli(manifest, head, tmp / "no-baselines") == 2
     err = capsys.readouterr().err
     assert "no baseline at" in err and "baseline update" in err
+
+
+def test_cli_missing_baseline_hint_works_when_pasted(workspace, template, capsys):
+    tmp, manifest, _ = workspace
+    head = write_jsonl(tmp / "head" / "results.jsonl", synthetic.synthetic_run(2, template))
+    empty = tmp / "no-baselines"
+    assert gate_cli(manifest, head, empty) == 2
+    err = capsys.readouterr().err
+    (command,) = [line.strip() for line in err.splitlines() if line.startswith("  python -m harness")]
+    argv = shlex.split(command)
+    assert argv[:4] == ["python", "-m", "harness", "baseline"]
+    assert cli.main(argv[3:]) == 0  # pasted: writes the file the gate reads
+    assert gate_cli(manifest, head, empty) == 0
+
+
+def test_the_hint_without_results_runs_the_manifest_first(tmp_path):
+    args = cli.parser().parse_args(["gate", "experiments/nightly.toml", "--reports", str(tmp_path / "r")])
+    hint = gate_command.missing_baseline(args, Path("reports/baselines/nightly.jsonl"))
+    sweep, update = hint.splitlines()[1].strip().split(" && ")
+    assert shlex.split(sweep)[3:] == ["sweep", "experiments/nightly.toml", "--reports", str(tmp_path / "r"),
+                                      "--sweep-id", "nightly-gate"]
+    assert shlex.split(update)[3:] == ["baseline", "update", str(tmp_path / "r" / "nightly-gate" / "results.jsonl"),
+                                       "--manifest", "experiments/nightly.toml", "--out",
+                                       "reports/baselines/nightly.jsonl"]
+    for step in (sweep, update):
+        cli.parser().parse_args(shlex.split(step)[3:])  # both are commands this CLI takes
+
+
+def test_cli_gating_a_committed_file_writes_nothing_next_to_it(workspace, template, capsys):
+    tmp, manifest, baselines = workspace
+    committed = write_jsonl(tmp / "reports" / "baselines" / "nightly.jsonl", synthetic.synthetic_run(2, template))
+    assert gate_cli(manifest, committed, baselines, "--reports", str(tmp / "reports")) == 0
+    assert sorted(p.name for p in committed.parent.iterdir()) == ["nightly.jsonl"]
+    assert {p.name for p in (tmp / "reports" / "nightly-gate").iterdir()} >= {"index.html", "results.csv", "gate.json"}
+    assert cli.main(["report", str(committed), "--reports", str(tmp / "reports")]) == 0
+    assert sorted(p.name for p in committed.parent.iterdir()) == ["nightly.jsonl"]
+    assert (tmp / "reports" / "nightly-report" / "index.html").exists()
 
 
 def test_cli_bad_manifest_exits_2(workspace, template, capsys):

@@ -1,4 +1,5 @@
-"""Result records on disk: atomic appends, reading with torn lines, resume bookkeeping."""
+"""Result records on disk: atomic appends, reading past lines that are no records, repairing a torn tail,
+resume bookkeeping."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import pytest
 
 from harness.results.record import RECORD_VERSION, Record
 from harness.results.store import (
-    RecordError,
-    TruncatedRecordWarning,
+    InvalidRecordWarning,
+    NewerRecordError,
+    SweepIdError,
     append_record,
     finished_ids,
     latest_by_variant,
     load_records,
+    output_dir,
+    results_path,
     to_line,
 )
 
@@ -52,32 +56,75 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
     append_record(path, _record("a"))
     with path.open("ab") as f:
         f.write(b'{"record_version": 1, "variant": {"id": "b"')  # a crash mid-write
-    with pytest.warns(TruncatedRecordWarning, match=r"results.jsonl:2: skipping incomplete record line"):
+    with pytest.warns(InvalidRecordWarning) as caught:
         assert [r.variant.id for r in load_records(path)] == ["a"]
+    assert [str(w.message) for w in caught] == [
+        f"{path}: skipped 1 line(s) that are not records: line 2: torn last line (43 bytes)"]
 
 
-def test_append_after_a_torn_line_starts_a_new_line(tmp_path: Path) -> None:
+def test_the_next_append_repairs_a_torn_line_and_keeps_its_bytes(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     append_record(path, _record("a"))
     with path.open("ab") as f:
         f.write(b'{"record_ver')
-    append_record(path, _record("c"))
-    with pytest.warns(TruncatedRecordWarning):
-        assert [r.variant.id for r in load_records(path)] == ["a", "c"]
+    with pytest.warns(InvalidRecordWarning, match=rf"{path}:2: torn last line \(12 bytes\) moved to {path}.torn"):
+        append_record(path, _record("c"))
+    assert [r.variant.id for r in load_records(path)] == ["a", "c"]  # no warning: the file is clean again
+    assert (tmp_path / "results.jsonl.torn").read_bytes() == b'{"record_ver\n'
+    append_record(path, _record("d"))  # nothing more to repair, nothing said
+    assert len(path.read_text().splitlines()) == 3
+
+
+def test_a_whole_record_that_lost_its_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text(to_line(_record("a")).rstrip("\n"))  # e.g. an editor dropped the final newline
+    append_record(path, _record("b"))
+    assert [r.variant.id for r in load_records(path)] == ["a", "b"]
+    assert not (tmp_path / "results.jsonl.torn").exists()
 
 
 def test_newer_record_version_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps({**_record("a").to_dict(), "record_version": RECORD_VERSION + 1}) + "\n")
-    with pytest.raises(RecordError, match=r"results.jsonl:1: record_version 2 is not readable"):
+    with pytest.raises(NewerRecordError, match=r"results.jsonl:1: record_version 2 is not readable"):
         load_records(path)
 
 
-def test_a_json_object_that_is_no_record_is_an_error(tmp_path: Path) -> None:
+def test_json_that_is_no_record_is_skipped_with_one_warning_naming_each_line(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    path.write_text(json.dumps({"record_version": 1, "variant": {"id": "a"}}) + "\n")
-    with pytest.raises(RecordError, match=r"results.jsonl:1: not a result record \(KeyError"):
-        load_records(path)
+    good = _record("a").to_dict()
+    lines = [good, {"record_version": 1}, [1, 2], {**good, "stages": []},
+             {**good, "stages": {"s": {"status": "weird"}}}, {**good, "duration_s": "slow"}, "not json", good]
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    with pytest.warns(InvalidRecordWarning) as caught:
+        assert len(load_records(path)) == 2
+    (message,) = [str(w.message) for w in caught]
+    assert message == (
+        f"{path}: skipped 6 line(s) that are not records: "
+        "line 2: not a result record: missing sweep_id, manifest, variant, config, target, machine, versions, git, "
+        "started_at, finished_at, duration_s, status, error, stages; "
+        "line 3: not a JSON object; "
+        "line 4: not a result record: stages: expected an object, got list ('[]'); "
+        "line 5: not a result record: stages.s.status: 'weird' is none of ok, failed, does-not-fit; "
+        "line 6: not a result record: duration_s: expected a number, got str ('slow'); "
+        "line 7: not JSON (8 bytes)")
+
+
+def test_sweep_ids_stay_inside_the_reports_folder(tmp_path: Path) -> None:
+    assert results_path(tmp_path, "nightly-gate.2") == tmp_path / "nightly-gate.2" / "results.jsonl"
+    for bad in ("../../x", "a/b", ".hidden", "..", "a..b", "", "x" * 200, "with space"):
+        with pytest.raises(SweepIdError, match="is not a plain folder name"):
+            results_path(tmp_path, bad)
+
+
+def test_outputs_go_next_to_a_sweep_never_next_to_a_baseline(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    assert output_dir(reports / "s1" / "results.jsonl", reports, "x") == reports / "s1"
+    (reports / "s2").mkdir(parents=True)
+    assert output_dir(reports / "s2", reports, "x") == reports / "s2"
+    assert output_dir(reports / "baselines" / "nightly.jsonl", reports, "nightly-gate") == reports / "nightly-gate"
+    assert output_dir(reports / "baselines" / "results.jsonl", reports, "b") == reports / "b"
+    assert output_dir(tmp_path / "elsewhere" / "old.json", reports, "old-report") == reports / "old-report"
 
 
 _APPENDER = """

@@ -132,3 +132,47 @@ print(rc, sorted(m for m in ("jax", "ltx2", "flax", "torch") if m in sys.modules
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "[]"]
     assert json.loads((tmp_path / "out.json").read_text())["stages"]["denoise_step"]["measured"]["wall_s"]["n"] == 2
+
+
+def test_resume_re_runs_variants_whose_samples_came_from_other_run_settings(tmp_path: Path) -> None:
+    text = ISOLATION.split('[[variants]]\nname = "raises"')[0]  # `first` only
+    path, reports = _manifest(tmp_path, text), tmp_path / "reports"
+    assert len(_sweep(path, reports)[0]) == 1
+    path.write_text(text.replace("repeats = 3", "repeats = 5").replace("timeout_s = 1.5", "timeout_s = 9"))
+    (again,), log = _sweep(path, reports)
+    assert "re-running 1 variant: [run] changed (repeats 3 -> 5)\n" in log  # the timeout does not count
+    assert len(again["stages"]["denoise_step"]["measured"]["samples_s"]) == 5
+    assert _sweep(path, reports)[0] == []  # now current: skipped
+    path.write_text(path.read_text().replace("warmup = 1", 'warmup = 0\nmetrics = ["static"]'))
+    (_, log) = _sweep(path, reports)
+    assert 're-running 1 variant: [run] changed (warmup 1 -> 0, metrics ["static", "measured"] -> ["static"])' in log
+
+
+def test_a_variant_that_needs_more_memory_than_the_device_has_is_compiled_not_run(tmp_path: Path) -> None:
+    text = ISOLATION.split("[[variants]]")[0].replace("test:ok", "test:kill")  # running it would crash the worker
+    text += '[[variants]]\nname = "huge"\noverrides = { "test.memory_bytes" = 1152921504606846976 }\n'  # 2^60 B
+    text += '[[variants]]\nname = "small"\noverrides = { "test.memory_bytes" = 1024, "model.preset" = "test:ok" }\n'
+    (huge, small), log = _sweep(_manifest(tmp_path, text), tmp_path / "reports")
+    stage = huge["stages"]["denoise_step"]
+    assert huge["status"] == "ok" and stage["status"] == "does-not-fit" and stage["measured"] is None
+    assert stage["error"].startswith("does not fit: needs 1.07e+09 GiB per device, the device has ")
+    assert "(host MemAvailable / 2 devices); compiled only, not run" in stage["error"]
+    assert stage["memory_fit"]["fits"] is False and stage["memory_fit"]["needed_bytes"] == 2**60
+    assert stage["static"]["memory"]["bound_bytes"] == 2**60  # what it needs is kept, for reports and the gate
+    fit = small["stages"]["denoise_step"]
+    assert fit["status"] == "ok" and fit["memory_fit"]["fits"] is True and len(fit["measured"]["samples_s"]) == 3
+    row = next(line for line in log.splitlines() if line.startswith("huge "))  # the summary table shows it
+    assert "does-not-fit" in row and "1099511627776.0" in row  # and the MiB it needs
+
+
+def test_worker_logs_hold_what_the_worker_did(tmp_path: Path) -> None:
+    text = ISOLATION.split('[[variants]]\nname = "killed"')[0]  # first (ok) and raises (failed)
+    written, _ = _sweep(_manifest(tmp_path, text), tmp_path / "reports")
+    ok_log, failed_log = (Path(r["artifacts"]["log"]).read_text() for r in written)
+    lines = ok_log.splitlines()
+    assert lines[0].startswith("[launcher] ") and "-m harness.run.worker" in lines[0]
+    assert lines[-1].startswith("[launcher] ") and "worker exited with code 0 after" in lines[-1]
+    assert any(line.endswith("denoise_step:measure") for line in lines) and lines[-2].endswith("finished: ok")
+    assert "RuntimeError: test workload raised on purpose" in failed_log and "finished: failed" in failed_log
+    assert "Traceback (most recent call last)" in failed_log
+    assert "[launcher]" not in written[1]["error"]  # the launcher's lines stay out of error tails

@@ -1,0 +1,73 @@
+"""A worker's tie to the process that launched it: if the launcher dies, even by SIGKILL, the worker
+removes its scratch folder and ends its own process group, so no worker keeps the CPU, memory or an
+accelerator, and no ``harness-*`` folder is left behind.
+
+The launcher starts each worker in a session of its own (so a Ctrl-C at the terminal reaches the
+launcher, which stops the worker itself), which also means the worker would outlive a launcher that
+is killed outright. Two mechanisms notice that, both ending in :func:`orphaned`:
+
+* Linux: ``prctl(PR_SET_PDEATHSIG, SIGHUP)`` asks the kernel to send SIGHUP when the parent dies;
+  the worker checks right after asking whether the parent is already gone (it may have died
+  before the request was made);
+* everywhere: a daemon thread polls ``os.getppid()`` every :data:`POLL_S` seconds. It also
+  covers a main thread stuck in a long native call (an XLA compile), where a Python signal
+  handler would have to wait for the call to return.
+
+The launcher's own ways of stopping a worker (SIGTERM, then SIGKILL, to its process group) keep
+their default effect, immediate death; the launcher then removes the scratch folder itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+POLL_S = 0.5
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_DEATH_SIGNAL = signal.SIGHUP
+LAUNCHER_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # blocked by the launcher while it starts a worker
+
+
+def _ask_kernel(sig: int) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)``; False where there is no such call (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+
+
+def orphaned(scratch_dir: str | None) -> None:
+    """The launcher is gone: remove the scratch folder, then end this worker and what it started."""
+    if scratch_dir:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    print(f"worker {os.getpid()}: launcher gone, scratch folder removed, exiting", file=sys.stderr, flush=True)
+    if os.getpgrp() == os.getpid():  # leader of its own group (as the launcher starts it): end the group
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hold(parent_pid: int, scratch_dir: str | None) -> None:
+    """Tie this process to ``parent_pid``: when it is no longer our parent, :func:`orphaned` runs."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if os.getppid() != parent_pid:
+            orphaned(scratch_dir)
+
+    signal.signal(PARENT_DEATH_SIGNAL, on_signal)
+    _ask_kernel(PARENT_DEATH_SIGNAL)
+    if os.getppid() != parent_pid:  # died before the kernel was asked to tell us
+        orphaned(scratch_dir)
+
+    def poll() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(POLL_S)
+        orphaned(scratch_dir)
+
+    threading.Thread(target=poll, name="harness-lifeline", daemon=True).start()
