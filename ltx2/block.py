@@ -211,7 +211,6 @@ class Block(nnx.Module):
             x_bld, a_bad = self._audio_video(x_bld, a_bad, inp)
         return self._feed_forward(video, x_bld, mods), self._feed_forward(audio, a_bad, audio_mods)
 
-    @scopes.scoped(scopes.BLOCK)
     def text_kv(
         self,
         text: jax.Array | None,
@@ -223,8 +222,11 @@ class Block(nnx.Module):
         LTX-2.3 prompt modulation when the config has it (``prompt``: the prompt AdaLN output
         ``[R or 1, 1, 2*D]``, None without prompt AdaLN: the per-layer table alone)."""
         s_video, s_audio = self._streams()
-        return TextKV(*s_video.attn2.project_kv(self._text(s_video, text, prompt)),
-                      *s_audio.attn2.project_kv(self._text(s_audio, audio_text, audio_prompt)))  # fmt: skip
+        with scopes.scope(scopes.ATTN2):  # the K/V half of attn2's qkv, wherever it is computed
+            video = s_video.attn2.project_kv(self._text(s_video, text, prompt))
+        with scopes.scope(scopes.AUDIO_ATTN2):
+            audio = s_audio.attn2.project_kv(self._text(s_audio, audio_text, audio_prompt))
+        return TextKV(*video, *audio)
 
     def _text(self, s: _Stream, text: jax.Array | None, temb_prompt: jax.Array | None) -> jax.Array:
         """The text the cross-attention projects: modulated by the prompt tables in LTX-2.3."""
