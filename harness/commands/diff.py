@@ -51,7 +51,7 @@ class DiffInputError(ValueError):
 
 
 def _latest(path: Path) -> dict[str, Record]:
-    records = store.latest_by_variant(load_records_any(path))
+    records = {r.variant.name: r for r in store.latest_by_variant(load_records_any(path)).values()}
     if not records:
         raise DiffInputError(f"no records in {path}")
     return records

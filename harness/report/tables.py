@@ -40,6 +40,7 @@ class StageRow:
     error: str | None
     speedup_reference: str | None = None  # the variant `speedup` is relative to, for this stage
     speedup_note: str | None = None  # "1.23x", "n/a (different workload)", or None (no reference)
+    scope_coverage: float | None = None  # share of traced op time attributed to a model scope
 
 
 def ok_records(records: Sequence[Record]) -> list[Record]:
@@ -118,6 +119,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                 collective_count=_value(m, "collectives.total.count"),
                 collective_bytes=_value(m, "collectives.total.bytes"),
                 wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.error, speedup_note=note,
+                scope_coverage=(entry.trace or {}).get("scope_coverage"),
             ))
     return rows
 
@@ -154,6 +156,7 @@ class TraceLink:
     stage: str
     href: str  # relative to the report directory
     command: str
+    perfetto_href: str | None = None  # the Chrome-JSON trace next to the xplane, relative to the report
 
 
 def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLink]:
@@ -166,8 +169,12 @@ def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLin
     for r in records:
         for stage, path in r.artifacts.traces.items():
             href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
+            entry = r.stages.get(stage)
+            chrome = (entry.trace or {}).get("chrome_trace") if entry is not None else None
+            perfetto = Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix() \
+                if chrome else None
             links.append(TraceLink(r.variant.name, stage, Path(href).as_posix(),
-                                   f"xprof --logdir {path} --port {XPROF_PORT}"))
+                                   f"xprof --logdir {path} --port {XPROF_PORT}", perfetto))
     return links
 
 
