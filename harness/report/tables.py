@@ -41,6 +41,7 @@ class StageRow:
     speedup_reference: str | None = None  # the variant `speedup` is relative to, for this stage
     speedup_note: str | None = None  # "1.23x", "n/a (different workload)", or None (no reference)
     scope_coverage: float | None = None  # share of traced op time attributed to a model scope
+    workload: str = ""  # preset and workload sizes (rows compare only within one)
 
 
 def ok_records(records: Sequence[Record]) -> list[Record]:
@@ -119,9 +120,18 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                 collective_count=_value(m, "collectives.total.count"),
                 collective_bytes=_value(m, "collectives.total.bytes"),
                 wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.error, speedup_note=note,
-                scope_coverage=(entry.trace or {}).get("scope_coverage"),
+                scope_coverage=(entry.trace or {}).get("scope_coverage"), workload=workload_label(r),
             ))
     return rows
+
+
+def workload_label(r: Record) -> str:
+    """``small 256x256 px x 65 frames, batch 2``: the model and the sizes a stage's time depends on."""
+    w = r.config.workload
+    if not w:
+        return r.config.preset
+    return (f"{r.config.preset} {w.get('height', '?')}x{w.get('width', '?')} px x {w.get('num_frames', '?')} frames, "
+            f"batch {w.get('batch', '?')}")
 
 
 def _value(m: Mapping[str, Any], key: str) -> float | None:
