@@ -142,3 +142,26 @@ def test_cli_diff_of_two_variants_and_bad_input(tmp_path, capsys):
     assert cli.main(["diff", str(results), str(results), "--variant", "b"]) == 0
     assert cli.main(["diff", "a", "b"]) == 2  # names without --results
     assert diff_command.HELP
+
+
+def test_cli_diff_against_a_revision(tmp_path, capsys):
+    """--against HEAD: the manifest's variant from the committed tree (base) and this one (head)."""
+    import shutil
+
+    from harness import cli
+
+    repo = Path(__file__).resolve().parents[3]
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("needs a git checkout")
+    manifest = tmp_path / "aa.toml"
+    manifest.write_text('schema_version = 1\n[target]\nplatform = "cpu"\ndevices = 1\nmesh = { data = 1 }\n'
+                        '[model]\npreset = "test:ok"\n[run]\nrepeats = 3\nwarmup = 0\ntimeout_s = 60\n'
+                        'metrics = ["static", "measured"]\n[[variants]]\nname = "sleep"\n'
+                        'overrides = { "test.run_s" = 0.001 }\n')  # fmt: skip
+    reports = str(tmp_path / "r")
+    code = cli.main(["diff", str(manifest), "--against", "HEAD", "--variant", "sleep", "--reports", reports])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "sleep vs sleep / denoise_step: speedup" in captured.out and "round 1/1 base: sleep" in captured.err
+    assert cli.main(["diff", str(manifest), "--against", "HEAD", "--variant", "nope", "--reports", reports]) == 2
+    assert cli.main(["diff", "a", "b", "--against", "HEAD"]) == 2
