@@ -21,6 +21,7 @@ Python (JAX-free).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -197,7 +198,7 @@ def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts |
             entry = by_scope[scope].collectives.setdefault(kind, {"count": 0.0, "bytes": 0.0})
             entry["count"] += own.count * times
             entry["bytes"] += own.operand_bytes * times
-            cause = explain(instr, kind, shapes, facts, scope)
+            cause = explain(_grouped(instr, module), kind, shapes, facts, scope)
             site = sites.setdefault((scope, kind, cause.text), [0.0, 0.0, cause, instr.name])
             site[0] += own.count * times
             site[1] += own.operand_bytes * times
@@ -209,6 +210,18 @@ def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts |
         "collective_sites": [s.to_dict() for s in collective_sites],
         "coverage": _static_coverage(by_scope),
     }
+
+
+def _grouped(instr: Instruction, module: Module) -> Instruction:
+    """A TPU reduce-scatter fusion names its device groups on the all-reduce it calls: the fusion
+    with that op's attributes appended (so its cause can be derived), else the op itself."""
+    if instr.opcode != "fusion" or "replica_groups" in instr.attributes:
+        return instr
+    for callee in hlo.callees(instr):
+        for inner in module.computations.get(callee, ()):
+            if "replica_groups" in inner.attributes:
+                return dataclasses.replace(instr, attributes=f"{instr.attributes}, {inner.attributes}")
+    return instr
 
 
 def _static_coverage(by_scope: Mapping[str, ScopeStatic]) -> dict[str, float | None]:

@@ -152,3 +152,35 @@ def test_device_groups_and_the_mesh_axes_they_span(attributes: str, expected: li
     got = groups(attributes)
     assert got is not None and sorted(map(sorted, got)) == sorted(map(sorted, expected))
     assert spanned_axes(got, MESH) == axes
+
+
+REDUCE_SCATTER_FUSION = """HloModule jit_rs, is_scheduled=true
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%all-reduce-scatter.1 (input: f32[64,32]) -> f32[32,32] {
+  %input = f32[64,32]{1,0} parameter(0)
+  %all-reduce.3 = f32[64,32]{1,0} all-reduce(%input), channel_id=1, replica_groups=[4,2]<=[8], to_apply=%add
+  %c0 = s32[] constant(0)
+  ROOT %ds = f32[32,32]{1,0} dynamic-slice(%all-reduce.3, %c0, %c0), dynamic_slice_sizes={32,32}
+}
+
+ENTRY %main (h: f32[64,128], w: f32[128,32]) -> f32[32,32] {
+  %h = f32[64,128]{1,0} parameter(0)
+  %w = f32[128,32]{1,0} parameter(1)
+  %dot.1 = f32[64,32]{1,0} dot(%h, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(rs)/ff/proj_out/dot_general"}
+  ROOT %fusion.5 = f32[32,32]{1,0} fusion(%dot.1), kind=kCustom, calls=%all-reduce-scatter.1, metadata={op_name="jit(rs)/ff/proj_out/dot_general"}
+}
+"""  # noqa: E501 (HLO instructions are single lines)
+
+
+def test_a_tpu_reduce_scatter_fusion_gets_its_cause_from_the_all_reduce_it_calls() -> None:
+    """TPU writes a reduce-scatter as a fusion calling %all-reduce-scatter*; the device groups
+    ([4,2]<=[8]: pairs of neighbours, the mesh's last axis, tensor) are on the all-reduce inside."""
+    (site,) = static_by_scope(REDUCE_SCATTER_FUSION, scopes.scope_path, FACTS)["collective_sites"]
+    assert (site["scope"], site["kind"], site["axes"]) == ("ff/proj_out", "reduce-scatter", ["tensor"])
+    assert "mesh unknown" not in site["cause"] and "tensor" in site["cause"], site["cause"]
