@@ -25,25 +25,10 @@ from flax import nnx
 
 from ltx2.block import TextKV
 from ltx2.guidance import AVGuidanceScales, guided_velocity
-from ltx2.latents import Plan
+from ltx2.latents import Latents, Plan, TextEmbeddings
 from ltx2.passes import needs_text_kv, precompute_text_kv, predict
 from ltx2.scheduler import step as euler_step
 from ltx2.transformer import LTX2Transformer
-
-
-class TextEmbeddings(NamedTuple):
-    """Connector outputs for the DiT: ``[negative; positive]`` rows when CFG runs, else positive."""
-
-    video: jax.Array  # [B', S, Dv]
-    audio: jax.Array  # [B', S, Da]
-    mask: jax.Array  # [B', S] int32
-
-
-class Latents(NamedTuple):
-    """Packed, normalised latents: video ``[B, L, C]``, audio ``[B, A, Ca]`` (float32)."""
-
-    video: jax.Array
-    audio: jax.Array
 
 
 class Schedule(NamedTuple):

@@ -10,6 +10,7 @@ dynamic shift is linear in the video token count L.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,21 @@ import jax.numpy as jnp
 from ltx2.guidance import GuidancePasses
 from ltx2.pipeline_config import PipelineConfig
 from ltx2.vae.audio import LATENT_DOWNSAMPLE_FACTOR
+
+
+class TextEmbeddings(NamedTuple):
+    """Connector outputs for the DiT: ``[negative; positive]`` rows when CFG runs, else positive."""
+
+    video: jax.Array  # [B', S, Dv]
+    audio: jax.Array  # [B', S, Da]
+    mask: jax.Array  # [B', S] int32
+
+
+class Latents(NamedTuple):
+    """Packed, normalised latents: video ``[B, L, C]``, audio ``[B, A, Ca]`` (float32)."""
+
+    video: jax.Array
+    audio: jax.Array
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,7 @@ from ltx2.sharding import get_strategy
 from ltx2.transformer import Conditioning, LTX2Transformer
 
 if TYPE_CHECKING:
-    from ltx2.denoise import Latents, TextEmbeddings
-    from ltx2.latents import Plan
+    from ltx2.latents import Latents, Plan, TextEmbeddings
 
 GROUPS = ("isolated", "uncond", "cond", "perturbed")  # isolated first: a2v/v2a run on a row suffix
 Prediction = tuple[jax.Array, jax.Array]  # video [B, L, C], audio [B, A, Ca] velocities (float32)
