@@ -4,6 +4,7 @@ scoped program (an extra matmul inside ``ff``), an A/A pair, collective deltas a
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import jax
@@ -131,7 +132,7 @@ def test_step_row_and_shares_add_up():
 def test_cli_diff_of_two_variants_and_bad_input(tmp_path, capsys):
     results = tmp_path / "results.jsonl"
     rows = [synthetic.minimal(n, {"s": {"measured": {"samples_s": [t]}}}) for n, t in (("a", 2.0), ("b", 1.0))]
-    results.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     from harness import cli
 
     assert cli.main(["diff", "a", "b", "--results", str(results), "--json", str(tmp_path / "d.json")]) == 0
