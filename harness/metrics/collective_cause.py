@@ -31,9 +31,9 @@ import numpy as np
 from harness.metrics.hlo_parse import Instruction, shape_dims
 
 _GROUPS = re.compile(r"\breplica_groups=\{(\{[^{}]*\}(?:,\s*\{[^{}]*\})*)?\}")
-# XLA's mesh form: replica_groups=mesh['a'=2,'b'=1,...], device_ids=([dims]T(perm)) {'a', ...}
-_MESH_GROUPS = re.compile(r"\breplica_groups=mesh\[([^\]]*)\],\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\)\s*"
-                          r"\{([^{}]*)\}")
+# XLA's mesh form: replica_groups=mesh['a'=2,'b'=1,...], device_ids=([dims]T(perm)) {'a', ...}, device_ids optional
+_MESH_GROUPS = re.compile(r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?"
+                          r"\s*\{([^{}]*)\}")
 _IOTA_GROUPS = re.compile(r"\breplica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _PAIRS = re.compile(r"\bsource_target_pairs=\{(\{[^{}]*\}(?:,\s*\{[^{}]*\})*)\}")
 _DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
@@ -94,11 +94,13 @@ def _iota(dims: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
 
 def groups(attributes: str) -> list[list[int]] | None:
     """The device groups of a collective: explicit ``{{0,4},...}``, iota ``[G,S]<=[dims]T(perm)``,
-    XLA's mesh form (``mesh[...], device_ids=(...) {axes}``) or ``source_target_pairs`` (each pair a
-    group); ``[[]]`` for ``replica_groups={}`` (all devices); None if the op names none."""
+    XLA's mesh form (``mesh[...], device_ids=(...) {axes}``, or ``mesh[...] {axes}`` over devices in
+    order) or ``source_target_pairs`` (each pair a group); ``[[]]`` for ``replica_groups={}`` (all
+    devices); None if the op names none."""
     if m := _MESH_GROUPS.search(attributes):
         axes = [(a.split("=")[0].strip("' "), int(a.split("=")[1])) for a in m.group(1).split(",")]
-        ids = _iota(_int_list(m.group(2)), _int_list(m.group(3)) if m.group(3) else None)
+        sizes = [n for _, n in axes]  # without device_ids, devices are numbered along the mesh in order
+        ids = _iota(_int_list(m.group(2)) if m.group(2) else sizes, _int_list(m.group(3)) if m.group(3) else None)
         grid = ids.reshape([n for _, n in axes])
         spanned = {a.strip("' ") for a in m.group(4).split(",") if a.strip()}
         moving = [i for i, (a, _) in enumerate(axes) if a in spanned]

@@ -144,6 +144,9 @@ def test_time_by_scope_rollup_and_coverage() -> None:
         ("replica_groups=[2,4]<=[2,2,2]T(1,0,2)", [[0, 1, 4, 5], [2, 3, 6, 7]], ("fsdp", "tensor")),
         ("replica_groups=mesh['axis_0'=2,'axis_1'=1,'axis_2'=2,'axis_3'=2], device_ids=([2,2,2]T(0,2,1)) "
          "{'axis_2'}, use_global_device_ids=true", [[0, 1], [2, 3], [4, 5], [6, 7]], ("tensor",)),
+        # v6e 19B trillium step: the mesh form without device_ids (devices in mesh order)
+        ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={1}", [[0, 4], [1, 5], [2, 6], [3, 7]],
+         ("fsdp",)),
         ("source_target_pairs={{0,0},{2,4},{4,2}}", [[0, 0], [2, 4], [4, 2]], ("fsdp", "context")),
         ("replica_groups={}, to_apply=%add", [[]], ("fsdp", "context", "tensor")),
     ],
