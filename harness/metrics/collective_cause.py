@@ -50,9 +50,10 @@ class ParamLayout:
     axes: tuple[tuple[str, ...], ...]
 
     def local_shapes(self, sizes: Mapping[str, int]) -> list[tuple[int, ...]]:
-        """Per-device shapes it can appear as: its shard, and one layer of it when stacked."""
+        """Per-device shapes it can appear as: its shard, and one layer of it when stacked (without
+        the layer axis, or with it kept as 1: TPU slices ``[1, ...]`` out of the stack in a scan)."""
         local = tuple(d // math.prod(sizes.get(a, 1) for a in ax) for d, ax in zip(self.shape, self.axes, strict=True))
-        return [local, local[1:]] if self.logical[:1] == ("layers",) else [local]
+        return [local, local[1:], (1, *local[1:])] if self.logical[:1] == ("layers",) else [local]
 
 
 @dataclass(frozen=True)

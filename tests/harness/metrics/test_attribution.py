@@ -24,7 +24,7 @@ from harness.metrics.attribution import (
     static_by_scope,
     time_by_scope,
 )
-from harness.metrics.collective_cause import ParamLayout, ShardingFacts, groups, spanned_axes
+from harness.metrics.collective_cause import ParamLayout, ShardingFacts, explain, groups, spanned_axes
 from harness.metrics.hlo_parse import parse_module
 from ltx2 import scopes
 
@@ -187,3 +187,23 @@ def test_a_tpu_reduce_scatter_fusion_gets_its_cause_from_the_all_reduce_it_calls
     (site,) = static_by_scope(REDUCE_SCATTER_FUSION, scopes.scope_path, FACTS)["collective_sites"]
     assert (site["scope"], site["kind"], site["axes"]) == ("ff/proj_out", "reduce-scatter", ["tensor"])
     assert "mesh unknown" not in site["cause"] and "tensor" in site["cause"], site["cause"]
+
+
+def test_a_gathered_layer_slice_of_stacked_weights_is_named_as_weights() -> None:
+    """In a scan over stacked layers TPU gathers ``[1, embed/fsdp, mlp/tensor]`` slices of one layer
+    (the v6e 19B trillium step's ff/proj_in all-gather): matched to the stacked parameter's shard."""
+    facts = ShardingFacts("trillium", (("fsdp", 2), ("tensor", 4)), (ParamLayout(
+        "transformer_blocks.ff.proj_in.kernel.value", (48, 64, 256), ("layers", "embed", "mlp"),
+        ((), ("fsdp",), ("tensor",))),), {"activation_batch": ("fsdp",)}, scopes.attributes())  # fmt: skip
+    (instr,) = parse_module(GATHERED_SLICE).computations["main"][1:]
+    cause = explain(instr, "all-gather", {"slice.1": "bf16[1,32,64]"}, facts, "transformer/block/ff/proj_in")
+    assert cause.logical == "embed" and cause.text.startswith("weights `embed` sharded over `fsdp`"), cause.text
+
+
+GATHERED_SLICE = """HloModule jit_s, is_scheduled=true
+
+ENTRY %main (slice.1: bf16[1,32,64]) -> bf16[1,64,64] {
+  %slice.1 = bf16[1,32,64]{2,1,0} parameter(0)
+  ROOT %all-gather.2 = bf16[1,64,64]{2,1,0} all-gather(%slice.1), channel_id=1, replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={1}, use_global_device_ids=true
+}
+"""  # noqa: E501 (HLO instructions are single lines)
