@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "report": "harness.commands.report",
     "gate": "harness.commands.gate",
     "baseline": "harness.commands.baseline",
+    "diff": "harness.commands.diff",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
 

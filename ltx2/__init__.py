@@ -1,11 +1,12 @@
 """LTX-2 audio+video diffusion in JAX (Flax NNX).
 
 The public API (``__all__``): the model and pipeline with their configs and presets, the
-sharding vocabulary, and :mod:`ltx2.stages`, the pipeline's stages as compilable programs
-(what a profiling harness measures). Everything else is internal to the package.
+sharding vocabulary, the named scopes of :mod:`ltx2.scopes` (what a profile attributes time to),
+and :mod:`ltx2.stages`, the pipeline's stages as compilable programs (what a profiling harness
+measures). Everything else is internal to the package.
 """
 
-from ltx2 import stages
+from ltx2 import scopes, stages
 from ltx2.components import abstract_state, random_state
 from ltx2.config import TransformerConfig
 from ltx2.latents import Plan
@@ -34,6 +35,7 @@ __all__ = [
     "check_workload",
     "get_strategy",
     "random_state",
+    "scopes",
     "stages",
     "strategy_names",
 ]

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.blocked_attention import blocked_attention
 from ltx2.config import ATTENTION_IMPLS
 from ltx2.layers import Linear, RMSNorm
@@ -44,6 +45,7 @@ def resolve_attention_impl(impl: str, q_blnk: jax.Array, k_bsnk: jax.Array, *, s
     return "xla"
 
 
+@scopes.scoped(scopes.CORE)
 def dot_product_attention(
     q_blnk: jax.Array,
     k_bsnk: jax.Array,
@@ -131,7 +133,9 @@ class Attention(nnx.Module):
         self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
         self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
         self.heads, self.head_dim, self.rope_type, self.impl, self.strategy = heads, head_dim, rope_type, impl, strategy
+        scopes.label(self, scopes.ATTENTION_CHILDREN)
 
+    @scopes.module_scope
     def __call__(
         self,
         x_bld: jax.Array,

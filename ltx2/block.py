@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.attention import Attention
 from ltx2.config import FF_MULT, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, rms_norm
@@ -30,10 +31,12 @@ from ltx2.rope import RopeTables
 from ltx2.sharding import param
 
 
+@scopes.scoped(scopes.NORM_MOD)
 def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
     return x * (1 + scale) + shift
 
 
+@scopes.scoped(scopes.NORM_MOD)
 def table_params(rows: jax.Array, temb_btm: jax.Array | None) -> list[jax.Array]:
     """Rows of a table ``[M, D]`` plus the matching slices of ``temb [B, T, M*D]`` -> M x ``[B, T, D]``
     (diffusers ``get_mod_params``); a missing ``temb`` gives the table alone (``[1, 1, D]`` each)."""
@@ -58,7 +61,9 @@ class FeedForward(nnx.Module):
         kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, rngs=rngs)
         self.proj_in = Linear(dim, FF_MULT * dim, axes=("embed", "mlp"), **kw)
         self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), **kw)
+        scopes.label(self, scopes.FEED_FORWARD_CHILDREN)
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.proj_out(gelu_tanh(self.proj_in(x)))
 
@@ -153,6 +158,7 @@ class Block(nnx.Module):
         self.video_a2v_cross_attn_scale_shift_table = table(5, D, 1.0)
         self.audio_a2v_cross_attn_scale_shift_table = table(5, Da, 1.0)
         self.cfg = cfg
+        scopes.label(self, scopes.BLOCK_CHILDREN)
 
     def _streams(self) -> tuple[_Stream, _Stream]:
         cfg = self.cfg
@@ -169,6 +175,7 @@ class Block(nnx.Module):
         )
         return video, audio
 
+    @scopes.scoped(scopes.BLOCK)
     def __call__(
         self,
         x_bld: jax.Array,
@@ -215,8 +222,11 @@ class Block(nnx.Module):
         LTX-2.3 prompt modulation when the config has it (``prompt``: the prompt AdaLN output
         ``[R or 1, 1, 2*D]``, None without prompt AdaLN: the per-layer table alone)."""
         s_video, s_audio = self._streams()
-        return TextKV(*s_video.attn2.project_kv(self._text(s_video, text, prompt)),
-                      *s_audio.attn2.project_kv(self._text(s_audio, audio_text, audio_prompt)))  # fmt: skip
+        with scopes.scope(scopes.ATTN2):  # the K/V half of attn2's qkv, wherever it is computed
+            video = s_video.attn2.project_kv(self._text(s_video, text, prompt))
+        with scopes.scope(scopes.AUDIO_ATTN2):
+            audio = s_audio.attn2.project_kv(self._text(s_audio, audio_text, audio_prompt))
+        return TextKV(*video, *audio)
 
     def _text(self, s: _Stream, text: jax.Array | None, temb_prompt: jax.Array | None) -> jax.Array:
         """The text the cross-attention projects: modulated by the prompt tables in LTX-2.3."""

@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ltx2 import scopes
+
 
 class GuidanceScales(NamedTuple):
     """Scales of one modality, as float32 arrays (traced under jit)."""
@@ -147,6 +149,7 @@ def guide_x0(
     return maybe_rescale(guided, x0_cond, scales.rescale)
 
 
+@scopes.scoped(scopes.GUIDANCE)
 def guided_velocity(
     sample: jax.Array,
     sigma: jax.Array,

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.sharding import LogicalAxes, param
 
 Initializer = Callable[..., jax.Array]
@@ -37,6 +38,7 @@ class Linear(nnx.Module):
         self.bias = param(jnp.zeros((out_features,), dtype), (axes[1],)) if use_bias else None
         self.in_features, self.out_features = in_features, out_features
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
         """``x [..., in]`` -> ``[..., out]`` in ``x``'s dtype; products accumulate (and the bias adds) in
         float32 before the one rounding to a 16-bit ``x`` dtype (weights are cast to ``x``'s dtype)."""
@@ -46,6 +48,7 @@ class Linear(nnx.Module):
         return y.astype(x.dtype)
 
 
+@scopes.scoped(scopes.NORM_MOD)
 def rms_norm(x: jax.Array, eps: float, scale: jax.Array | None = None) -> jax.Array:
     """RMSNorm over the last axis, computed in float32 (torch.nn.RMSNorm / diffusers RMSNorm)."""
     xf = x.astype(jnp.float32)
@@ -55,6 +58,7 @@ def rms_norm(x: jax.Array, eps: float, scale: jax.Array | None = None) -> jax.Ar
     return y.astype(x.dtype)
 
 
+@scopes.scoped(scopes.NORM_MOD)
 def layer_norm(x: jax.Array, eps: float) -> jax.Array:
     """LayerNorm without affine parameters over the last axis."""
     xf = x.astype(jnp.float32)
@@ -70,6 +74,7 @@ class RMSNorm(nnx.Module):
         self.eps = eps
         self.scale = param(jnp.ones((dim,), jnp.float32), (axis_name,)) if affine else None
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
         return rms_norm(x, self.eps, None if self.scale is None else self.scale[...])
 

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltx2 import scopes
 from ltx2.block import TextKV, take_rows
 from ltx2.sharding import get_strategy
 from ltx2.transformer import Conditioning, LTX2Transformer
@@ -82,6 +83,7 @@ def needs_text_kv(plan: Plan, model: LTX2Transformer) -> bool:
     return plan.text_kv_cache and not model.text_kv_per_step
 
 
+@scopes.scoped(scopes.TRANSFORMER)
 def precompute_text_kv(model: LTX2Transformer, text: TextEmbeddings) -> TextKV:
     """Every layer's text keys/values ``[layers, R, S, D]`` of the ``R`` prompt rows, once per video
     (only where they do not depend on the step: :func:`needs_text_kv`)."""
@@ -90,6 +92,7 @@ def precompute_text_kv(model: LTX2Transformer, text: TextEmbeddings) -> TextKV:
     return model.text_kv(*model.project_text(text.video, text.audio))
 
 
+@scopes.scoped(scopes.TRANSFORMER)
 def predict(
     model: LTX2Transformer, plan: Plan, x: Latents, text: TextEmbeddings, t: jax.Array, kv: TextKV | None = None
 ) -> dict[str, Prediction]:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltx2 import scopes
 from ltx2.config import ROPE_TYPES, TransformerConfig
 
 
@@ -185,6 +186,7 @@ def apply_split_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
     return out.reshape(x_btd.shape).astype(x_btd.dtype)
 
 
+@scopes.scoped(scopes.ROPE)
 def apply_rope(x_btd: jax.Array, rope: RopeTables, rope_type: str) -> jax.Array:
     if rope_type == "interleaved":
         return apply_interleaved_rope(x_btd, rope)
@@ -193,6 +195,7 @@ def apply_rope(x_btd: jax.Array, rope: RopeTables, rope_type: str) -> jax.Array:
     raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
 
 
+@scopes.scoped(scopes.ROPE)
 def av_rope(
     cfg: TransformerConfig, video_coords: jax.Array | np.ndarray, audio_coords: jax.Array | np.ndarray
 ) -> AVRope:

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltx2 import scopes
+
 TIME_SHIFT_TYPES = ("exponential", "linear")
 
 
@@ -129,6 +131,7 @@ def timesteps(cfg: SchedulerConfig, sigmas: np.ndarray) -> np.ndarray:
     return (sigmas[:-1] * np.float32(cfg.num_train_timesteps)).astype(np.float32)
 
 
+@scopes.scoped(scopes.SCHEDULER)
 def step(sample: jax.Array, velocity: jax.Array, sigma: jax.Array, sigma_next: jax.Array) -> jax.Array:
     """One Euler step ``x + (sigma_next - sigma) * v`` (in float32, returned in ``velocity``'s
     dtype, like diffusers ``step``)."""

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.block import Block, BlockInputs, StreamInputs, TextKV, modulate
 from ltx2.config import TIMESTEP_EMBED_DIM, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, layer_norm, stack_layers
@@ -67,6 +68,7 @@ class AdaLayerNormSingle(nnx.Module):
         self.linear_2 = Linear(dim, dim, axes=(None, "embed"), **kw)
         self.linear = Linear(dim, num_mod * dim, axes=("embed", "modulation"), **kw)
 
+    @scopes.module_scope
     def __call__(self, t_bt: jax.Array, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
         """``t_bt [B]`` or ``[B, T]`` -> (``[B, T, num_mod*D]``, ``[B, T, D]``)."""
         t_bt = t_bt.reshape(t_bt.shape[0], -1)
@@ -81,6 +83,7 @@ class TextProjection(nnx.Module):
         self.linear_1 = Linear(in_dim, dim, axes=("caption", "embed"), dtype=param_dtype, rngs=rngs)
         self.linear_2 = Linear(dim, dim, axes=(None, "embed"), dtype=param_dtype, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x_bsc: jax.Array) -> jax.Array:
         return self.linear_2(gelu_tanh(self.linear_1(x_bsc)))
 
@@ -119,7 +122,9 @@ class LTX2Transformer(nnx.Module):
         self.proj_out = linear(D, cfg.out_channels, ("embed", "in_features"))
         self.audio_proj_out = linear(Da, cfg.audio_out_channels, ("embed", "in_features"))
         self.cfg = cfg
+        scopes.label(self, scopes.TRANSFORMER_CHILDREN)
 
+    @scopes.scoped(scopes.TRANSFORMER)
     def __call__(
         self,
         hidden_states: jax.Array,
@@ -408,6 +413,7 @@ def _bias(mask_bs: jax.Array | None, dt: jnp.dtype) -> jax.Array | None:
     return ((1 - mask_bs.astype(dt)) * -10000.0)[:, None, None, :]
 
 
+@scopes.scoped(scopes.OUTPUT)
 def _output(x: jax.Array, emb_btd: jax.Array, table: jax.Array, proj: Linear) -> jax.Array:
     """Final LayerNorm, ``(table + embedded timestep)`` shift/scale, output projection."""
     values = table[None, None].astype(emb_btd.dtype) + emb_btd[:, :, None]

@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
+    from harness.report.console import summary_table
+
+    print(summary_table(records))
     print(f"wrote {files.index} and {files.csv}")
     if files.comparison is not None:
         c = files.comparison

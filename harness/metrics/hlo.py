@@ -100,11 +100,26 @@ class CollectiveStats:
         }
 
 
+def callees(instr: Instruction) -> list[str]:
+    """Names of the computations an instruction calls (fusion bodies, loop bodies, branches, reducers)."""
+    return _callees(instr)
+
+
 def _callees(instr: Instruction) -> list[str]:
     names: list[str] = []
     for group in _CALLEES.findall(instr.attributes):
         names += [n.strip().lstrip("%") for n in group.strip("{}").split(",") if n.strip()]
     return names
+
+
+def collective_kind(instr: Instruction) -> str | None:
+    """The collective kind of an op (sync, ``-start`` or ``-done``, or a TPU reduce-scatter fusion), else None."""
+    return _collective_kind(instr)
+
+
+def own_collective(instr: Instruction, shapes: Mapping[str, str]) -> CollectiveCount:
+    """One collective op's contribution: a start or sync op counts once with its operand bytes."""
+    return _own_collective(instr, shapes)
 
 
 def _collective_kind(instr: Instruction) -> str | None:
@@ -327,6 +342,16 @@ def _splash_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
     return 4 * _elements(q) * k[-2]
 
 
+def instruction_flops(instr: Instruction, shapes: Mapping[str, str]) -> int | None:
+    """Matmul FLOPs of one execution of a ``dot``, ``convolution`` or splash kernel call; None for
+    any other op (``shapes``: instruction name -> shape in its computation)."""
+    if instr.opcode in ("dot", "convolution"):
+        return _matmul_flops(instr, shapes)
+    if instr.opcode == "custom-call" and _SPLASH_FORWARD.match(instr.name) and len(instr.operands) >= 5:
+        return _splash_flops(instr, shapes)
+    return None
+
+
 def matmul_flops(hlo_text: str) -> int:
     """Matmul FLOPs (dots, convolutions, splash attention kernels) of an optimized HLO module, per
     device, per call of ENTRY, with loop bodies multiplied by their trip counts (unknown trip
@@ -343,15 +368,10 @@ def matmul_flops(hlo_text: str) -> int:
         shapes = {i.name: i.shape for i in instrs}
         total = 0
         for instr in instrs:
-            if instr.opcode in ("dot", "convolution"):
-                total += _matmul_flops(instr, shapes)
-                continue
-            if instr.opcode == "custom-call" and _SPLASH_FORWARD.match(instr.name) and len(instr.operands) >= 5:
-                total += _splash_flops(instr, shapes)
-                continue
-            if instr.opcode in _ASYNC_CONTINUATIONS:
-                continue
-            total += _nested(instr, module, visit)
+            if (own := instruction_flops(instr, shapes)) is not None:
+                total += own
+            elif instr.opcode not in _ASYNC_CONTINUATIONS:
+                total += _nested(instr, module, visit)
         return total
 
     return visit(module.entry) if module.entry else 0
@@ -396,6 +416,19 @@ def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: _Modu
     return total
 
 
+CONTROL_FLOW = ("while", "call", "conditional")  # ops whose work is that of the computations they run
+
+
+def instruction_traffic(instr: Instruction, shapes: Mapping[str, str], module: _Module) -> int:
+    """Bytes one execution of a top-level op reads and writes (see :func:`memory_traffic_bytes`);
+    0 for control flow, whose bodies are counted where they run."""
+    if instr.opcode == "fusion":
+        return _fusion_traffic(instr, shapes, module)
+    if instr.opcode in _NO_TRAFFIC or instr.opcode.endswith("-done"):
+        return 0
+    return shape_bytes(instr.shape) + _operand_bytes(instr, shapes)
+
+
 def memory_traffic_bytes(hlo_text: str) -> int:
     """Bytes read and written by the top-level ops of an optimized HLO module (each fusion,
     collective or custom call reads its operands and writes its result), per device and call,
@@ -413,17 +446,16 @@ def memory_traffic_bytes(hlo_text: str) -> int:
         shapes = {i.name: i.shape for i in instrs}
         total = 0
         for instr in instrs:
-            if instr.opcode in ("while", "call", "conditional"):
+            if instr.opcode in CONTROL_FLOW:
                 total += _nested(instr, module, visit)
-            elif instr.opcode == "fusion":
-                total += _fusion_traffic(instr, shapes, module)
-            elif instr.opcode not in _NO_TRAFFIC and not instr.opcode.endswith("-done"):
-                total += shape_bytes(instr.shape) + _operand_bytes(instr, shapes)
+            else:
+                total += instruction_traffic(instr, shapes, module)
         return total
 
     return visit(module.entry) if module.entry else 0
 
 
-__all__ = ["KINDS", "CollectiveCount", "CollectiveStats", "Instruction", "Module", "collective_instructions",
-           "collective_stats", "matmul_flops", "memory_traffic_bytes", "parse_instruction", "parse_module",
-           "shape_bytes", "shape_dims", "top_level_items", "while_trip_count"]  # fmt: skip
+__all__ = ["CONTROL_FLOW", "KINDS", "CollectiveCount", "CollectiveStats", "Instruction", "Module", "callees",
+           "collective_instructions", "collective_kind", "collective_stats", "instruction_flops",
+           "instruction_traffic", "matmul_flops", "memory_traffic_bytes", "own_collective", "parse_instruction",
+           "parse_module", "shape_bytes", "shape_dims", "top_level_items", "while_trip_count"]  # fmt: skip

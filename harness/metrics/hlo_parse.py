@@ -1,8 +1,11 @@
 """Parse optimized HLO text (`jax.stages.Compiled.as_text()`) into computations of instructions.
 
 What every HLO analysis starts from (:mod:`harness.metrics.hlo`: collectives, matmul FLOPs,
-memory traffic): :func:`parse_module` groups the instructions of each computation in schedule
-order and finds ENTRY; :func:`shape_bytes` / :func:`shape_dims` read shapes. Pure Python.
+memory traffic; :mod:`harness.metrics.attribution`: model scopes): :func:`parse_module` groups the
+instructions of each computation in schedule order and finds ENTRY; :func:`shape_bytes` /
+:func:`shape_dims` read shapes; :func:`op_name` and :func:`source_lines` read an instruction's
+``metadata`` (its JAX ``op_name`` path and, through the module's stack-frame tables, the
+source line that traced it). Pure Python.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ _ARRAY_SHAPE = re.compile(r"\b(" + "|".join(sorted(_DTYPE_BITS, key=len, reverse
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
 _COMMENT = re.compile(r"/\*.*?\*/")
+_OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+_STACK_FRAME = re.compile(r"\bstack_frame_id=(\d+)")
+_TABLE_ENTRY = re.compile(r"^(\d+) (.*)$")
+_FIELD = re.compile(r"(\w+)=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,18 @@ class Instruction:
     operand_shapes: tuple[str, ...]
     attributes: str
     literal: str = ""
+
+    @property
+    def op_name(self) -> str:
+        """``metadata.op_name``: the JAX path of the op (``jit(f)/while/body/<scopes>/dot_general``), or ""."""
+        m = _OP_NAME.search(self.attributes)
+        return m.group(1) if m else ""
+
+    @property
+    def stack_frame(self) -> int | None:
+        """``metadata.stack_frame_id``: the innermost frame in the module's stack-frame table."""
+        m = _STACK_FRAME.search(self.attributes)
+        return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -165,3 +184,38 @@ def shape_dims(shape: str) -> tuple[int, ...] | None:
     if len(found) != 1:
         return None
     return tuple(int(d.strip().removeprefix("<=")) for d in found[0][1].split(",") if d.strip())
+
+
+def _tables(hlo_text: str) -> dict[str, dict[int, str]]:
+    """The module's ``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` tables:
+    table -> id -> entry text (as printed before the computations)."""
+    tables: dict[str, dict[int, str]] = {}
+    current: dict[int, str] | None = None
+    for line in hlo_text.splitlines():
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = tables.setdefault(line, {})
+        elif current is not None and (m := _TABLE_ENTRY.match(line)):
+            current[int(m.group(1))] = m.group(2)
+        elif line.strip() == "" or current is None:
+            continue
+        else:
+            current = None
+    return tables
+
+
+def source_lines(hlo_text: str) -> dict[int, str]:
+    """Stack frame id -> ``file:line (function)`` of its innermost location, from the tables the
+    printer writes before the computations (XLA >= 0.7 metadata: ``stack_frame_id`` instead of
+    ``source_file``/``source_line``). Frame ids are the printed ids, which ``stack_frame_id``
+    refers to (checked against known lines in ``tests/harness/metrics/test_attribution.py``)."""
+    tables = _tables(hlo_text)
+    files = {k: v.strip('"') for k, v in tables.get("FileNames", {}).items()}
+    functions = {k: v.strip('"') for k, v in tables.get("FunctionNames", {}).items()}
+    locations = {k: dict((a, int(b)) for a, b in _FIELD.findall(v)) for k, v in tables.get("FileLocations", {}).items()}
+    out = {}
+    for frame, text in tables.get("StackFrames", {}).items():
+        loc = locations.get(dict((a, int(b)) for a, b in _FIELD.findall(text)).get("file_location_id", -1))
+        if loc is not None:
+            where = f"{files.get(loc.get('file_name_id', -1), '?')}:{loc.get('line', '?')}"
+            out[frame] = f"{where} ({functions.get(loc.get('function_name_id', -1), '?')})"
+    return out

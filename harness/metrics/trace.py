@@ -1,83 +1,49 @@
-"""Capture an XLA trace and turn it into per-device time by category.
+"""Capture an XLA trace and turn it into per-device time by category, by scope and by step.
 
-Parsing goes through `jax.profiler.ProfileData` (ships with jaxlib, always matches the
-writer). Every event carrying an `hlo_op` stat is one op execution. Its device is the
-`/device:<KIND>:N` plane on GPU/TPU, and the `device_ordinal` stat on CPU, where all
-ops run on host threads (`/host:CPU`) and a thread does not identify a device. On
-device planes with an `XLA Ops` line (TPU), only that line is read, so ops are not
-counted twice. Verified on CPU (8 simulated devices) and on one H100 (ops on the
-`Stream #N(...)` lines of `/device:GPU:0`); the TPU layout follows xprof's source.
-
-Categories are `compute` or a collective kind from `harness.metrics.hlo.KINDS`. An
-async collective (`*-start` ... `*-done`) occupies the span from the start of its start
-op to the end of its done op. Per device, over the window from the first op start to
-the last op end across all devices:
+Reading the XSpace (backend layouts and what each rests on) is :mod:`harness.metrics.xspace`.
+Categories are ``compute`` or a collective kind from ``harness.metrics.hlo.KINDS``. An async
+collective (``*-start`` ... ``*-done``) occupies the span from the start of its start op to the end
+of its done op. Per device, over a window:
 
     busy       = union(compute, collectives)
     exposed    = collective time not overlapped by compute on the same device
     idle       = window - busy
     wasted     = exposed + idle          wasted_fraction = wasted / window
 
-On CPU the nested `Rendezvous` events (waiting for the other participants) are summed
-into `rendezvous_wait_ns` of each collective.
+The whole-trace window runs from the first op start to the last op end across all devices. Each
+traced *step* (one call of the stage) has its own window, from the host's step annotation: there,
+host time before, between and after the device's ops is idle (a Python loop over a compiled step
+shows its gaps). Per step, means over devices: compute, exposed time by collective kind and idle
+(they sum to the window), and the ops' self time by model scope (:mod:`harness.metrics.attribution`);
+these per-step samples are what a diff's intervals are computed from.
+
+On CPU the nested ``Rendezvous`` events (waiting for the other participants) are summed into
+``rendezvous_wait_ns`` of each collective.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import re
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from harness.metrics.attribution import Scopes, coverage, time_by_scope
 from harness.metrics.hlo import KINDS
+from harness.metrics.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, op_category, read_trace
 
-COMPUTE = "compute"
 CPU_NOTE = (
     "CPU trace: collectives are in-process rendezvous plus memcpy between threads of one "
     "process, mostly waiting for the slowest participant; their timings do not transfer "
     "to TPU or GPU interconnects. Use the static collective counts and bytes instead."
 )
-_DEVICE_PLANE = re.compile(r"^/device:([A-Z]+):(\d+)$")
-_XLA_OPS_LINE = "XLA Ops"
-_RENDEZVOUS = "Rendezvous"
 _ASYNC_SUFFIX = re.compile(r"-(start|done)(?=[.\d]*$)")
-_KIND_PREFIX = re.compile(r"^(" + "|".join(sorted(KINDS, key=len, reverse=True)) + r")(?:$|[.\-_])")
-
-
-@dataclass(frozen=True)
-class OpEvent:
-    """One execution of one HLO op on one device; times in ns from the profile start."""
-
-    device: int
-    module: str
-    op: str
-    category: str
-    start_ns: float
-    end_ns: float
-    rendezvous_wait_ns: float = 0.0
-
-    @property
-    def duration_ns(self) -> float:
-        return self.end_ns - self.start_ns
-
-
-@dataclass(frozen=True)
-class OpTable:
-    """The op executions of one trace, sorted by device then start time."""
-
-    platform: str
-    events: tuple[OpEvent, ...]
-
-    @property
-    def devices(self) -> tuple[int, ...]:
-        return tuple(sorted({e.device for e in self.events}))
+PERFETTO_TRACE = "perfetto_trace.json.gz"
 
 
 @dataclass(frozen=True)
@@ -99,23 +65,30 @@ class DeviceMetrics:
 
 @dataclass(frozen=True)
 class OpSummary:
-    """Total time of one op of one module, summed over devices and executions."""
+    """Self time of one op of one module, summed over devices and executions, with its model scope
+    and the source line that traced it (when the program's HLO was given)."""
 
     module: str
     op: str
     category: str
     total_ns: float
     count: int
+    scope: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True)
 class TraceMetrics:
-    """Per-device time by category and the ops that took the most time."""
+    """Per-device time by category, the ops that took the most time, and per step (one call of the
+    stage): the window, time by category and by scope (means over devices)."""
 
     platform: str
     devices: tuple[DeviceMetrics, ...]
     top_ops: tuple[OpSummary, ...]
     note: str | None
+    step_samples: tuple[dict[str, Any], ...] = ()
+    by_scope: dict[str, float] = field(default_factory=dict)  # ns per step, mean over devices
+    scope_coverage: float | None = None  # share of op self time with a model scope
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -124,6 +97,9 @@ class TraceMetrics:
             "devices": [asdict(d) for d in self.devices],
             "top_ops": [asdict(o) for o in self.top_ops],
             "note": self.note,
+            "step_samples": list(self.step_samples),
+            "by_scope": self.by_scope,
+            "scope_coverage": self.scope_coverage,
         }
 
 
@@ -138,120 +114,21 @@ def find_xplanes(log_dir: str | Path) -> list[Path]:
 def capture_trace(run: Callable[[], Any], log_dir: str | Path, *, steps: int = 1) -> Path:
     """Call `run()` `steps` times under `jax.profiler.trace(log_dir)`; return the new xplane file.
 
-    Each call is a `StepTraceAnnotation` and is blocked on, so its device work lands in the
-    trace. Compile (warm up) before capturing: compilation inside the trace is noise.
+    Each call is a `StepTraceAnnotation` (named ``step``) and is blocked on, so its device work
+    lands in the trace inside the step's window. Compile (warm up) before capturing: compilation
+    inside the trace is noise. Next to the xplane, jax writes a Chrome-JSON trace for Perfetto
+    (:data:`PERFETTO_TRACE`).
     """
     before = set(find_xplanes(log_dir))
-    with jax.profiler.trace(str(log_dir)):
+    with jax.profiler.trace(str(log_dir), create_perfetto_trace=True):
         for step in range(steps):
-            with jax.profiler.StepTraceAnnotation("step", step_num=step):
+            with jax.profiler.StepTraceAnnotation(STEP_EVENT, step_num=step):
                 jax.block_until_ready(run())
     written = find_xplanes(log_dir)
     fresh = [p for p in written if p not in before]
     if not (fresh or written):
         raise FileNotFoundError(f"jax.profiler.trace wrote no .xplane.pb under {log_dir}")
     return (fresh or written)[-1]
-
-
-# ---------------------------------------------------------------- parsing
-
-
-def op_category(op: str, categories: Mapping[str, str] | None = None) -> str:
-    """`compute`, or the collective kind of an op (`all-gather-start.3` -> `all-gather`).
-
-    `categories` (instruction name -> kind, from `hlo.collective_instructions`) wins over
-    the name, which is all there is otherwise: a collective fused on TPU may be called
-    `fusion.65`, and only the HLO says it is a reduce-scatter.
-    """
-    if categories is not None and op in categories:
-        return categories[op]
-    if op.startswith("all-reduce-scatter"):
-        return "reduce-scatter"
-    m = _KIND_PREFIX.match(op)
-    return m.group(1) if m else COMPUTE
-
-
-def _platform(planes: Iterable[Any]) -> str:
-    for plane in planes:
-        m = _DEVICE_PLANE.search(plane.name)
-        if m:
-            return m.group(1).lower()
-    return "cpu"
-
-
-def _op_lines(plane: Any) -> list[Any]:
-    lines = list(plane.lines)
-    xla_ops = [line for line in lines if line.name == _XLA_OPS_LINE]
-    return xla_ops or lines
-
-
-def _line_events(line: Any, plane_device: int | None, categories: Mapping[str, str] | None) -> list[OpEvent]:
-    """Op events of one trace line, with CPU rendezvous waits folded into their collective.
-
-    An event is an op if it has an `hlo_op` stat or, on a device's `XLA Ops` line, always
-    (its name is the op; unverified on TPU, where that line is expected).
-    """
-    every_event_is_op = line.name == _XLA_OPS_LINE
-    ops: list[OpEvent] = []
-    waits: list[tuple[float, float]] = []
-    for event in line.events:
-        stats = dict(event.stats)
-        op = stats.get("hlo_op") or (event.name if every_event_is_op else None)
-        if op is not None:
-            device = plane_device if plane_device is not None else int(stats.get("device_ordinal", -1))
-            module = str(stats.get("hlo_module", ""))
-            category = op_category(str(op), categories)
-            ops.append(OpEvent(device, module, str(op), category, event.start_ns, event.end_ns))
-        elif event.name == _RENDEZVOUS:
-            waits.append((event.start_ns, event.end_ns))
-    return _attach_waits(ops, waits)
-
-
-def _attach_waits(ops: list[OpEvent], waits: list[tuple[float, float]]) -> list[OpEvent]:
-    """Add each wait to the collective that encloses it (ops on one line never overlap)."""
-    if not waits:
-        return ops
-    ops = sorted(ops, key=lambda e: e.start_ns)
-    starts = [e.start_ns for e in ops]
-    extra = [0.0] * len(ops)
-    for wait_start, wait_end in waits:
-        i = bisect.bisect_right(starts, wait_start) - 1
-        if i >= 0 and ops[i].category != COMPUTE and ops[i].end_ns >= wait_end:
-            extra[i] += wait_end - wait_start
-    return [dataclasses.replace(e, rendezvous_wait_ns=w) if w else e for e, w in zip(ops, extra, strict=True)]
-
-
-def _read_profile(xspace: str | Path | bytes) -> Any:
-    if isinstance(xspace, bytes):
-        return jax.profiler.ProfileData.from_serialized_xspace(xspace)
-    return jax.profiler.ProfileData.from_file(str(xspace))
-
-
-def read_trace(
-    xspace: str | Path | bytes,
-    *,
-    modules: Collection[str] | None = None,
-    categories: Mapping[str, str] | None = None,
-) -> OpTable:
-    """Every op execution in an XSpace (file path or serialized bytes).
-
-    `modules` keeps only ops of those HLO modules (e.g. `{"jit_step"}`), dropping the
-    small jit helpers and anything else that ran during the capture. `categories` maps
-    instruction names of those modules to collective kinds (see `op_category`).
-    """
-    profile = _read_profile(xspace)
-    events: list[OpEvent] = []
-    with warnings.catch_warnings():
-        # jaxlib >= 0.11 warns that its `event_stats` type has no __module__ on every read.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for plane in profile.planes:
-            m = _DEVICE_PLANE.search(plane.name)
-            for line in _op_lines(plane) if m else plane.lines:
-                events += _line_events(line, int(m.group(2)) if m else None, categories)
-    if modules is not None:
-        events = [e for e in events if e.module in modules]
-    events.sort(key=lambda e: (e.device, e.start_ns))
-    return OpTable(_platform(profile.planes), tuple(events))
 
 
 # ---------------------------------------------------------------- interval maths
@@ -354,15 +231,58 @@ def device_metrics(events: Sequence[OpEvent]) -> tuple[DeviceMetrics, ...]:
     return tuple(_device_metrics(d, per_device[d], window) for d in sorted(per_device))
 
 
-def top_ops(events: Iterable[OpEvent], n: int = 20) -> tuple[OpSummary, ...]:
-    """The `n` (module, op) pairs with the most total time, summed over devices and executions."""
+def top_ops(events: Iterable[OpEvent], n: int = 20, scopes: Scopes | None = None) -> tuple[OpSummary, ...]:
+    """The ``n`` (module, op) pairs with the most self time, summed over devices and executions
+    (a ``while`` counts its own overhead, its body's ops count themselves)."""
     totals: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for e in events:
         acc = totals[(e.module, e.op, e.category)]
-        acc[0] += e.duration_ns
+        acc[0] += e.exclusive_ns
         acc[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    return tuple(OpSummary(m, op, cat, total, int(count)) for (m, op, cat), (total, count) in ranked[:n])
+    return tuple(OpSummary(m, op, cat, total, int(count), scopes.of(op) if scopes else "",
+                           scopes.source.get(op, "") if scopes else "")
+                 for (m, op, cat), (total, count) in ranked[:n])  # fmt: skip
+
+
+def _categories(d: DeviceMetrics) -> dict[str, float]:
+    """Compute, exposed collective time by kind (exposed time shared out by each kind's covered
+    time) and idle of one device: they sum to its window."""
+    out = {COMPUTE: d.compute_ns}
+    total = sum(d.collective_ns_by_kind.values())
+    for kind, ns in d.collective_ns_by_kind.items():
+        out[kind] = d.exposed_collective_ns * ns / total if total else 0.0
+    out["idle"] = d.idle_ns
+    return out
+
+
+def step_samples(table: OpTable, scopes: Scopes | None = None) -> list[dict[str, Any]]:
+    """Per traced step: its window and, as means over the trace's devices, time by category
+    (compute, exposed collectives by kind, idle) and ops' self time by scope, all in ns. Without
+    step annotations the whole trace is one step, windowed by its ops."""
+    devices = table.devices
+    if not devices:
+        return []
+    windows = table.steps or ((min(e.start_ns for e in table.events), max(e.end_ns for e in table.events)),)
+    starts = [w[0] for w in windows]
+    per_step: list[list[OpEvent]] = [[] for _ in windows]
+    for e in table.events:
+        i = max(0, bisect.bisect_right(starts, e.start_ns) - 1)
+        if windows[i][0] <= e.start_ns <= windows[i][1]:
+            per_step[i].append(e)
+    out = []
+    for (start, end), events in zip(windows, per_step, strict=True):
+        mine: dict[int, list[OpEvent]] = {d: [] for d in devices}
+        for e in events:
+            mine[e.device].append(e)
+        categories: dict[str, float] = defaultdict(float)
+        for d in devices:
+            for k, v in _categories(_device_metrics(d, mine[d], (start, end))).items():
+                categories[k] += v / len(devices)
+        spans = ((e.op, e.exclusive_ns / len(devices)) for e in events)
+        by_scope = time_by_scope(spans, scopes) if scopes else {}
+        out.append({"window_ns": end - start, "categories": dict(categories), "by_scope": by_scope})
+    return out
 
 
 def analyze_trace(
@@ -370,13 +290,28 @@ def analyze_trace(
     *,
     modules: Collection[str] | None = None,
     categories: Mapping[str, str] | None = None,
+    scopes: Scopes | None = None,
     top: int = 20,
 ) -> TraceMetrics:
-    """Read a trace and compute per-device metrics and the top ops (see `read_trace`)."""
+    """Read a trace: per-device metrics over the whole trace, the top ops, and per-step samples by
+    category and (given the program's ``scopes``) by scope (see :func:`harness.metrics.xspace.read_trace`)."""
     table = read_trace(xspace, modules=modules, categories=categories)
+    samples = step_samples(table, scopes)
+    by_scope: dict[str, float] = defaultdict(float)
+    for sample in samples:
+        for scope, ns in sample["by_scope"].items():
+            by_scope[scope] += ns / len(samples)
     return TraceMetrics(
         platform=table.platform,
         devices=device_metrics(table.events),
-        top_ops=top_ops(table.events, top),
+        top_ops=top_ops(table.events, top, scopes),
         note=CPU_NOTE if table.platform == "cpu" else None,
+        step_samples=tuple(samples),
+        by_scope=dict(by_scope),
+        scope_coverage=coverage(by_scope) if scopes else None,
     )
+
+
+__all__ = ["COMPUTE", "CPU_NOTE", "PERFETTO_TRACE", "DeviceMetrics", "OpEvent", "OpSummary", "OpTable", "TraceMetrics",
+           "analyze_trace", "capture_trace", "collective_spans", "covered_ns", "device_metrics", "find_xplanes",
+           "merge_intervals", "op_category", "overlap_ns", "read_trace", "step_samples", "top_ops"]  # fmt: skip

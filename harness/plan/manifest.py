@@ -1,8 +1,13 @@
 """Manifests: TOML -> validated, frozen dataclasses (``schema_version = 1``). No model import.
 
 A manifest says what to run (target, model preset + config overrides, workload),
-how to measure it (``[run]``), how to gate it (``[gate]``) and which variants to
-run (``[[variants]]`` and/or a ``[matrix]`` of named axes). This module checks what
+how to measure it (``[run]``), how to gate it (``[gate]``), how to report it (``[report]``) and
+which variants to run (``[[variants]]`` and/or a ``[matrix]`` of named axes).
+
+Each variant is compared in reports with a *reference* variant: its own ``reference = "<name>"``,
+else ``[report] reference`` when that variant runs the same preset and workload sizes, else the
+first variant declared before it that does (:func:`harness.plan.variants.expand` resolves and
+checks the names); a variant with none is a reference itself. This module checks what
 the TOML alone can say (keys, types, ranges, the mesh against the device count);
 :mod:`harness.plan.variants` expands the variants and asks the model about the rest
 (preset, stage names, config overrides, workload sizes). Each problem is a
@@ -169,12 +174,20 @@ class Gate(_Section):
 
 
 @dataclass(frozen=True)
+class Report(_Section):
+    """How reports show the sweep: the default reference variant (see the module docstring)."""
+
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
 class VariantSpec:
     """One ``[[variants]]`` entry as written (flattened dotted overrides)."""
 
     name: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    reference: str | None = None  # the variant it is compared with
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,7 @@ class Manifest:
     run: Run
     gate: Gate
     variants: tuple[VariantSpec, ...] = ()
+    report: Report = field(default_factory=Report)
     matrix: Matrix | None = None
     schema_version: int = SCHEMA_VERSION
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -331,7 +345,7 @@ def _parse_variants(raw: Any, origins: dict[KeyPath, KeyPath]) -> tuple[VariantS
         try:
             if not isinstance(entry, dict):
                 raise Invalid((), f"expected a table, got {type_name(entry)}")
-            check_keys(entry, ("name", "overrides", "description"))
+            check_keys(entry, ("name", "overrides", "description", "reference"))
             name = get(entry, "name", "str")
             if not name.strip():
                 raise Invalid(("name",), "must not be empty")
@@ -340,7 +354,10 @@ def _parse_variants(raw: Any, origins: dict[KeyPath, KeyPath]) -> tuple[VariantS
             seen[name] = i
             overrides = flatten_origins(get(entry, "overrides", "table", {}), ("variants", i, "overrides"),
                                         origins)  # fmt: skip
-            specs.append(VariantSpec(name, overrides, get(entry, "description", "str", "")))
+            reference = get(entry, "reference", "str", None)
+            if reference == name:
+                raise Invalid(("reference",), f"variant {name!r} cannot be its own reference")
+            specs.append(VariantSpec(name, overrides, get(entry, "description", "str", ""), reference))
         except Invalid as e:
             raise Invalid(("variants", i) + e.path, e.reason) from None
     return tuple(specs)
@@ -388,7 +405,12 @@ def _parse_model(raw: Mapping[str, Any], origins: dict[KeyPath, KeyPath]) -> Mod
 
 # --------------------------------------------------------------------------- loading
 
-_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "variants", "matrix")
+_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "report", "variants", "matrix")
+
+
+def parse_report(raw: Mapping[str, Any]) -> Report:
+    check_keys(raw, ("reference",))
+    return Report(get(raw, "reference", "str", None))
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -448,6 +470,7 @@ def _build(raw: dict[str, Any], path: Path, text: str, sha256: str, origins: dic
         workload=_section(raw, "workload", parse_workload),
         run=_section(raw, "run", parse_run),
         gate=_section(raw, "gate", parse_gate),
+        report=_section(raw, "report", parse_report),
         variants=_parse_variants(raw["variants"], origins) if "variants" in raw else (),
         matrix=_parse_matrix(raw["matrix"], origins) if "matrix" in raw else None,
         raw=raw,

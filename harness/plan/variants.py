@@ -10,6 +10,10 @@ the mesh axes are ones the sharding strategies know, and the workload fits the l
 grid and divides over the mesh (:func:`ltx2.check_workload`). :func:`load_sweep` reads a
 manifest and expands it once; everything downstream takes the :class:`Sweep`.
 
+Each variant gets its reference (the variant reports compare it with): its own ``reference``,
+else ``[report] reference`` if that one runs the same preset and workload sizes, else the first
+variant before it that does, else none; a name that is no variant is an error naming the key.
+
 Each variant gets a stable id: a short sha256 of the canonical JSON of its resolved
 settings (preset, merged config overrides, target with the mesh resolved, workload).
 Names, declaration order, key order and the manifest file do not enter the id, so
@@ -19,6 +23,7 @@ don't either (they change how a variant is measured, not what it is).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -50,6 +55,7 @@ class Variant:
     workload: mf.Workload
     description: str = ""
     origin: KeyPath = field(default=(), compare=False)
+    reference: str | None = None  # the variant reports compare this one with (not part of the id)
 
     def settings(self) -> dict[str, Any]:
         return resolved_settings(self.preset, self.config_overrides, self.target, self.workload)
@@ -242,7 +248,7 @@ def expand(m: mf.Manifest) -> tuple[Variant, ...]:
     _check_tolerance_stages(m)
     points: list[tuple[str, dict[str, Any], KeyPath, str]] = [
         (v.name, dict(v.overrides), ("variants", i, "overrides"), v.description) for i, v in enumerate(m.variants)
-    ]
+    ]  # fmt: skip
     if m.matrix is not None:
         in_matrix = matrix_points(m.matrix)
         if not in_matrix:
@@ -262,7 +268,36 @@ def expand(m: mf.Manifest) -> tuple[Variant, ...]:
                           f"(id {v.id})")  # fmt: skip
         by_name[name], by_id[v.id] = v, v
         variants.append(v)
-    return tuple(variants)
+    return references(m, variants)
+
+
+def comparable(a: Variant, b: Variant) -> bool:
+    """Same model and workload sizes (the stages run may differ): a speedup between them means something."""
+    def sizes(v: Variant) -> dict[str, Any]:
+        return {k: x for k, x in v.workload.to_dict().items() if k != "stages"}
+
+    return a.preset == b.preset and sizes(a) == sizes(b)
+
+
+def references(m: mf.Manifest, variants: Sequence[Variant]) -> tuple[Variant, ...]:
+    """Each variant with its reference resolved (see the module docstring); unknown names are errors."""
+    names = [v.name for v in variants]
+    known = ", ".join(names)
+    default = m.report.reference
+    if default is not None and default not in names:
+        raise m.error(("report", "reference"), f"no variant named {default!r} (variants: {known})")
+    declared = {spec.name: (i, spec.reference) for i, spec in enumerate(m.variants)}
+    out = []
+    for k, v in enumerate(variants):
+        i, ref = declared.get(v.name, (-1, None))
+        if ref is not None and ref not in names:
+            raise m.error(("variants", i, "reference"), f"no variant named {ref!r} (variants: {known})")
+        if ref is None and default is not None and default != v.name and comparable(v, variants[names.index(default)]):
+            ref = default
+        if ref is None:
+            ref = next((w.name for w in variants[:k] if comparable(v, w)), None)
+        out.append(dataclasses.replace(v, reference=ref))
+    return tuple(out)
 
 
 def select(variants: Sequence[Variant], wanted: Sequence[str]) -> list[Variant]:

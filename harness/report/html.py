@@ -9,14 +9,17 @@ writes, on load, how many images decoded and how many errors occurred into
 from __future__ import annotations
 
 import html
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.plan.manifest import Gate
-from harness.report import plots, tables
+from harness.report import detail, plots, tables
+from harness.report import interactive as ui
+from harness.report.fmt import fmt_bytes, fmt_num, fmt_ratio, fmt_time, fmt_unit
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
+from harness.results.diff import StageDiff, reference_diffs
 from harness.results.record import Record
 from harness.results.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
 
@@ -68,43 +71,6 @@ e = html.escape
 # --------------------------------------------------------------------------- formatting
 
 
-def fmt_time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
-
-
-def fmt_bytes(b: float | None) -> str:
-    if b is None:
-        return "-"
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(b) >= scale:
-            return f"{b / scale:.3g} {unit}"
-    return f"{b:.0f} B"
-
-
-def fmt_num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{int(x)}" if x == int(x) and abs(x) < 1e15 else f"{x:.4g}"
-
-
-def fmt_unit(x: float | None, unit: str) -> str:
-    if unit == "s":
-        return fmt_time(x)
-    if unit == "bytes":
-        return fmt_bytes(x)
-    if unit == "fraction":
-        return "-" if x is None else f"{x:.1%}"
-    return fmt_num(x)
-
-
-def fmt_ratio(r: float | None) -> str:
-    if r is None:
-        return "-"
-    return "new (from 0)" if math.isinf(r) else f"{r:.3f}x"
-
-
 def verdict_cell(verdict: str) -> str:
     return f'<td class="l"><span class="verdict verdict-{e(verdict)}">{e(verdict)}</span></td>'
 
@@ -148,29 +114,36 @@ def header_section(info: Mapping[str, Any], title: str | None) -> str:
     return f'<header><h1>{e(heading)}</h1><dl class="meta">{dl}</dl></header>'
 
 
-def variant_section(rows: Sequence[tables.StageRow], reference: str | None) -> str:
+def variant_section(rows: Sequence[tables.StageRow], reference: str | None, declared: bool = False) -> str:
     body = []
     for r in rows:
         t = r.time
         time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, "
                                       f"n={t.n}</span>")
-        speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
-        if r.speedup is not None and r.speedup_reference not in (None, reference):
+        speedup = e(r.speedup_note or "-")
+        if r.speedup_reference is not None and (declared or r.speedup_reference != reference):
             speedup += f' <span class=note>vs {e(r.speedup_reference)}</span>'
         wasted = "-" if r.wasted_fraction is None else f"{r.wasted_fraction:.1%}"
+        scoped = "-" if r.scope_coverage is None else f"{r.scope_coverage:.1%}"
         body.append(
-            f'<tr><td class="l">{e(r.variant)} <span class=note>{e(r.variant_id)}</span></td>'
-            f'<td class="l">{e(r.stage)}</td><td class="l status-{e(r.status)}">{e(r.status)}</td>'
-            f'<td class="l">{e(r.mode or "-")}</td><td>{time}</td><td>{speedup}</td>'
-            f"<td>{fmt_time(r.compile_s)}</td><td>{fmt_num(r.recompiles)}</td><td>{fmt_bytes(r.memory_bytes)}</td>"
-            f"<td>{fmt_num(r.collective_count)}</td><td>{fmt_bytes(r.collective_bytes)}</td><td>{wasted}</td></tr>")
-    head = ["variant", "stage", "status", "mode", "median time", f"speedup vs {reference or '-'}", "compile",
-            "recompiles", "memory / device", "collectives", "collective bytes", "wasted"]
-    return ("<section><h2>Variants</h2>" + _table(head, body, "variants", left=4)
+            f'<tr data-variant="{e(r.variant)}"><td class="l">{e(r.variant)} <span class=note>{e(r.variant_id)}'
+            f'</span></td><td class="l">{e(r.stage)}</td><td class="l status-{e(r.status)}">{e(r.status)}</td>'
+            f'<td class="l">{e(r.mode or "-")}</td><td data-sort="{t.median if t else -1}">{time}</td>'
+            f'<td data-sort="{r.speedup if r.speedup is not None else -1}">{speedup}</td>'
+            f'<td data-sort="{r.compile_s or 0}">{fmt_time(r.compile_s)}</td><td>{fmt_num(r.recompiles)}</td>'
+            f'<td data-sort="{r.memory_bytes or 0}">{fmt_bytes(r.memory_bytes)}</td>'
+            f'<td>{fmt_num(r.collective_count)}</td><td data-sort="{r.collective_bytes or 0}">'
+            f'{fmt_bytes(r.collective_bytes)}</td><td data-sort="{r.wasted_fraction or 0}">{wasted}</td>'
+            f'<td data-sort="{r.scope_coverage if r.scope_coverage is not None else -1}">{scoped}</td></tr>')
+    against = "its reference" if declared else (reference or "-")
+    head = ["variant", "stage", "status", "mode", "median time", f"speedup vs {against}", "compile",
+            "recompiles", "memory / device", "collectives", "collective bytes", "wasted", "time scoped"]
+    return ("<section><h2>Variants</h2>" + ui.table(head, body, "variants", left=4)
             + '<p class="note">Memory per device is the compiled program\'s bound (arguments + outputs + '
               "temporaries - aliased) where known, else its peak. Collective counts and bytes are per device and "
               "call (loop bodies counted once per trip). Wasted = exposed collective time + idle, as a share of "
-              "the traced window.</p></section>")
+              "the traced window. Speedup: the reference's median / this one's, only between the same model and "
+              "workload sizes. Time scoped: share of traced op time attributed to a model scope.</p></section>")
 
 
 def _fits(row: tables.TargetRow) -> str:
@@ -245,27 +218,6 @@ def collectives_section(records: Sequence[Record]) -> str:
             + "</section>")
 
 
-def top_ops_section(records: Sequence[Record], n: int = 10) -> str:
-    parts = []
-    for r in tables.ok_records(records):
-        for stage in r.stages:
-            ops = tables.top_ops(r, stage, n)
-            if not ops:
-                continue
-            body = [f'<tr><td class="l"><code>{e(str(o.get("op")))}</code></td>'
-                    f'<td class="l">{e(str(o.get("category")))}</td><td class="l">{e(str(o.get("module")))}</td>'
-                    f'<td>{fmt_num(o.get("count"))}</td>'
-                    f'<td>{fmt_time((o.get("total_ns") or 0) / 1e9)}</td></tr>' for o in ops]
-            parts.append(f'<h3>{e(r.variant.name)} / {e(stage)}</h3>'
-                         + _table(["op", "category", "module", "executions", "total time (all devices)"], body,
-                                  left=3))
-    note = tables.trace_note(records)
-    if not parts:
-        return '<section id="top-ops"><h2>Top ops</h2><p class="note">No traces in these results.</p></section>'
-    return (f'<section id="top-ops"><h2>Top ops</h2>{f"<p class=note>{e(note)}</p>" if note else ""}'
-            f"{''.join(parts)}</section>")
-
-
 def failed_section(records: Sequence[Record]) -> str:
     failed = tables.failed_records(records)
     stage_failures = [(r, s, entry) for r in tables.ok_records(records)
@@ -289,12 +241,14 @@ def traces_section(records: Sequence[Record], out_dir: str | Path) -> str:
     links = tables.trace_links(records, out_dir)
     if not links:
         return '<section id="traces"><h2>Traces</h2><p class="note">No traces recorded.</p></section>'
-    body = [f'<tr><td class="l">{e(lk.variant)}</td><td class="l">{e(lk.stage)}</td>'
+    body = [f'<tr data-variant="{e(lk.variant)}"><td class="l">{e(lk.variant)}</td><td class="l">{e(lk.stage)}</td>'
             f'<td class="l"><a href="{e(lk.href)}">{e(lk.href)}</a></td><td class="l"><code>{e(lk.command)}</code>'
-            "</td></tr>" for lk in links]
+            "</td><td class=\"l\">" + (f'<a class="perfetto" href="{e(lk.perfetto_href)}">Chrome JSON</a>'
+                                        if lk.perfetto_href else "-") + "</td></tr>" for lk in links]
     return ('<section id="traces"><h2>Traces</h2>'
-            + _table(["variant", "stage", "trace directory", "open in XProf"], body, "trace-links", 4)
-            + f'<p class="note">Run the command, then open localhost:{tables.XPROF_PORT} in a browser.</p>'
+            + ui.table(["variant", "stage", "trace directory", "open in XProf", "Perfetto"], body, "trace-links", 5)
+            + f'<p class="note">Run the command, then open localhost:{tables.XPROF_PORT} in a browser. Perfetto: '
+              "open ui.perfetto.dev and load the Chrome JSON (a gzipped trace file) with \"Open trace file\".</p>"
               "</section>")
 
 
@@ -333,6 +287,48 @@ def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -
 # --------------------------------------------------------------------------- page
 
 
+@dataclass(frozen=True)
+class Page:
+    """What every section renderer gets: the records and what was computed from them once."""
+
+    records: Sequence[Record]
+    out_dir: str | Path
+    rows: Sequence[tables.StageRow]
+    reference: str | None
+    diffs: Mapping[tuple[str, str], StageDiff]  # (variant, stage) -> against the variant's reference
+    comparison: ComparisonSet | None = None
+    gate: Gate | None = None
+    baseline_label: str = ""
+    title: str | None = None
+
+
+Section = Callable[[Page], str]
+
+
+def _comparison(p: Page) -> str:
+    return "" if p.comparison is None else comparison_section(p.comparison, p.gate or Gate(), p.baseline_label)
+
+
+def _variants(p: Page) -> str:
+    names = [r.variant.name for r in p.records]
+    declared = any(r.variant.reference for r in p.records)
+    return ui.variant_toggle(names) + variant_section(p.rows, p.reference, declared)
+
+
+# The page, top to bottom: a section is a function of the Page (add one by appending to a copy).
+SECTIONS: tuple[Section, ...] = (
+    _comparison,
+    _variants,
+    lambda p: detail.coverage_section(p.records),
+    lambda p: detail.variant_details(p.records, p.diffs, p.out_dir),
+    lambda p: target_section(p.records),
+    lambda p: plots_section(plots.all_plots(p.records, p.rows)),
+    lambda p: collectives_section(p.records),
+    lambda p: failed_section(p.records),
+    lambda p: traces_section(p.records, p.out_dir),
+)
+
+
 def render(
     records: Sequence[Record],
     out_dir: str | Path,
@@ -342,18 +338,15 @@ def render(
     baseline_label: str = "",
     reference: str | None = None,
     title: str | None = None,
+    sections: Sequence[Section] = SECTIONS,
 ) -> str:
     """The whole page as a string; ``out_dir`` only makes trace links relative to it."""
     ref = tables.pick_reference(records, reference)
-    rows = tables.stage_rows(records, ref)
+    diffs = {(d.head, d.stage): d for d in reference_diffs(records)}
+    page = Page(records, out_dir, tables.stage_rows(records, ref), ref, diffs, comparison, gate, baseline_label, title)
     info = tables.header(records)
-    sections = [header_section(info, title)]
-    if comparison is not None:
-        sections.append(comparison_section(comparison, gate or Gate(), baseline_label))
-    sections += [variant_section(rows, ref), target_section(records), plots_section(plots.all_plots(records, rows)),
-                 collectives_section(records), top_ops_section(records), failed_section(records),
-                 traces_section(records, out_dir)]
+    body = [header_section(info, title)] + [section(page) for section in sections]
     page_title = e(title or f"Sweep {info.get('sweep_id') or '?'}")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{page_title}</title><style>{CSS}</style><script>{LOAD_CHECK}</script></head>"
-            f"<body>{''.join(sections)}</body></html>\n")
+            f"<title>{page_title}</title><style>{CSS}{ui.CSS}</style><script>{LOAD_CHECK}{ui.SCRIPT}</script>"
+            f"</head><body>{''.join(body)}</body></html>\n")

@@ -45,24 +45,26 @@ def _label(variant: str, stage: str, stages: int) -> str:
 
 
 def stage_times(rows: Sequence[StageRow]) -> str | None:
-    """Median time per variant, one panel per stage (stages differ by orders of magnitude), error
-    bars from the first to the third quartile."""
+    """Median time per variant, one panel per stage and workload (stages differ by orders of
+    magnitude; another model or size is another panel), error bars from the first to the third
+    quartile."""
     timed = [r for r in rows if r.time is not None]
     if not timed:
         return None
-    stages = list(dict.fromkeys(r.stage for r in timed))
-    widest = max(sum(r.stage == s for r in timed) for s in stages)
-    fig = Figure(figsize=(max(6.0, 0.9 * widest + 2.5), 3.0 * len(stages)))
-    for k, stage in enumerate(stages):
-        ax = fig.add_subplot(len(stages), 1, k + 1)
-        mine = [r for r in timed if r.stage == stage and r.time is not None]
+    panels = list(dict.fromkeys((r.stage, r.workload) for r in timed))
+    widest = max(sum((r.stage, r.workload) == p for r in timed) for p in panels)
+    fig = Figure(figsize=(max(6.0, 1.0 * widest + 2.5), 3.2 * len(panels)))
+    for k, (stage, workload) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, k + 1)
+        mine = [r for r in timed if (r.stage, r.workload) == (stage, workload) and r.time is not None]
         med = [r.time.median * 1e3 for r in mine if r.time]
         lo = [(r.time.median - r.time.q1) * 1e3 for r in mine if r.time]
         hi = [(r.time.q3 - r.time.median) * 1e3 for r in mine if r.time]
         ax.bar(range(len(mine)), med, 0.7, yerr=[lo, hi], capsize=3, color=f"C{k % 10}")
-        ax.set_xticks(range(len(mine)), [r.variant for r in mine], rotation=20, ha="right")
+        ax.set_xticks(range(len(mine)), [r.variant for r in mine], rotation=25, ha="right", fontsize="small")
         ax.set_ylabel("ms per call")
-        ax.set_title(f"{stage}: median time (error bars: interquartile range)", fontsize="medium")
+        title = f"{stage}" + (f" ({workload})" if workload else "") + ": median time (error bars: IQR)"
+        ax.set_title(title, fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return to_png(fig)

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.results import stats
 from harness.results.compare import flatten_stage
+from harness.results.diff import DIFFERENT_WORKLOAD, comparable
 from harness.results.record import Record, StageEntry
 
 XPROF_PORT = 8791
@@ -38,6 +39,9 @@ class StageRow:
     wasted_fraction: float | None
     error: str | None
     speedup_reference: str | None = None  # the variant `speedup` is relative to, for this stage
+    speedup_note: str | None = None  # "1.23x", "n/a (different workload)", or None (no reference)
+    scope_coverage: float | None = None  # share of traced op time attributed to a model scope
+    workload: str = ""  # preset and workload sizes (rows compare only within one)
 
 
 def ok_records(records: Sequence[Record]) -> list[Record]:
@@ -71,16 +75,20 @@ def _samples(entry: StageEntry) -> list[float]:
 
 
 def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[StageRow]:
-    """One row per (variant, stage). A stage's speedups are relative to the reference variant when
-    it ran that stage, else to the first variant that did (e.g. a knob against the variant that
-    runs the whole pipeline)."""
+    """One row per (variant, stage). A stage's speedup is against the variant's own reference
+    (``variant.reference``, from the manifest) when that ran the stage; records without one (older
+    results) compare with the ``reference`` variant when it ran the stage, else with the first
+    variant that did. A speedup against a variant of another model or workload size is not given:
+    its note says ``n/a (different workload)``."""
     ref = pick_reference(records, reference)
+    by_name = {r.variant.name: r for r in records}
     ref_medians: dict[str, tuple[str, float]] = {}
     ordered = sorted(records, key=lambda r: r.variant.name != ref)  # the reference first
     for r in ordered:
         for stage, entry in r.stages.items():
             if stage not in ref_medians and r.ok and (xs := _samples(entry)):
                 ref_medians[stage] = (r.variant.name, stats.median(xs))
+    declared = any(r.variant.reference for r in records)
     rows = []
     for r in records:
         stages = r.stages
@@ -92,20 +100,38 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
             m = flatten_stage(entry)
             xs = _samples(entry)
             time = stats.spread(xs) if xs else None
-            ref_name, ref_median = ref_medians.get(stage, (None, 0.0))
+            if declared:
+                other = by_name.get(r.variant.reference or "")
+                ref_xs = _samples(other.stages[stage]) if other and other.ok and stage in other.stages else []
+                ref_name, ref_median = (other.variant.name, stats.median(ref_xs)) if other and ref_xs else (None, 0.0)
+            else:
+                ref_name, ref_median = ref_medians.get(stage, (None, 0.0))
             speedup = ref_median / time.median if time and time.median and ref_name else None
+            note = None if speedup is None else f"{speedup:.2f}x"
+            if ref_name and not comparable(r, by_name[ref_name]):
+                speedup, note = None, DIFFERENT_WORKLOAD
             memory = m.get("memory.bound_bytes") or m.get("memory.peak_bytes")
             rows.append(StageRow(
                 variant=r.variant.name, variant_id=r.variant.id, stage=stage,
                 status=entry.status, mode=r.target.mode_used,
-                time=time, speedup=speedup, speedup_reference=ref_name if speedup is not None else None,
+                time=time, speedup=speedup, speedup_reference=ref_name if note is not None else None,
                 compile_s=_value(m, "compile_s"), recompiles=_value(m, "recompiles"),
                 memory_bytes=memory.value if memory else None,
                 collective_count=_value(m, "collectives.total.count"),
                 collective_bytes=_value(m, "collectives.total.bytes"),
-                wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.error,
+                wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.error, speedup_note=note,
+                scope_coverage=(entry.trace or {}).get("scope_coverage"), workload=workload_label(r),
             ))
     return rows
+
+
+def workload_label(r: Record) -> str:
+    """``small 256x256 px x 65 frames, batch 2``: the model and the sizes a stage's time depends on."""
+    w = r.config.workload
+    if not w:
+        return r.config.preset
+    return (f"{r.config.preset} {w.get('height', '?')}x{w.get('width', '?')} px x {w.get('num_frames', '?')} frames, "
+            f"batch {w.get('batch', '?')}")
 
 
 def _value(m: Mapping[str, Any], key: str) -> float | None:
@@ -140,6 +166,7 @@ class TraceLink:
     stage: str
     href: str  # relative to the report directory
     command: str
+    perfetto_href: str | None = None  # the Chrome-JSON trace next to the xplane, relative to the report
 
 
 def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLink]:
@@ -152,8 +179,12 @@ def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLin
     for r in records:
         for stage, path in r.artifacts.traces.items():
             href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
+            entry = r.stages.get(stage)
+            chrome = (entry.trace or {}).get("chrome_trace") if entry is not None else None
+            perfetto = Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix() \
+                if chrome else None
             links.append(TraceLink(r.variant.name, stage, Path(href).as_posix(),
-                                   f"xprof --logdir {path} --port {XPROF_PORT}"))
+                                   f"xprof --logdir {path} --port {XPROF_PORT}", perfetto))
     return links
 
 

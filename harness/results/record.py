@@ -5,7 +5,8 @@ A :class:`Record` is what a run leaves behind (``record_version`` 1)::
     record_version  1
     sweep_id        "cpu"                      -> reports/<sweep_id>/results.jsonl
     manifest        {path, sha256}
-    variant         {name, id, overrides, description}
+    variant         {name, id, overrides, description[, reference]}   reference: the variant it is
+                    compared with (absent in records written before it existed)
     config          {preset, overrides, resolved, workload, run}
                     resolved: the full ltx2 config after overrides (null if it never got built)
     target          {platform, mode, mode_used, mesh, topology, devices}
@@ -151,6 +152,7 @@ class VariantRef:
     id: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,8 @@ class Record:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         for name in ("manifest", "variant", "config", "target", "artifacts"):
             out[name] = {k: _plain(v) for k, v in dataclasses.asdict(out[name]).items()}
+        if out["variant"]["reference"] is None:  # as written by harnesses before references existed
+            del out["variant"]["reference"]
         out["stages"] = {name: e.to_dict() for name, e in self.stages.items()}
         return {**out, "notes": list(self.notes), **self.extra}
 
@@ -293,6 +297,8 @@ class Variant(Protocol):
     @property
     def description(self) -> str: ...
     @property
+    def reference(self) -> str | None: ...
+    @property
     def preset(self) -> str: ...
     @property
     def config_overrides(self) -> Mapping[str, Any]: ...
@@ -313,7 +319,7 @@ def build_record(*, sweep_id: str, manifest: Manifest, variant: Variant, run: Ru
     return Record(
         sweep_id=sweep_id,
         manifest=ManifestRef(str(manifest.path), manifest.sha256),
-        variant=VariantRef(variant.name, variant.id, dict(variant.overrides), variant.description),
+        variant=VariantRef(variant.name, variant.id, dict(variant.overrides), variant.description, variant.reference),
         config=RunConfig(variant.preset, dict(variant.config_overrides), result.get("config_resolved"),
                          variant.workload.to_dict(), run.to_dict()),
         target=TargetInfo(target.platform, target.mode, dict(target.mesh), target.topology, target.devices,

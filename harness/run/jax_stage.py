@@ -2,7 +2,8 @@
 and the variant's config, mesh and devices it is built on (:func:`open_model`).
 
 A compiled stage keeps its optimized HLO text (:attr:`JaxStage.hlo_text`) for analyses that
-read the scheduled program.
+read the scheduled program: attribution of FLOPs, bytes and collectives to the model's named
+scopes (``static["attribution"]``), and the table that maps a trace's ops to scopes.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import jax
 from jax.sharding import Mesh
 
 from harness import targets
+from harness.metrics.attribution import Scopes, instruction_scopes, static_by_scope
+from harness.metrics.collective_cause import ParamLayout, ShardingFacts
 from harness.metrics.hlo import collective_instructions, matmul_flops, memory_traffic_bytes
 from harness.metrics.static import analyze_compiled, lower_and_compile
 from harness.plan.config import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
 from harness.run.spec import WorkerSpec
-from ltx2 import PipelineConfig, StageProgram, StageUnavailable, Workload, build_mesh, build_stage
+from ltx2 import PipelineConfig, StageProgram, StageUnavailable, Workload, build_mesh, build_stage, get_strategy, scopes
 
 
 @dataclass
@@ -34,6 +37,7 @@ class JaxStage:
     args: tuple[Any, ...] | None = None
     hlo_text: str | None = None  # the compiled program's optimized HLO, once compiled
     uses_jax: bool = True
+    mesh: Mesh | None = None
 
     @property
     def name(self) -> str:
@@ -48,23 +52,26 @@ class JaxStage:
         return self.program.calls_per_video
 
     def static(self) -> dict[str, Any]:
-        """Collectives, memory, cost and compile time of the program, plus what the HLO text and
-        the model say (matmul FLOPs with loop trip counts, memory traffic, analytic FLOPs, extra)."""
+        """Collectives, memory and cost of the program, plus what the HLO text and the model say
+        (matmul FLOPs with loop trip counts, memory traffic, analytic FLOPs, extra) and the
+        attribution of FLOPs, bytes and collectives to model scopes."""
         p = self.program
         compiled, timing = lower_and_compile(p.fn, *p.abstract_args)
         self.hlo_text = compiled.as_text() or ""
         out = dataclasses.replace(analyze_compiled(compiled), timing=timing).to_dict()
+        attribution = static_by_scope(self.hlo_text, scopes.scope_path, sharding_facts(p, self.mesh))
         return {**out, "analytic_flops": p.analytic_flops, "matmul_flops": matmul_flops(self.hlo_text),
-                "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text), **p.extra}  # fmt: skip
+                "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text), "attribution": attribution,
+                **p.extra}  # fmt: skip
 
-    def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None]:
-        """HLO module name and collective instruction kinds, to read this stage's ops from a trace."""
+    def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None, Scopes]:
+        """HLO module name, collective instruction kinds and instruction scopes, to read this
+        stage's ops from a trace (a host loop's ops are its step program's: the same module)."""
         if self.hlo_text is None:
             compiled, _ = lower_and_compile(self.program.fn, *self.program.abstract_args)
             self.hlo_text = compiled.as_text() or ""
-        first = self.hlo_text.split("\n", 1)[0].split()
-        module = first[1].rstrip(",") if len(first) > 1 and first[0] == "HloModule" else None
-        return ({module} if module else None), collective_instructions(self.hlo_text)
+        names = instruction_scopes(self.hlo_text, scopes.scope_path)
+        return ({names.module} if names.module else None), collective_instructions(self.hlo_text), names
 
     def prepare(self) -> None:
         self.args = jax.block_until_ready(self.program.make_args(self.seed))
@@ -115,7 +122,7 @@ class ModelStages:
     device_memory: tuple[int | None, str] = (None, "")  # bytes per device and where that comes from
 
     def build(self, name: str) -> JaxStage:
-        return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed)
+        return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed, mesh=self.mesh)
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
         return jax.set_mesh(self.mesh)
@@ -130,3 +137,33 @@ def open_model(spec: WorkerSpec) -> ModelStages:
     cfg = build_config(spec.preset, spec.config_overrides)
     memory = (None, "") if spec.compile_only else targets.device_memory(mesh.devices.flat[0], mesh.size)
     return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory)
+
+
+# --------------------------------------------------------------------------- sharding facts
+
+
+def _axes(entry: Any) -> tuple[str, ...]:
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def sharding_facts(program: StageProgram, mesh: Mesh | None) -> ShardingFacts | None:
+    """The mesh, the strategy's activation rules and every parameter of the program (path, shape,
+    logical axes from its metadata, mesh axes from its sharding): what names a collective's rule."""
+    if mesh is None:
+        return None
+    params = []
+    is_param = lambda x: hasattr(x, "get_metadata")  # noqa: E731 - an nnx Variable (value + logical axes)
+    leaves, _ = jax.tree_util.tree_flatten_with_path(program.abstract_args, is_leaf=is_param)
+    for path, leaf in leaves:
+        if not hasattr(leaf, "get_metadata") or not hasattr(leaf, "get_value"):
+            continue  # an input, not a parameter: no logical axes to read
+        value, logical = leaf.get_value(), leaf.get_metadata().get("logical_axes")
+        spec = tuple(getattr(getattr(value, "sharding", None), "spec", ()))
+        if logical is None or len(logical) != len(value.shape):
+            continue
+        axes = tuple(_axes(spec[i]) if i < len(spec) else () for i in range(len(value.shape)))
+        name = jax.tree_util.keystr(path[1:], simple=True, separator=".")
+        params.append(ParamLayout(name, tuple(value.shape), tuple(logical), axes))
+    rules = {k: tuple(v) for k, v in get_strategy(program.strategy).rules.items() if k.startswith("activation_")}
+    return ShardingFacts(program.strategy, tuple((str(a), int(n)) for a, n in mesh.shape.items()), tuple(params),
+                         rules, scopes.attributes())  # fmt: skip

@@ -97,13 +97,29 @@ def measure(stage: Stage, warmup: int, repeats: int, status: Callable[[str, str]
 
 
 def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], None]) -> dict[str, Any]:
-    """An XLA trace of ``steps`` calls, parsed into per-device time by category."""
-    from harness.metrics.trace import analyze_trace, capture_trace
+    """An XLA trace of ``steps`` calls, parsed into per-device time by category, per step and by
+    model scope (when the stage knows its program's scopes)."""
+    from harness.metrics.trace import PERFETTO_TRACE, analyze_trace, capture_trace
 
     status(stage.name, "trace")
     xplane = capture_trace(stage.run, log_dir, steps=steps)
     status(stage.name, "trace-parse")
     trace_filter = getattr(stage, "trace_filter", None)
-    modules, categories = trace_filter() if trace_filter is not None else (None, None)
-    metrics = analyze_trace(xplane, modules=modules, categories=categories).to_dict()
-    return {**metrics, "log_dir": str(log_dir), "xplane": str(xplane), "steps": steps}
+    modules, categories, scopes = trace_filter() if trace_filter is not None else (None, None, None)
+    metrics = analyze_trace(xplane, modules=modules, categories=categories, scopes=scopes).to_dict()
+    chrome = xplane.parent / PERFETTO_TRACE
+    return {**metrics, "log_dir": str(log_dir), "xplane": str(xplane), "steps": steps,
+            "chrome_trace": str(chrome) if chrome.exists() else None}  # fmt: skip
+
+
+TRACE_STEPS = 8  # per-step samples for a diff's intervals
+TRACE_BUDGET_S = 6.0  # ... unless that many calls would take longer than this
+MIN_TRACE_STEPS = 3
+
+
+def trace_steps(median_s: float | None) -> int:
+    """How many calls to trace: :data:`TRACE_STEPS`, fewer (not below :data:`MIN_TRACE_STEPS`) for a
+    stage whose calls would take more than :data:`TRACE_BUDGET_S` together."""
+    if not median_s or median_s <= 0:
+        return MIN_TRACE_STEPS
+    return max(MIN_TRACE_STEPS, min(TRACE_STEPS, int(TRACE_BUDGET_S / median_s)))

@@ -24,12 +24,13 @@ from typing import Any, TextIO
 
 from harness.plan.manifest import Run
 from harness.plan.variants import Sweep, Variant, select
+from harness.report.console import summary_table
 from harness.results import provenance, store
 from harness.results.lock import sweep_lock
 from harness.results.record import Record, build_record
 from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
-from harness.run.progress import Progress, summary_table
+from harness.run.progress import Progress
 from harness.run.spec import WorkerSpec, resolve_mode
 
 CACHE_DIR = "aot-cache"  # under the reports directory: compile-only static metrics, shared by sweeps

@@ -33,7 +33,7 @@ from typing import Any
 from harness import targets, testing
 from harness.run import lifeline
 from harness.run.compile_cache import CompileCache, cache_key
-from harness.run.measure import measure, trace
+from harness.run.measure import measure, trace, trace_steps
 from harness.run.spec import WorkerSpec
 from harness.run.stage import Stage
 
@@ -205,7 +205,8 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
                 for _ in range(run.warmup):
                     stage.run()
             if wants_trace and stage.uses_jax:
-                entry["trace"] = trace(stage, Path(spec.trace_dir) / name, min(run.repeats, 3), status)
+                median = ((entry["measured"] or {}).get("wall_s") or {}).get("median")
+                entry["trace"] = trace(stage, Path(spec.trace_dir) / name, trace_steps(median), status)
     except Exception as e:  # a failed stage is data, not a crash
         entry["status"] = "failed"
         entry["error"] = str(e) if isinstance(e, stages.unavailable) else error_text(e)

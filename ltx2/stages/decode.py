@@ -59,7 +59,8 @@ def video_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
 
     notes = (f"video_decode = video VAE decode of {s.videos} video(s) (layout {strategy})",)
     return StageProgram("video_decode", jax.jit(decode), (state, packed, key_abs), make_args, notes=notes,
-                        extra={"videos": s.videos, "latent_grid": [plan.frames, plan.height, plan.width]})
+                        extra={"videos": s.videos, "latent_grid": [plan.frames, plan.height, plan.width]},
+                        strategy=strategy)
 
 
 def audio_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -82,7 +83,8 @@ def audio_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
 
     return StageProgram("audio_decode", jax.jit(decode), (vae_state, voc_state, packed), make_args,
                         extra={"videos": s.videos, "audio_latent_frames": plan.audio_frames},
-                        notes=("audio_decode = audio VAE decode + vocoder",))  # fmt: skip
+                        notes=("audio_decode = audio VAE decode + vocoder",),
+                        strategy=c.audio_vae.sharding)  # fmt: skip
 
 
 def upsample(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -107,4 +109,5 @@ def upsample(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return (random_state(state, seed), concrete(latents, seed + 1), *put(factors_host, factors))
 
     return StageProgram("upsample", jax.jit(up), (state, latents, *factors), make_args, extra={"videos": s.videos},
-                        notes=("upsample = latent upsampler + AdaIN (factor 1) as LTX2LatentUpsamplePipeline",))
+                        notes=("upsample = latent upsampler + AdaIN (factor 1) as LTX2LatentUpsamplePipeline",),
+                        strategy=strategy)

@@ -5,7 +5,8 @@
 * ``guided_step``: one step of :func:`ltx2.denoise.denoise_step` with every guidance pass the
   config asks for (CFG, STG, modality isolation): what the Python loop calls once per step.
 * ``denoise_loop``: every step, one ``lax.scan`` (:func:`ltx2.denoise.denoise_scan`) or a Python
-  loop over the guided step (:func:`ltx2.denoise.denoise_python`), as ``pipeline.diffusion_loop`` says.
+  loop over the guided step's program (the loop of :func:`ltx2.denoise.denoise_python`), as
+  ``pipeline.diffusion_loop`` says.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from jax.sharding import Mesh
 
 from ltx2.components import abstract_state, random_state
 from ltx2.config import TransformerConfig
-from ltx2.denoise import Latents, Schedule, TextEmbeddings, denoise_python, denoise_scan, step_inputs
+from ltx2.denoise import Latents, Schedule, TextEmbeddings, denoise_scan, step_inputs
 from ltx2.denoise import denoise_step as guided_denoise_step
 from ltx2.pipeline_config import PipelineConfig
 from ltx2.scheduler import sigma_schedule, timesteps
@@ -101,6 +102,7 @@ def denoise_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         analytic_flops=float(t.forward_flops(L, A, S, B)), calls_per_video=wl.steps,
         extra={"tokens": token_facts(plan, S)},
         notes=("denoise_step = one transformer forward + Euler update; guidance passes are in the batch",),
+        strategy=t.sharding,
     )  # fmt: skip
 
 
@@ -197,7 +199,7 @@ def _guided(loop: _Loop, wl: Workload) -> StageProgram:
         (loop.state, loop.latents, loop.embeds, scalar, scalar, scalar, loop.scales_abs), make_args,
         analytic_flops=loop.flops(wl.text_tokens), calls_per_video=steps, extra=loop.extra,
         notes=(f"guided_step = one denoising step with every guidance pass ({_passes(loop)}); "
-               f"a video runs it {steps} times",),
+               f"a video runs it {steps} times",), strategy=loop.s.cfg.transformer.sharding,
     )  # fmt: skip
 
 
@@ -216,7 +218,7 @@ def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return StageProgram("denoise_loop", jax.jit(whole),
                             (loop.state, loop.latents, loop.embeds, loop.schedule_abs, loop.scales_abs),
                             loop.make_inputs, analytic_flops=loop.flops(wl.text_tokens) * steps, extra=loop.extra,
-                            notes=notes)  # fmt: skip
+                            notes=notes, strategy=c.transformer.sharding)  # fmt: skip
 
     step = _guided(loop, wl)
 
@@ -225,7 +227,11 @@ def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return (st, x, text, step_inputs(sch), sc)
 
     def python_loop(st: Any, x: Any, text: Any, per_step: Any, sc: Any) -> Any:
-        return denoise_python(graphdef, st, x, text, per_step, sc, plan=plan)
+        # The loop of ltx2.denoise.denoise_python over this stage's own compiled step, so that what
+        # runs is the program the static metrics describe (and a trace finds its module by name).
+        for sigma, sigma_next, t in per_step:
+            x = step.fn(st, x, text, sigma, sigma_next, t, sc)
+        return x
 
     return dataclasses.replace(
         step, name="denoise_loop", make_args=make_args, host_run=python_loop,

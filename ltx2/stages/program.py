@@ -69,7 +69,9 @@ class StageProgram:
     ``fn`` is the XLA program a static analysis compiles. ``host_run``, when set, is what one call
     of the stage does instead: host work around ``fn`` (a Python loop over it, a PyTorch text
     encoder before it). ``calls_per_video``: how often one video runs ``fn`` (the denoising steps
-    for a one-step program). ``extra``: JSON-able facts for the record (token counts, videos...)."""
+    for a one-step program). ``extra``: JSON-able facts for the record (token counts, videos...).
+    ``strategy``: the sharding strategy its activations are laid out by (what a profiler reads a
+    collective's rule from; the parameters carry their own logical axes)."""
 
     name: str
     fn: Callable[..., Any]
@@ -80,6 +82,7 @@ class StageProgram:
     notes: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     host_run: Callable[..., Any] | None = None
+    strategy: str = "replicated"
 
     def run(self, *args: Any) -> Any:
         """One call of the stage on concrete arguments (not blocked on)."""

@@ -77,7 +77,7 @@ def text_encode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         def make_host(seed: int) -> tuple[Any, ...]:
             return (random_state(cstate, seed), *ids_and_masks(np.random.default_rng(seed + 1)))
 
-        return StageProgram("text_encode", connect_jit, abstract_in, make_host, host_run=run_host,
+        return StageProgram("text_encode", connect_jit, abstract_in, make_host, host_run=run_host, strategy=strategy,
                             notes=notes + ("static metrics cover the connectors only: Gemma-3 runs in PyTorch on "
                                            "the host (text_encoder.placement = 'host')",))  # fmt: skip
 
@@ -100,4 +100,4 @@ def text_encode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return (put(weights, gemma_abstract), random_state(cstate, seed), *ids)
 
     return StageProgram("text_encode", jax.jit(encode), abstract_args, make_args, notes=notes,
-                        extra={"text_tokens": seq, "videos": videos})  # fmt: skip
+                        extra={"text_tokens": seq, "videos": videos}, strategy=strategy)  # fmt: skip

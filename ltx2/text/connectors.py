@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.layers import Linear, RMSNorm, gelu_tanh, layer_slice, rms_norm, stack_layers
 from ltx2.rope import RopeTables, apply_rope, rope_tables
 from ltx2.sharding import constrain, get_strategy, param
@@ -386,6 +387,7 @@ class LTX2TextConnectors(nnx.Module):
         self.audio_connector = ConnectorTransformer1d(cfg.stream("audio"), cfg, rngs=rngs)
         self.cfg = cfg
 
+    @scopes.scoped(scopes.CONNECTORS)
     def __call__(
         self,
         text_hidden_states: jax.Array,

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from ltx2 import scopes
 from ltx2.sharding import LogicalAxes, constrain, get_strategy
 from ltx2.text.torchax_compat import import_torchax
 
@@ -170,6 +171,7 @@ def _extract(language_model: Any, strategy: str) -> tuple[dict[str, jax.Array], 
     wrapper = _stacked_hidden_states_module(language_model, "eager")
     weights, fn = torchax.extract_jax(wrapper)
 
+    @scopes.scoped(scopes.TEXT_ENCODER)
     def apply(weights: dict[str, jax.Array], ids_bs: jax.Array, mask_bs: jax.Array) -> jax.Array:
         return constrain(fn(weights, (ids_bs, mask_bs)), HIDDEN_AXES, strategy)
 

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.sharding import constrain, get_strategy, param
 from ltx2.vae.conv import Conv, pad
 
@@ -40,8 +41,7 @@ _ACT = ("activation_batch", "activation_frames", None, "activation_channels")
 
 
 class Buffer(nnx.Variable):
-    """Non-trainable state that checkpoints carry (torch ``register_buffer``): latent statistics,
-    fixed filters. Kept apart from :class:`nnx.Param` so optimisers and param counts skip it."""
+    """Checkpointed non-trainable state (torch ``register_buffer``), apart from :class:`nnx.Param`."""
 
 
 def buffer(value: jax.Array, names: tuple[str | None, ...]) -> Buffer:
@@ -213,6 +213,7 @@ class CausalConv2d(nnx.Module):
         self.pads = _causal_pads(kernel, cfg.causality_axis)
         self.conv = Conv(cin, cout, (kernel, kernel), dtype=jnp.dtype(cfg.dtype), rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x_btmc: jax.Array) -> jax.Array:
         return self.conv(pad(x_btmc, self.pads))
 
@@ -306,6 +307,7 @@ class MidBlock(nnx.Module):
         self.attn_1 = AttnBlock(cfg, channels, rngs=rngs) if cfg.mid_block_add_attention else None
         self.block_2 = ResnetBlock(cfg, channels, channels, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x_btmc: jax.Array) -> jax.Array:
         x = self.block_1(x_btmc)
         x = x if self.attn_1 is None else self.attn_1(x)
@@ -344,6 +346,7 @@ class UpLevel(Level):
         super().__init__(cfg, cin, cout, cfg.num_res_blocks + 1, res, rngs=rngs)
         self.upsample = None if first else Upsample(cout, cfg, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x_btmc: jax.Array) -> jax.Array:
         x = self.blocks(x_btmc)
         return x if self.upsample is None else self.upsample(x)
@@ -399,7 +402,9 @@ class AudioDecoder(nnx.Module):
         self.up = nnx.List(levels)  # indexed by level as in diffusers; runs deepest first
         self.norm_out = _norm(cfg, cin)
         self.conv_out = CausalConv2d(cin, cfg.output_channels, 3, cfg, rngs=rngs)
+        scopes.label(self, scopes.DECODER_CHILDREN)
 
+    @scopes.scoped(scopes.AUDIO_VAE)
     def __call__(self, z_btmc: jax.Array) -> jax.Array:
         frames, bins = z_btmc.shape[1], z_btmc.shape[2]
         x = self.mid(self.conv_in(z_btmc))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.sharding import param
 
 # torch ``padding_mode`` / ``F.pad(mode=...)`` names -> ``jnp.pad`` modes.
@@ -180,6 +181,7 @@ class CausalConv3d(nnx.Module):
             rngs=rngs,
         )
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array, *, causal: bool) -> jax.Array:
         kt, kh, kw = self.conv.kernel_size
         front, back = causal_time_pads(kt, causal)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.sharding import constrain
 from ltx2.vae.audio import GroupNorm, buffer, check_common, config_fail, config_from_mapping
 from ltx2.vae.conv import Conv, pad
@@ -256,6 +257,7 @@ class LTX2LatentUpsamplerModel(nnx.Module):
         x = x.reshape(b, -1, *x.shape[1:]) if cfg.dims == 2 else x
         return constrain(x, _ACT, cfg.sharding)
 
+    @scopes.scoped(scopes.UPSAMPLER)
     def __call__(self, latents: jax.Array) -> jax.Array:
         """``[B, C, F, H, W] -> [B, C, F', sH, sW]`` (diffusers layout)."""
         if latents.ndim != 5:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.layers import Linear, layer_norm
 from ltx2.sharding import constrain, param
 from ltx2.vae.conv import CausalConv3d, Conv
@@ -226,6 +227,7 @@ class MidBlock(nnx.Module):
         self.time_embedder = TimestepEmbedder(4 * ch, dtype=jnp.dtype(cfg.dtype), rngs=rngs) if tc else None
         self.resnets = _resnets(num_layers, ch, cfg, decoder=decoder, noise=noise, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array, t_b: jax.Array | None = None, *, causal: bool, key=None) -> jax.Array:
         temb = None if self.time_embedder is None or t_b is None else self.time_embedder(t_b, x.dtype)
         return _run_resnets(self.resnets, x, temb, causal=causal, key=key)
@@ -242,6 +244,7 @@ class UpBlock(nnx.Module):
         self.upsampler = None if plan.upsample is None else Upsampler(out * plan.factor, plan, cfg, rngs)
         self.resnets = _resnets(plan.num_layers, out, cfg, decoder=True, noise=noise, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x: jax.Array, t_b: jax.Array | None = None, *, causal: bool, key=None) -> jax.Array:
         if self.conv_in is not None:
             x = self.conv_in(x, causal=causal)
@@ -302,6 +305,7 @@ class VideoDecoder(nnx.Module):
         self.time_embedder = TimestepEmbedder(2 * last, dtype=dtype, rngs=rngs) if tc else None
         table = jax.random.normal(rngs.params(), (2, last), dtype) / last**0.5
         self.scale_shift_table = param(table, ("table", "conv_in")) if tc else None
+        scopes.label(self, scopes.DECODER_CHILDREN)
 
     def unpatchify(self, x: jax.Array) -> jax.Array:
         """Inverse of the encoder's patchify: ``[B, F, h, w, C*p*p] -> [B, F, h*p, w*p, C]``."""
@@ -310,6 +314,7 @@ class VideoDecoder(nnx.Module):
         x = x.reshape(b, f, h, w, c // (p * p), p, p).transpose(0, 1, 2, 6, 3, 5, 4)
         return x.reshape(b, f, h * p, w * p, c // (p * p))
 
+    @scopes.scoped(scopes.VIDEO_VAE)
     def __call__(self, z_bfhwc: jax.Array, t_b: jax.Array | None = None, *, causal: bool, key=None) -> jax.Array:
         """``t_b [B]``: the decode timestep (diffusers ``temb``), needed iff timestep-conditioned."""
         if (t_b is None) != (self.timestep_scale_multiplier is None):

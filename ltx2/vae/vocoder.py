@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ltx2 import scopes
 from ltx2.sharding import constrain, param
 from ltx2.vae.audio import buffer
 from ltx2.vae.conv import Conv, pad
@@ -182,6 +183,7 @@ class Conv1d(nnx.Module):
         self.pads = pads
         self.conv = Conv(cin, cout, (kernel,), dilation=dilation, use_bias=use_bias, dtype=dtype, rngs=rngs)
 
+    @scopes.module_scope
     def __call__(self, x_bnc: jax.Array) -> jax.Array:
         return self.conv(pad(x_bnc, self.pads))
 
@@ -199,6 +201,7 @@ class ConvTranspose1d(nnx.Module):
         self.kernel = param(init(rngs.params(), (kernel, cin, cout), dtype), (None, "conv_in", "conv_out"))
         self.bias = param(jnp.zeros((cout,), dtype), ("conv_out",))
 
+    @scopes.module_scope
     def __call__(self, x_bnc: jax.Array) -> jax.Array:
         k = self.kernel.shape[0]
         edge = k - 1 - self.padding
@@ -231,6 +234,7 @@ class ResBlock(nnx.Module):
         self.acts1 = nnx.List([_activation(cfg, channels) for _ in dilations])
         self.acts2 = nnx.List([_activation(cfg, channels) for _ in dilations])
 
+    @scopes.module_scope
     def __call__(self, x_bnc: jax.Array) -> jax.Array:
         for act1, conv1, act2, conv2 in zip(self.acts1, self.convs1, self.acts2, self.convs2, strict=True):
             x_bnc = x_bnc + conv2(act2(conv1(act1(x_bnc))))
@@ -281,7 +285,10 @@ class LTX2Vocoder(nnx.Module):
             )
         )
         self.conv_out = Conv1d(ch, cfg.out_channels, 7, pads=((3, 3),), use_bias=cfg.final_bias, dtype=dtype, rngs=rngs)
+        scopes.label(self, {**scopes.VOCODER_CHILDREN, "upsamplers": scopes.STAGE})
+        scopes.label(self, {"resnets": scopes.STAGE}, group=len(cfg.resnet_kernel_sizes))
 
+    @scopes.scoped(scopes.VOCODER)
     def generate(self, x_bnc: jax.Array) -> jax.Array:
         """Channels-last core: ``[B, T, in_channels] -> [B, T * prod(upsample_factors), out_channels]``."""
         cfg, r = self.cfg, len(self.cfg.resnet_kernel_sizes)

@@ -68,6 +68,27 @@ def test_guided_step_is_the_loop_step_with_every_pass(mesh: jax.sharding.Mesh) -
     assert scan.calls_per_video == 1 and scan.analytic_flops == 2 * step.analytic_flops and scan.host_run is None
 
 
+def test_python_loop_runs_its_own_step_program_and_matches_the_pipelines_loop() -> None:
+    """The stage's host loop calls the program its static metrics describe (so a trace finds that
+    module), and gives exactly what ltx2.denoise.denoise_python gives: the same step, in order."""
+    from ltx2.denoise import denoise_python
+    from ltx2.stages.program import setup
+
+    one = build_mesh({"data": 1}, devices=jax.devices()[:1])
+    cfg = PipelineConfig.tiny()
+    cfg = cfg.replace(pipeline=cfg.pipeline.replace(diffusion_loop="python"))
+    program = build_stage("denoise_loop", cfg, WL, one)
+    args = program.make_args(0)
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: LTX2Transformer(cfg.transformer, rngs=nnx.Rngs(0))))
+    with jax.set_mesh(one):
+        assert program.fn._cache_size() == 0
+        ours = jax.block_until_ready(program.run(*args))
+        assert program.fn._cache_size() > 0  # the loop ran the stage's own jitted step
+        theirs = denoise_python(graphdef, *args, plan=setup(cfg, WL).plan)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_odd_batch_with_cfg_is_refused(mesh: jax.sharding.Mesh) -> None:
     with pytest.raises(ValueError, match="workload.batch=3 counts rows of the CFG pass"):
         build_stage("denoise_loop", PipelineConfig.tiny(), Workload(**{**WL.__dict__, "batch": 3}), mesh)

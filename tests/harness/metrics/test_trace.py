@@ -156,3 +156,13 @@ def test_top_ops_sums_over_devices() -> None:
     assert (first.op, first.total_ns, first.count) == ("fusion.1", 9.0, 2)
     assert (second.op, second.category, second.total_ns) == ("all-reduce", "all-reduce", 2.0)
     assert device_metrics([]) == ()
+
+
+def test_step_samples_split_the_trace_at_step_annotations(xplane: Path) -> None:
+    """One sample per traced call; its categories (compute, exposed collectives, idle) fill its window."""
+    samples = analyze_trace(xplane, modules={"jit_traced_step"}).step_samples
+    assert len(samples) == STEPS
+    for s in samples:
+        assert s["window_ns"] > 0 and s["categories"]["compute"] > 0 and s["categories"]["all-gather"] > 0
+        assert sum(s["categories"].values()) == pytest.approx(s["window_ns"])
+        assert s["by_scope"] == {}  # no program scopes given

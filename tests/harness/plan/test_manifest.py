@@ -42,7 +42,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
     ("schema-version-type", BASE.replace("schema_version = 1", 'schema_version = "1"'), "schema_version", 1,
      "expected an integer, got a string ('1')"),
     ("unknown-section", BASE + "[targets]\nplatform = 'cpu'\n", "targets", 12,
-     "unknown key (allowed: schema_version, target, model, workload, run, gate, variants, matrix)"),
+     "unknown key (allowed: schema_version, target, model, workload, run, gate, report, variants, matrix)"),
     ("no-model", BASE.replace('[model]\npreset = "tiny"\n', ""), "model", None, "missing required section"),
     ("unknown-target-key", BASE.replace("devices = 8", "device = 8"), "target.device", 3,
      "unknown key (allowed: platform, mode, mesh, topology, devices)"),
@@ -109,7 +109,15 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
      "tolerance must be a number >= 0, got '1%'"),
     ("variant-no-name", BASE + "[[variants]]\noverrides = {}\n", "variants[0].name", 12, "missing required key"),
     ("variant-unknown-key", BASE + '[[variants]]\nname = "a"\nnme = "b"\n', "variants[0].nme", 14,
-     "unknown key (allowed: name, overrides, description)"),
+     "unknown key (allowed: name, overrides, description, reference)"),
+    ("unknown-reference", BASE + '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nreference = "c"\n'
+     'overrides = { "workload.steps" = 3 }\n', "variants[1].reference", 16, "no variant named 'c' (variants: a, b)"),
+    ("own-reference", BASE + '[[variants]]\nname = "a"\nreference = "a"\n', "variants[0].reference", 14,
+     "variant 'a' cannot be its own reference"),
+    ("unknown-report-reference", BASE + '[report]\nreference = "z"\n[[variants]]\nname = "a"\n', "report.reference",
+     13, "no variant named 'z' (variants: a)"),
+    ("report-unknown-key", BASE + '[report]\nbaseline = "z"\n', "report.baseline", 13,
+     "unknown key (allowed: reference)"),
     ("duplicate-variant", BASE + '[[variants]]\nname = "a"\n[[variants]]\nname = "a"\n', "variants[1].name", 15,
      "duplicate variant name 'a' (also variants[0])"),
     ("variant-strategy", BASE + '[[variants]]\nname = "a"\n[variants.overrides]\n"transformer.sharding" = "x"\n',
@@ -266,3 +274,31 @@ def test_parsing_a_manifest_imports_neither_the_model_nor_jax(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "m"
+
+
+def test_references_declared_defaulted_and_only_between_like_workloads(tmp_path: Path) -> None:
+    """Declared references win; otherwise [report] reference if it runs the same preset and sizes,
+    else the first earlier variant that does; a variant with a different workload gets none."""
+    text = BASE + """[report]
+reference = "ref"
+[[variants]]
+name = "first"
+[[variants]]
+name = "ref"
+overrides = { "workload.steps" = 3 }
+[[variants]]
+name = "knob"
+overrides = { "workload.steps" = 3, "transformer.scan_layers" = false }
+[[variants]]
+name = "other"
+overrides = { "text_encoder.batching" = "separate" }
+[[variants]]
+name = "declared"
+reference = "knob"
+overrides = { "workload.stages" = ["guided_step"], "workload.steps" = 3, "transformer.attention_impl" = "blocked" }
+[[variants]]
+name = "bigger"
+overrides = { "workload.height" = 128 }
+"""
+    refs = {v.name: v.reference for v in load_sweep(_write(tmp_path, text)).variants}
+    assert refs == {"first": None, "ref": None, "knob": "ref", "other": "first", "declared": "knob", "bigger": None}

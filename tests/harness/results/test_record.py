@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from harness.plan.manifest import Run
 from harness.plan.variants import load_sweep
 from harness.results import record as rec
 from harness.results.record import RECORD_VERSION, Outcome, Record, RecordError, build_record, parse, upgrade
@@ -84,3 +85,19 @@ def test_build_record_from_a_worker_outcome(tmp_path: Path) -> None:
     assert d["artifacts"] == {"log": str(tmp_path / "v.log"), "traces": {"denoise_step": stage["trace"]["log_dir"]}}
     assert d["stages"]["denoise_step"] == stage and d["config"]["run"]["repeats"] == 5
     assert Record.from_dict(d) == record
+
+
+def test_a_variants_reference_is_recorded_and_old_records_read_without_one(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('schema_version = 1\n[model]\npreset = "test:ok"\n[[variants]]\nname = "a"\n'
+                        '[[variants]]\nname = "b"\noverrides = { "test.x" = 1 }\n')
+    b = load_sweep(manifest).variants[1]
+    assert b.reference == "a"  # the first variant before it with the same preset and workload
+    outcome = Outcome("ok", None, {"stages": {}}, 0.1, "t0", "t1")
+    context = {"machine": {}, "versions": {}, "git": {}}
+    record = build_record(sweep_id="s", manifest=load_sweep(manifest).manifest, variant=b, run=Run(),
+                          outcome=outcome, context=context, log_path="l")  # fmt: skip
+    assert record.to_dict()["variant"]["reference"] == "a" and Record.from_dict(record.to_dict()) == record
+    old = version_1()[0]
+    assert "reference" not in old["variant"] and Record.from_dict(old).variant.reference is None
+    assert Record.from_dict(old).to_dict() == old

@@ -1,0 +1,213 @@
+"""What changed between a variant and its reference, by model scope and by time category.
+
+From the per-step samples a trace stores (``trace.step_samples``: each traced call's window, its
+time by category and its ops' self time by scope, means over devices, in ns), per stage:
+
+* the step's time (its window), per category (``compute``, each collective kind's exposed time,
+  ``idle``: they sum to the window) and per scope: the mean per step of each side, the delta
+  (head - base) with a percentile-bootstrap interval of the difference of means
+  (:func:`harness.results.stats.bootstrap_mean_diff_ci`; means, not medians, so the parts still
+  sum to the whole), and the delta's share of the step's delta;
+* a delta is *significant* when its interval excludes 0. A stage's diff tests many parts at once
+  (tens of scopes), so the intervals are simultaneous: Bonferroni, each at ``1 - 0.05 / m`` for
+  the ``m`` parts of its table (categories, scopes), so that all of an A/A diff's intervals hold
+  0 with ~95 % probability, not each one;
+* from the static attribution (``static.attribution.by_scope``): collective count and bytes
+  deltas by scope and kind (deterministic: no interval).
+
+A speedup (base median / head median of the timed samples) is given only when the two ran the
+same model on the same workload sizes; otherwise it is ``n/a (different workload)``.
+Pure Python over records (no JAX): the report and ``python -m harness diff`` both use it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from harness.results import stats
+from harness.results.record import Record, StageEntry
+
+DIFFERENT_WORKLOAD = "n/a (different workload)"
+STEP = "step"  # the key of the whole step's row
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Mean time per step of one part (a scope, a category or the whole step) on each side, in ns."""
+
+    key: str
+    base_ns: float
+    head_ns: float
+    ci: tuple[float, float] | None  # 95 % interval of head - base (None: fewer than 2 steps a side)
+    share: float | None  # delta / the step's delta (None when the step did not change)
+
+    @property
+    def delta_ns(self) -> float:
+        return self.head_ns - self.base_ns
+
+    @property
+    def significant(self) -> bool:
+        return self.ci is not None and (self.ci[0] > 0 or self.ci[1] < 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "delta_ns": self.delta_ns, "significant": self.significant}
+
+
+@dataclass(frozen=True)
+class CollectiveDelta:
+    """Collectives of one kind at one scope, per device and call, on each side."""
+
+    scope: str
+    kind: str
+    base_count: float
+    head_count: float
+    base_bytes: float
+    head_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StageDiff:
+    """One stage of ``head`` against ``base``."""
+
+    stage: str
+    base: str
+    head: str
+    steps: tuple[int, int]  # traced steps per side
+    step: Delta | None
+    categories: tuple[Delta, ...]
+    scopes: tuple[Delta, ...]
+    collectives: tuple[CollectiveDelta, ...]
+    speedup: float | None  # base median / head median; None: different workload or no timings
+    speedup_note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "base": self.base, "head": self.head, "steps": list(self.steps),
+                "step": self.step.to_dict() if self.step else None,
+                "categories": [d.to_dict() for d in self.categories], "scopes": [d.to_dict() for d in self.scopes],
+                "collectives": [c.to_dict() for c in self.collectives], "speedup": self.speedup,
+                "speedup_note": self.speedup_note}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def _samples(entry: StageEntry | None) -> list[Mapping[str, Any]]:
+    return list(((entry.trace if entry is not None else None) or {}).get("step_samples") or ())
+
+
+def _series(samples: Sequence[Mapping[str, Any]], field: str, depth: int | None) -> dict[str, list[float]]:
+    """key -> one value per step (0 where a step lacks the key); scopes cut to ``depth`` components."""
+    keys: dict[str, None] = {}
+    rows = []
+    for s in samples:
+        row: dict[str, float] = defaultdict(float)
+        for key, ns in (s.get(field) or {}).items():
+            key = "/".join(key.split("/")[:depth]) if depth and key else key
+            row[key] += float(ns)
+            keys[key] = None
+        rows.append(row)
+    return {k: [row.get(k, 0.0) for row in rows] for k in keys}
+
+
+def _delta(key: str, base: Sequence[float], head: Sequence[float], step_delta: float | None, seed: int,
+           parts: int = 1) -> Delta:  # fmt: skip
+    mb = sum(base) / len(base) if base else 0.0
+    mh = sum(head) / len(head) if head else 0.0
+    alpha = (1.0 - stats.CONFIDENCE) / parts  # Bonferroni over the parts of one table
+    resamples = max(stats.BOOTSTRAP_RESAMPLES, min(40_000, int(50 / alpha)))  # >= 25 resamples in each tail
+    ci = (stats.bootstrap_mean_diff_ci(base, head, confidence=1.0 - alpha, resamples=resamples, seed=seed)
+          if len(base) > 1 and len(head) > 1 else None)  # fmt: skip
+    share = (mh - mb) / step_delta if step_delta else None
+    return Delta(key, mb, mh, ci, share)
+
+
+def _deltas(base: Sequence[Mapping[str, Any]], head: Sequence[Mapping[str, Any]], field: str,
+            step_delta: float | None, depth: int | None) -> tuple[Delta, ...]:  # fmt: skip
+    b, h = _series(base, field, depth), _series(head, field, depth)
+    keys = list(dict.fromkeys([*b, *h]))
+    out = [_delta(k, b.get(k, [0.0] * len(base)), h.get(k, [0.0] * len(head)), step_delta, i, len(keys))
+           for i, k in enumerate(keys)]  # fmt: skip
+    return tuple(sorted(out, key=lambda d: -abs(d.delta_ns)))
+
+
+def collective_deltas(base: StageEntry | None, head: StageEntry | None) -> tuple[CollectiveDelta, ...]:
+    """Collective count / bytes per scope and kind (static attribution), where either side has any."""
+
+    def table(entry: StageEntry | None) -> dict[tuple[str, str], Mapping[str, float]]:
+        by_scope = (((entry.static if entry is not None else None) or {}).get("attribution") or {}).get("by_scope")
+        return {(s, k): c for s, v in (by_scope or {}).items() for k, c in (v.get("collectives") or {}).items()}
+
+    b, h = table(base), table(head)
+    zero: Mapping[str, float] = {}
+    out = [CollectiveDelta(s, k, float(b.get((s, k), zero).get("count", 0.0)),
+                           float(h.get((s, k), zero).get("count", 0.0)),
+                           float(b.get((s, k), zero).get("bytes", 0.0)), float(h.get((s, k), zero).get("bytes", 0.0)))
+           for s, k in dict.fromkeys([*b, *h])]  # fmt: skip
+    return tuple(sorted(out, key=lambda c: (-abs(c.head_bytes - c.base_bytes), c.scope, c.kind)))
+
+
+def comparable(a: Record, b: Record) -> bool:
+    """Same preset and workload sizes (the stages run may differ): a speedup between them means something."""
+
+    def sizes(r: Record) -> dict[str, Any]:
+        return {k: v for k, v in dict(r.config.workload).items() if k != "stages"}
+
+    return a.config.preset == b.config.preset and sizes(a) == sizes(b)
+
+
+def _median(entry: StageEntry | None) -> float | None:
+    xs = ((entry.measured if entry is not None else None) or {}).get("samples_s") or ()
+    return stats.median(xs) if xs else None
+
+
+# --------------------------------------------------------------------------- diffs
+
+
+def diff_stage(base: Record, head: Record, stage: str, *, depth: int | None = None) -> StageDiff:
+    """``head``'s ``stage`` against ``base``'s (see the module docstring); ``depth`` cuts scope paths."""
+    eb, eh = base.stages.get(stage), head.stages.get(stage)
+    sb, sh = _samples(eb), _samples(eh)
+    step = None
+    categories: tuple[Delta, ...] = ()
+    scopes: tuple[Delta, ...] = ()
+    if sb and sh:
+        wb, wh = [float(s["window_ns"]) for s in sb], [float(s["window_ns"]) for s in sh]
+        step = _delta(STEP, wb, wh, None, 0)
+        step = Delta(STEP, step.base_ns, step.head_ns, step.ci, 1.0 if step.delta_ns else None)
+        categories = _deltas(sb, sh, "categories", step.delta_ns, None)
+        scopes = _deltas(sb, sh, "by_scope", step.delta_ns, depth)
+    mb, mh = _median(eb), _median(eh)
+    if not comparable(base, head):
+        speedup, note = None, DIFFERENT_WORKLOAD
+    elif mb is None or mh is None or mh <= 0:
+        speedup, note = None, "n/a (no timings)"
+    else:
+        speedup, note = mb / mh, f"{mb / mh:.2f}x"
+    return StageDiff(stage, base.variant.name, head.variant.name, (len(sb), len(sh)), step, categories, scopes,
+                     collective_deltas(eb, eh), speedup, note)  # fmt: skip
+
+
+def diff_records(base: Record, head: Record, *, depth: int | None = None) -> list[StageDiff]:
+    """Every stage both ran (in ``head``'s order)."""
+    return [diff_stage(base, head, s, depth=depth) for s in head.stages if s in base.stages]
+
+
+def reference_diffs(records: Iterable[Record], *, depth: int | None = None) -> list[StageDiff]:
+    """Each ok record against its declared reference (``variant.reference``) where both are present."""
+    by_name = {r.variant.name: r for r in records if r.ok}
+    out = []
+    for r in by_name.values():
+        ref = by_name.get(r.variant.reference or "")
+        if ref is not None and ref is not r:
+            out += diff_records(ref, r, depth=depth)
+    return out
+
+
+__all__ = ["DIFFERENT_WORKLOAD", "STEP", "CollectiveDelta", "Delta", "StageDiff", "collective_deltas", "comparable",
+           "diff_records", "diff_stage", "reference_diffs"]  # fmt: skip

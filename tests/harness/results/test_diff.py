@@ -1,0 +1,168 @@
+"""harness.results.diff: per-scope and per-category deltas with intervals, on real traces of a small
+scoped program (an extra matmul inside ``ff``), an A/A pair, collective deltas and speedup rules."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness.commands import diff as diff_command
+from harness.metrics.attribution import instruction_scopes
+from harness.metrics.trace import analyze_trace, capture_trace
+from harness.report.console import WIDTH, format_diff
+from harness.results.diff import DIFFERENT_WORKLOAD, STEP, diff_stage
+from ltx2 import scopes
+
+_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
+synthetic = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(synthetic)
+
+N = 384  # [N, N] float32 matmuls: ~0.1 GFLOP each, milliseconds on one CPU core
+FF = "transformer/block/ff"
+
+
+def _block(extra: bool):
+    """attn1 (one matmul) then ff (one matmul; with ``extra``, an [N, 8N] x [8N, N] pair more: 16x the
+    FLOPs in two ops, so the ops' own time, not the gaps between more ops, is what grows)."""
+
+    def f(x: jax.Array, w: jax.Array, up: jax.Array, down: jax.Array) -> jax.Array:
+        with scopes.scope(scopes.TRANSFORMER), scopes.scope(scopes.BLOCK):
+            with scopes.scope(scopes.ATTN1):
+                h = jnp.tanh(x @ w)
+            with scopes.scope(scopes.FF):
+                y = jnp.tanh(h @ w)
+                if extra:
+                    y = jnp.tanh(y @ up) @ down
+        return y
+
+    return jax.jit(f)
+
+
+def _trace(fn, args, log_dir: Path, steps: int) -> dict:
+    compiled = fn.lower(*args).compile()
+    names = instruction_scopes(compiled.as_text(), scopes.scope_path)
+    jax.block_until_ready(compiled(*args))  # warm
+    xplane = capture_trace(lambda: compiled(*args), log_dir, steps=steps)
+    return analyze_trace(xplane, modules={names.module}, scopes=names).to_dict()
+
+
+def _record(name: str, trace: dict, **config) -> object:
+    raw = synthetic.minimal(name, {"s": {"trace": trace}})
+    raw["config"].update(config)
+    return synthetic.records([raw])[0]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    x, w, up, down = (jnp.asarray(rng.standard_normal(shape) / np.sqrt(shape[0]), jnp.float32)
+                      for shape in ((N, N), (N, N), (N, 8 * N), (8 * N, N)))  # fmt: skip
+    args = (x, w, up, down)
+    base = _trace(_block(False), args, tmp_path_factory.mktemp("base"), steps=16)
+    slow = _trace(_block(True), args, tmp_path_factory.mktemp("slow"), steps=16)
+    both = _trace(_block(False), args, tmp_path_factory.mktemp("aa"), steps=32)
+    return base, slow, both
+
+
+def test_an_extra_matmul_in_ff_is_attributed_to_ff(traces):
+    base, slow, _ = traces
+    assert len(base["step_samples"]) == 16 and base["scope_coverage"] > 0.9
+    d = diff_stage(_record("base", base), _record("slow", slow), "s")
+    ff = next(s for s in d.scopes if s.key == FF)
+    assert d.step is not None and d.step.delta_ns > 0 and d.step.significant
+    assert ff.share is not None and ff.share >= 0.8, [(s.key, s.share) for s in d.scopes]
+    assert ff.significant and ff.ci is not None and ff.ci[0] > 0
+    assert d.scopes[0].key == FF  # the largest delta
+    text = format_diff(d)
+    assert FF in text and max(len(line) for line in text.splitlines()) <= WIDTH
+
+
+def test_an_a_a_diff_attributes_nothing_significant(traces):
+    """One trace of 16 calls of the same program, odd calls against even ones (no drift between sides)."""
+    _, _, both = traces
+    samples = both["step_samples"]
+    a = _record("a", {**both, "step_samples": samples[0::2]})
+    b = _record("b", {**both, "step_samples": samples[1::2]})
+    d = diff_stage(a, b, "s")
+    assert d.steps == (16, 16)
+    flagged = [(x.key, x.delta_ns, x.ci) for x in (*d.categories, *d.scopes) if x.significant]
+    assert not flagged
+
+
+def test_collective_deltas_by_scope_and_speedup_only_for_the_same_workload():
+    def static(count: float, nbytes: float) -> dict:
+        return {"attribution": {"by_scope": {"transformer/block/ff": {"collectives": {
+            "all-gather": {"count": count, "bytes": nbytes}}}}}}
+
+    def rec(name: str, count: float, samples: list[float], **config) -> object:
+        raw = synthetic.minimal(name, {"s": {"static": static(count, count * 1024),
+                                             "measured": {"samples_s": samples}}})  # fmt: skip
+        raw["config"].update(config)
+        return synthetic.records([raw])[0]
+
+    base = rec("base", 2, [2.0, 2.0, 2.0])
+    d = diff_stage(base, rec("head", 3, [1.0, 1.0, 1.0]), "s")
+    (c,) = d.collectives
+    assert (c.scope, c.kind, c.base_count, c.head_count, c.head_bytes - c.base_bytes) == (FF, "all-gather", 2, 3, 1024)
+    assert d.speedup == 2.0 and d.step is None  # no trace samples: no time deltas, the speedup still
+    other = diff_stage(base, rec("tiny", 2, [1.0], preset="tiny"), "s")
+    assert other.speedup is None and other.speedup_note == DIFFERENT_WORKLOAD
+    bigger = diff_stage(base, rec("big", 2, [1.0], workload={"height": 512}), "s")
+    assert bigger.speedup_note == DIFFERENT_WORKLOAD
+
+
+def test_step_row_and_shares_add_up():
+    def trace(windows: list[float], ff: list[float]) -> dict:
+        return {"step_samples": [{"window_ns": w, "categories": {"compute": f, "idle": w - f},
+                                  "by_scope": {FF: f}} for w, f in zip(windows, ff, strict=True)]}  # fmt: skip
+
+    d = diff_stage(_record("a", trace([10, 11, 10, 11], [5, 5, 5, 5])),
+                   _record("b", trace([14, 15, 14, 15], [9, 9, 9, 9])), "s")
+    assert d.step is not None and d.step.key == STEP and d.step.delta_ns == 4
+    assert {c.key: c.share for c in d.categories} == {"compute": 1.0, "idle": 0.0}
+    assert d.scopes[0].share == 1.0 and d.scopes[0].ci == (4.0, 4.0)
+
+
+def test_cli_diff_of_two_variants_and_bad_input(tmp_path, capsys):
+    results = tmp_path / "results.jsonl"
+    rows = [synthetic.minimal(n, {"s": {"measured": {"samples_s": [t]}}}) for n, t in (("a", 2.0), ("b", 1.0))]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from harness import cli
+
+    assert cli.main(["diff", "a", "b", "--results", str(results), "--json", str(tmp_path / "d.json")]) == 0
+    out = capsys.readouterr().out
+    assert "b vs a / s: speedup 2.00x" in out and (tmp_path / "d.json").exists()
+    assert cli.main(["diff", "a", "zz", "--results", str(results)]) == 2
+    assert "no variant 'zz'" in capsys.readouterr().err
+    assert cli.main(["diff", str(results), str(results), "--variant", "b"]) == 0
+    assert cli.main(["diff", "a", "b"]) == 2  # names without --results
+    assert diff_command.HELP
+
+
+def test_cli_diff_against_a_revision(tmp_path, capsys):
+    """--against HEAD: the manifest's variant from the committed tree (base) and this one (head)."""
+    import shutil
+
+    from harness import cli
+
+    repo = Path(__file__).resolve().parents[3]
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("needs a git checkout")
+    manifest = tmp_path / "aa.toml"
+    manifest.write_text('schema_version = 1\n[target]\nplatform = "cpu"\ndevices = 1\nmesh = { data = 1 }\n'
+                        '[model]\npreset = "test:ok"\n[run]\nrepeats = 3\nwarmup = 0\ntimeout_s = 60\n'
+                        'metrics = ["static", "measured"]\n[[variants]]\nname = "sleep"\n'
+                        'overrides = { "test.run_s" = 0.001 }\n')  # fmt: skip
+    reports = str(tmp_path / "r")
+    code = cli.main(["diff", str(manifest), "--against", "HEAD", "--variant", "sleep", "--reports", reports])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "sleep vs sleep / denoise_step: speedup" in captured.out and "round 1/1 base: sleep" in captured.err
+    assert cli.main(["diff", str(manifest), "--against", "HEAD", "--variant", "nope", "--reports", reports]) == 2
+    assert cli.main(["diff", "a", "b", "--against", "HEAD"]) == 2
