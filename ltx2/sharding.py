@@ -389,4 +389,5 @@ def place(host: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     The same as ``jax.device_put(host, sharding)`` on one process; on a mesh spanning several
     processes (``jax.distributed``), every process holds the same host value and places its slices."""
     value = np.asarray(host)
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: np.asarray(value[index]), dtype=value.dtype)
+    # dtype given: a process whose devices hold no shard of it still makes its (empty) part of the array
+    return jax.make_array_from_callback(value.shape, sharding, lambda i: np.asarray(value[i]), dtype=value.dtype)

@@ -26,18 +26,23 @@ STATIC_VOLATILE = ("timing",)  # compile times differ between processes; everyth
 
 def initialize(spec: WorkerSpec) -> None:
     """Join the variant's ``jax.distributed`` job (nothing for one process). Call before any JAX computation."""
-    if spec.processes == 1:
-        return
+    if spec.processes > 1:
+        join(spec.target.platform, spec.processes, spec.process_id, spec.coordinator)
+
+
+def join(platform: str, processes: int, process_id: int, coordinator: str | None) -> None:
+    """``jax.distributed.initialize`` as process ``process_id`` of ``processes`` (coordinator None: JAX
+    detects the cluster, as on TPU/GPU slices); on CPU with gloo collectives across processes."""
     import jax
 
-    if spec.target.platform == "cpu":
+    if platform == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if spec.coordinator:
-        jax.distributed.initialize(spec.coordinator, num_processes=spec.processes, process_id=spec.process_id)
+    if coordinator:
+        jax.distributed.initialize(coordinator, num_processes=processes, process_id=process_id)
+        if jax.process_index() != process_id:
+            raise RuntimeError(f"jax.distributed made this process {jax.process_index()}, the launcher {process_id}")
     else:
         jax.distributed.initialize()
-    if jax.process_index() != spec.process_id and spec.coordinator:
-        raise RuntimeError(f"jax.distributed made this process {jax.process_index()}, the launcher {spec.process_id}")
 
 
 def _median(measured: Mapping[str, Any] | None) -> float:

@@ -159,7 +159,7 @@ def _specs(spec: WorkerSpec, tmp: Path, log_path: Path) -> list[tuple[WorkerSpec
     for i in range(n):
         names = ("spec.json", "out.json", "status.json") if n == 1 else (f"spec-{i}.json", f"out-{i}.json",
                                                                         f"status-{i}.json")  # fmt: skip
-        w = _Worker(i, *(tmp / name for name in names), process_log(log_path, i))  # type: ignore[call-arg]
+        w = _Worker(i, tmp / names[0], tmp / names[1], tmp / names[2], process_log(log_path, i))
         out.append((dataclasses.replace(spec, status_path=str(w.status_path), parent_pid=os.getpid(),
                                         scratch_dir=str(tmp), process_id=i, coordinator=coordinator), w))  # fmt: skip
     return out
