@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "report": "harness.commands.report",
     "gate": "harness.commands.gate",
     "baseline": "harness.commands.baseline",
+    "collect": "harness.commands.collect",
+    "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
 

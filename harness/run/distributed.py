@@ -24,10 +24,16 @@ from harness.run.spec import WorkerSpec
 STATIC_VOLATILE = ("timing",)  # compile times differ between processes; everything else must not
 
 
+_joined = False
+
+
 def initialize(spec: WorkerSpec) -> None:
-    """Join the variant's ``jax.distributed`` job (nothing for one process). Call before any JAX computation."""
-    if spec.processes > 1:
+    """Join the variant's ``jax.distributed`` job (nothing for one process, nor a second time). Call before any
+    JAX computation."""
+    global _joined
+    if spec.processes > 1 and not _joined:
         join(spec.target.platform, spec.processes, spec.process_id, spec.coordinator)
+        _joined = True
 
 
 def join(platform: str, processes: int, process_id: int, coordinator: str | None) -> None:

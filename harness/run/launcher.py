@@ -51,8 +51,16 @@ LOG_MARK = "[launcher]"  # the launcher's own lines in a worker log (left out of
 
 
 class Launcher(Protocol):
-    def run(self, spec: WorkerSpec, *, log_path: Path, progress: Progress | None = None) -> Outcome:
-        """Run one worker to completion, timeout or death; its output goes to ``log_path``."""
+    """How variants run: :class:`LocalLauncher` here, :class:`~harness.run.launcher_xpk.XpkLauncher` on a
+    cluster. Another engine (Ray, Slurm) is one more class with these two methods."""
+
+    def run(self, spec: WorkerSpec, *, log_path: Path, progress: Progress | None = None) -> Outcome | None:
+        """Run one variant to completion, timeout or death (its output goes to ``log_path``), or hand it to
+        a cluster: None, the record comes later (``harness collect``)."""
+        ...
+
+    def submitted(self, variant_id: str) -> bool:
+        """Whether the variant was handed to a cluster already (not to hand it over twice)."""
         ...
 
 
@@ -198,6 +206,9 @@ class LocalLauncher:
             time.sleep(self.poll_s)
         failed = next((w.process_id for w in workers if w.proc is not None and w.proc.returncode != 0), None)
         return False, failed
+
+    def submitted(self, variant_id: str) -> bool:
+        return False  # a local run finishes (or fails) before the next starts
 
     def _start(self, spec: WorkerSpec, w: _Worker, log: Any) -> subprocess.Popen[bytes]:
         command = [self.python, "-m", "harness.run.worker", str(w.spec_path), str(w.out_path)]
