@@ -278,6 +278,10 @@ def _outcome(spec: WorkerSpec, workers: list[_Worker], results: list[dict[str, A
     if status == "ok":  # exited 0 while another failed: cannot be the one that failed first
         status = "failed"
     others = f"; the other {len(workers) - 1} process(es) were ended" if failed is not None else ""
+    if timed_out:  # a hang: where each process was, the one behind the others is the likely culprit
+        where = [f"process {v.process_id} in {(v.where or {}).get('stage') or '-'}:"
+                 f"{(v.where or {}).get('phase', 'starting')}" for v in workers]  # fmt: skip
+        others = f"; all {len(workers)} ended ({', '.join(where)})"
     return Outcome(status, f"process {w.process_id} of {len(workers)} (pid {w.proc.pid}): {error}{others}",  # type: ignore[union-attr]
                    merged, duration, started_at, now())  # fmt: skip
 

@@ -5,6 +5,7 @@ the processes' results merge into one record."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -162,3 +163,16 @@ def test_processes_split_the_devices_and_keep_one_process_ids(tmp_path: Path) ->
     one = load_sweep(path).variants[0]
     path.write_text(KILLED.replace("processes = 2\n", "processes = 1\n"))
     assert load_sweep(path).variants[0].id == one.id != v.id  # processes = 1 is the id variants always had
+
+
+def test_a_hanging_variant_of_two_processes_times_out_saying_where_each_was(tmp_path: Path) -> None:
+    from harness.run.launcher import LocalLauncher
+    from harness.run.runner import SweepOptions, run_sweep
+
+    path = tmp_path / "hang.toml"
+    path.write_text(KILLED.replace("timeout_s = 600", "timeout_s = 1.5").split("[[variants]]")[0])
+    result = run_sweep(load_sweep(path), SweepOptions(reports_dir=tmp_path / "reports"), stream=io.StringIO(),
+                       launcher=LocalLauncher(kill_grace_s=1.0))  # fmt: skip
+    (record,) = result.records
+    assert record.status == "timeout"
+    assert "all 2 ended (process 0 in denoise_step:warmup, process 1 in denoise_step:warmup)" in record.error
