@@ -10,7 +10,9 @@ them. On CPU, cross-process collectives use gloo.
 Merging (:func:`merge_results`, in the launcher): process 0's result is the record's, with per
 stage the static metrics checked identical across processes (compile time apart), the timing of
 the slowest process as the stage's (a step ends when its last process does), every process's
-timing and phases under ``processes``, and each process's trace summary under ``trace_processes``.
+timing and phases under ``processes``, and one trace accounting over the whole mesh: every
+process's devices (``device`` is the ordinal within its process, ``process`` says which), the
+other trace fields process 0's, each process's trace files under ``trace_processes``.
 """
 
 from __future__ import annotations
@@ -91,8 +93,12 @@ def merge_stage(name: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, An
     merged["processes"] = [{"process": i, "wall_s": (e.get("measured") or {}).get("wall_s"),
                             "phases_s": e.get("phases_s"), "status": e.get("status")}
                            for i, e in enumerate(entries)]  # fmt: skip
-    if any(e.get("trace") for e in entries):
-        merged["trace_processes"] = [{"process": i, **(e.get("trace") or {})} for i, e in enumerate(entries)]
+    traces: list[Mapping[str, Any]] = [e["trace"] for e in entries if e.get("trace")]
+    if traces and len(traces) == len(entries):  # one per-device accounting over the mesh: every process's devices
+        merged["trace"] = {**traces[0], "devices": [{**d, "process": i} for i, t in enumerate(traces)
+                                                    for d in t.get("devices") or ()]}  # fmt: skip
+        merged["trace_processes"] = [{"process": i, "log_dir": t.get("log_dir"), "xplane": t.get("xplane")}
+                                     for i, t in enumerate(traces)]  # fmt: skip
     return merged
 
 

@@ -143,6 +143,12 @@ def test_merge_takes_the_slowest_process_and_rejects_differing_static_metrics() 
     assert merged["status"] == "ok" and merged["processes"] == 2
     assert s["measured"]["wall_s"]["median"] == 0.3 and s["measured"]["process"] == 1
     assert [p["wall_s"]["median"] for p in s["processes"]] == [0.1, 0.3]
+    traced = [{**_entry(0.1, static), "trace": {"steps": 2, "log_dir": f"/t/p{i}", "devices": [
+        {"device": d, "compute_ns": 10.0 * i + d} for d in (0, 1)]}} for i in (0, 1)]  # fmt: skip
+    t = merge_results([{"status": "ok", "stages": {"s": e}} for e in traced])["stages"]["s"]
+    assert [(d["process"], d["device"], d["compute_ns"]) for d in t["trace"]["devices"]] == [
+        (0, 0, 0.0), (0, 1, 1.0), (1, 0, 10.0), (1, 1, 11.0)]  # fmt: skip
+    assert t["trace"]["steps"] == 2 and [p["log_dir"] for p in t["trace_processes"]] == ["/t/p0", "/t/p1"]
     other = {"collectives": {"all-reduce": 3}, "timing": {}}
     bad = merge_results([{"status": "ok", "stages": {"s": _entry(0.1, static)}},
                          {"status": "ok", "stages": {"s": _entry(0.1, other)}}])  # fmt: skip
