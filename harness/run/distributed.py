@@ -11,7 +11,7 @@ Merging (:func:`merge_results`, in the launcher): process 0's result is the reco
 stage the static metrics checked identical across processes (compile time apart), the timing of
 the slowest process as the stage's (a step ends when its last process does), every process's
 timing and phases under ``processes``, and one trace accounting over the whole mesh: every
-process's devices (``device`` is the ordinal within its process, ``process`` says which), the
+process's devices (``device`` as that process's trace names it, ``process`` says which), the
 other trace fields process 0's, each process's trace files under ``trace_processes``.
 """
 
