@@ -87,23 +87,48 @@ overrides = { "model.preset" = "test:ok" }
 """
 
 
+def running_processes(tmpdir: Path) -> dict[int, int]:
+    """Process id -> pid of a 2-process variant's workers, once both are inside their stage."""
+    pids: dict[int, int] = {}
+
+    def both_running() -> bool:
+        for i in (0, 1):
+            for status in tmpdir.glob(f"harness-*/status-{i}.json"):
+                try:
+                    info = json.loads(status.read_text())
+                except (OSError, ValueError):
+                    continue
+                if info.get("phase") == "warmup":
+                    pids[i] = int(info["pid"])
+        return len(pids) == 2
+
+    wait_for("both processes of the variant to run", both_running)
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
+def test_a_killed_sweeps_two_workers_both_end_themselves(tmp_path: Path) -> None:
+    proc, tmpdir, _ = start_sweep(tmp_path, KILLED)
+    pids: dict[int, int] = {}
+    try:
+        pids = running_processes(tmpdir)
+        proc.kill()  # SIGKILL: the launcher cannot stop them; each worker's lifeline must
+        proc.communicate(timeout=WAIT_S)
+        for pid in pids.values():
+            wait_for(f"worker group {pid} to end", lambda pid=pid: not live_members(pid))
+        wait_for("the scratch folder to go", lambda: not list(tmpdir.glob("harness-*")))
+    finally:
+        for pid in pids.values():
+            if live_members(pid):
+                os.killpg(pid, signal.SIGKILL)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
 def test_killing_one_process_fails_the_variant_ends_the_other_and_the_sweep_goes_on(tmp_path: Path) -> None:
     proc, tmpdir, reports = start_sweep(tmp_path, KILLED)
     pids: dict[int, int] = {}
     try:
-        def both_running() -> bool:
-            for i in (0, 1):
-                for status in tmpdir.glob(f"harness-*/status-{i}.json"):
-                    try:
-                        info = json.loads(status.read_text())
-                    except (OSError, ValueError):
-                        continue
-                    if info.get("phase") == "warmup":
-                        pids[i] = int(info["pid"])
-            return len(pids) == 2
-
-        wait_for("both processes of the variant to run", both_running)
+        pids = running_processes(tmpdir)
         os.kill(pids[1], signal.SIGKILL)
         _, err = proc.communicate(timeout=WAIT_S)
     finally:
