@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "gate": "harness.commands.gate",
     "baseline": "harness.commands.baseline",
     "diff": "harness.commands.diff",
+    "collect": "harness.commands.collect",
+    "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
 

@@ -23,7 +23,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from ltx2.pipeline_config import PipelineConfig
-from ltx2.sharding import Strategy, param_shardings, vae_strategy
+from ltx2.sharding import Strategy, param_shardings, place, vae_strategy
 from ltx2.text.connectors import LTX2TextConnectors
 from ltx2.text.gemma import GemmaTextEncoder
 from ltx2.transformer import LTX2Transformer
@@ -104,8 +104,12 @@ def abstract_state(make: Callable[[], Any], strategy: str | Strategy, mesh: Mesh
 
 
 @functools.cache
-def _device_normal(shape: tuple[int, ...], dtype: Any, sharding: Any) -> Callable[[Any], Any]:
-    return jax.jit(lambda key: (jax.random.normal(key, shape) * INIT_STD).astype(dtype), out_shardings=sharding)
+def _device_normal(shape: tuple[int, ...], dtype: Any, sharding: Any) -> Callable[[Any, Any], Any]:
+    def normal(seed: Any, index: Any) -> Any:
+        key = jax.random.fold_in(jax.random.key(seed), index)
+        return (jax.random.normal(key, shape) * INIT_STD).astype(dtype)
+
+    return jax.jit(normal, out_shardings=sharding)
 
 
 def random_state(abstract: Any, seed: int) -> Any:
@@ -117,13 +121,15 @@ def random_state(abstract: Any, seed: int) -> Any:
     so a full-size model never has to fit in one device or the host.
     """
     rng = np.random.default_rng(seed)
-    keys = iter(jax.random.split(jax.random.key(seed), len(jax.tree.leaves(abstract))))
+    indices = iter(range(len(jax.tree.leaves(abstract))))
 
     def leaf(a: Any) -> Any:
-        key = next(keys)
+        # Keys derived inside the program, from host integers: no process reads a key array that
+        # spans other processes' devices (multi-process meshes).
+        index = np.uint32(next(indices))
         if a.size * a.dtype.itemsize <= HOST_INIT_BYTES:
             host = (rng.standard_normal(a.shape, dtype=np.float32) * INIT_STD).astype(a.dtype)
-            return jax.device_put(host, a.sharding)
-        return _device_normal(tuple(a.shape), a.dtype, a.sharding)(key)
+            return place(host, a.sharding)
+        return _device_normal(tuple(a.shape), a.dtype, a.sharding)(np.uint32(seed), index)
 
     return jax.tree.map(leaf, abstract)

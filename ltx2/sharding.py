@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
@@ -380,3 +381,13 @@ def input_sharding(
     strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
     mesh_shape = None if shape is None else mesh.shape
     return NamedSharding(mesh, strat.spec(names, mesh.axis_names, shape=shape, mesh_shape=mesh_shape))
+
+
+def place(host: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    """A host value laid out by ``sharding``, each process putting only the shards of its own devices.
+
+    The same as ``jax.device_put(host, sharding)`` on one process; on a mesh spanning several
+    processes (``jax.distributed``), every process holds the same host value and places its slices."""
+    value = np.asarray(host)
+    # dtype given: a process whose devices hold no shard of it still makes its (empty) part of the array
+    return jax.make_array_from_callback(value.shape, sharding, lambda i: np.asarray(value[i]), dtype=value.dtype)

@@ -9,17 +9,28 @@ per device exceeds the device's is recorded as does-not-fit, not run.
 Exit status: 0 every variant that ran succeeded (or did not fit), 1 one did not, 2 bad
 manifest / results file / sweep id, or the sweep id is in use; 130 / 143 on SIGINT /
 SIGTERM, after stopping the running worker and removing its temporary files (records
-already written stay; run the same command again to resume)."""
+already written stay; run the same command again to resume).
+
+On a cluster: --launcher xpk submits one `xpk workload create` per variant (--cluster,
+--tpu-type, --docker-image, --results-dir: a folder this machine and the workloads share, e.g.
+a GCS FUSE mount); `python -m harness collect <results-dir>/<sweep-id>` makes the records.
+--dry-run prints the xpk commands and writes nothing. Re-running skips variants submitted
+or collected already."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.plan.manifest import Manifest
 
 HELP = "run a manifest's variants and append their results"
+LAUNCHERS = ("local", "xpk")
+XPK_REQUIRED = ("cluster", "tpu_type", "docker_image", "results_dir")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +42,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only these variants (repeatable; name or id prefix)")
     parser.add_argument("--list", action="store_true", help="list the variants and their ids, run nothing")
     parser.add_argument("--no-report", action="store_true", help="do not write index.html / results.csv at the end")
+    cluster = parser.add_argument_group("cluster launchers")
+    cluster.add_argument("--launcher", choices=LAUNCHERS, default="local", help="where variants run (default: local)")
+    cluster.add_argument("--cluster", help="xpk: the GKE cluster")
+    cluster.add_argument("--tpu-type", help="xpk: the slice per variant, e.g. v6e-16")
+    cluster.add_argument("--docker-image", help="xpk: an image with this checkout installed")
+    cluster.add_argument("--results-dir", type=Path, help="xpk: shared folder; the sweep goes to <dir>/<sweep-id>/")
+    cluster.add_argument("--project", help="xpk: GCP project (default: gcloud's)")
+    cluster.add_argument("--zone", help="xpk: GCP zone (default: gcloud's)")
+    cluster.add_argument("--dry-run", action="store_true", help="print the launcher's commands, run nothing")
+
+
+def _xpk(args: argparse.Namespace, sweep_id: str) -> Any:
+    """The xpk launcher the flags describe; ValueError naming what is missing."""
+    from harness.run.launcher_xpk import XpkLauncher, XpkOptions
+
+    missing = [f"--{k.replace('_', '-')}" for k in XPK_REQUIRED if not getattr(args, k)]
+    if missing:
+        raise ValueError(f"--launcher xpk needs {', '.join(missing)}")
+    options = XpkOptions(args.cluster, args.tpu_type, args.docker_image, args.results_dir, args.project, args.zone)
+    return XpkLauncher(options, sweep_id, dry_run=args.dry_run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +80,28 @@ def run(args: argparse.Namespace) -> int:
         return 0
     options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id, rerun=args.rerun,
                            only=tuple(args.variant))
-    result = run_sweep(sweep, options)
+    launcher = None
+    if args.launcher == "xpk":
+        from harness.results.store import check_sweep_id
+        from harness.run.runner import worker_spec
+
+        sweep_id = check_sweep_id(args.sweep_id or sweep.manifest.name)
+        try:
+            launcher = _xpk(args, sweep_id)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if args.dry_run:  # the exact commands, nothing written
+            for v in variants:
+                launcher.run(worker_spec(v, sweep.manifest.run, Path()), log_path=Path(os.devnull))
+            return 0
+        options = dataclasses.replace(options, reports_dir=args.results_dir, sweep_id=sweep_id)
+        launcher.sweep_dir.mkdir(parents=True, exist_ok=True)
+        (launcher.sweep_dir / "manifest.toml").write_text(sweep.manifest.source)
+    elif args.dry_run:
+        print("error: --dry-run prints a cluster launcher's commands: use it with --launcher xpk", file=sys.stderr)
+        return 2
+    result = run_sweep(sweep, options, launcher=launcher)
     if not args.no_report:
         write_sweep_report(result.results_path, sweep.manifest)
     return 0 if result.ok else 1

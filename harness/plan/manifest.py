@@ -105,6 +105,7 @@ class Target(_Section):
     mesh: tuple[tuple[str, int], ...] = (("data", -1),)
     topology: str | None = None  # what to compile for without the hardware: "v6e:2x4", "tpu7x:2x2x1", "h100:1x1x8"
     devices: int | None = None  # device count; on cpu the number of simulated devices
+    processes: int = 1  # JAX processes of one variant (jax.distributed); each has devices / processes
 
     @property
     def mesh_shape(self) -> dict[str, int]:
@@ -123,7 +124,8 @@ class Target(_Section):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
-        return cls(d["platform"], d["mode"], tuple(d["mesh"].items()), d.get("topology"), d.get("devices"))
+        return cls(d["platform"], d["mode"], tuple(d["mesh"].items()), d.get("topology"), d.get("devices"),
+                   int(d.get("processes", 1)))
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,7 @@ def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:
 
 
 def parse_target(raw: Mapping[str, Any]) -> Target:
-    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices"))
+    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices", "processes"))
     platform = choice(get(raw, "platform", "str", "cpu"), "platform", PLATFORMS, "platform")
     mode = choice(get(raw, "mode", "str", "auto"), "mode", MODES, "mode")
     mesh = _mesh(raw.get("mesh", {"data": -1}))
@@ -283,7 +285,11 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
             raise Invalid(("mesh",), f"mesh {{{shape}}} needs a multiple of {fixed} devices, target has {devices}")
         if not has_rest and fixed != devices:
             raise Invalid(("mesh",), f"mesh {{{shape}}} spans {fixed} devices, target has {devices}")
-    return Target(platform, mode, mesh, topology, devices)
+    processes = positive(get(raw, "processes", "int", 1), "processes")
+    if processes > 1 and (devices is None or devices % processes):
+        raise Invalid(("processes",), f"{processes} processes must split the target's devices evenly "
+                      f"(devices = {devices}): each process gets devices / processes")
+    return Target(platform, mode, mesh, topology, devices, processes)
 
 
 def parse_workload(raw: Mapping[str, Any]) -> Workload:

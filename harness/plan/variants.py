@@ -96,6 +96,8 @@ def resolved_settings(
             "mesh": [[axis, size] for axis, size in mesh.items()],  # order matters: device layout
             "topology": target.topology,
             "devices": target.devices,
+            # only when set: one process (the default) keeps the ids variants had before processes existed
+            **({"processes": target.processes} if target.processes != 1 else {}),
         },
         "workload": wl.to_dict(),
     }

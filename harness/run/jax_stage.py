@@ -103,6 +103,9 @@ def device_mesh(target: Target, compile_only: bool) -> tuple[Mesh, dict[str, Any
         devices = list(jax.devices())
     if len(devices) < n:
         raise RuntimeError(f"mesh {shape} needs {n} devices, found {len(devices)} ({jax.default_backend()})")
+    if jax.process_count() > 1 and len(devices) != n:
+        raise RuntimeError(f"mesh {shape} spans {n} devices, the {jax.process_count()} processes have {len(devices)}: "
+                           "a multi-process mesh must use every process's devices")  # fmt: skip
     mesh = build_mesh(shape, devices=devices[:n])
     machine = {"backend": jax.default_backend(), "device_kind": devices[0].device_kind,
                "device_count": len(devices)}  # fmt: skip
@@ -135,7 +138,7 @@ class ModelStages:
 def open_model(spec: WorkerSpec) -> ModelStages:
     mesh, machine = device_mesh(spec.target, spec.compile_only)
     cfg = build_config(spec.preset, spec.config_overrides)
-    memory = (None, "") if spec.compile_only else targets.device_memory(mesh.devices.flat[0], mesh.size)
+    memory = (None, "") if spec.compile_only else targets.device_memory(jax.local_devices()[0], mesh.size)
     return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory)
 
 

@@ -42,5 +42,5 @@ class Progress:
         detail = f"  {first[-1][:120]}" if first and status != "ok" else ""
         self._emit(f"{self._prefix} {status} in {elapsed_s:.1f}s{detail}", final=True)
 
-    def skipped(self, index: int, name: str, variant_id: str) -> None:
-        self._emit(f"[{index}/{self.total}] {name} ({variant_id}) skipped: ok record exists", final=True)
+    def skipped(self, index: int, name: str, variant_id: str, why: str = "ok record exists") -> None:
+        self._emit(f"[{index}/{self.total}] {name} ({variant_id}) skipped: {why}", final=True)

@@ -54,6 +54,7 @@ class SweepResult:
     results_path: Path
     records: list[Record] = field(default_factory=list)  # written by this run
     skipped: list[Variant] = field(default_factory=list)
+    submitted: list[Variant] = field(default_factory=list)  # handed to a cluster: records come from collect
 
     @property
     def ok(self) -> bool:
@@ -126,8 +127,8 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
     result = SweepResult(sweep_id, path)
     where = context()
     for i, variant in enumerate(variants, start=1):
-        if variant.id in done:
-            progress.skipped(i, variant.name, variant.id)
+        if variant.id in done or launcher.submitted(variant.id):
+            progress.skipped(i, variant.name, variant.id, "ok record exists" if variant.id in done else "submitted")
             result.skipped.append(variant)
             continue
         progress.start(i, variant.name, variant.id)
@@ -139,6 +140,10 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
             e.detail = (f"stopped variant {variant.name} ({variant.id}) and its worker; {len(result.records)} "
                         f"variant(s) of this run recorded in {path}; run the same command again to resume")
             raise
+        if outcome is None:
+            progress.finish("submitted", 0.0)
+            result.submitted.append(variant)
+            continue
         record = build_record(sweep_id=sweep_id, manifest=manifest, variant=variant, run=manifest.run,
                               outcome=outcome, context=where, log_path=log_path)  # fmt: skip
         store.append_record(path, record)
@@ -146,6 +151,8 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
         progress.finish(outcome.status, outcome.duration_s, outcome.error)
     if result.records:
         out.write("\n" + summary_table(result.records) + "\n")
-    out.write(f"\n{len(result.records)} run, {len(result.skipped)} skipped -> {path}\n")
+    sent = f", {len(result.submitted)} submitted (collect with: python -m harness collect {sweep_dir})" \
+        if result.submitted else ""  # fmt: skip
+    out.write(f"\n{len(result.records)} run, {len(result.skipped)} skipped{sent} -> {path}\n")
     out.flush()
     return result

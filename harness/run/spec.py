@@ -5,8 +5,9 @@ The runner (or any launcher: a local subprocess today, a cluster job later) writ
 what to build (preset, config overrides, workload), where (the target with its mesh resolved,
 and the run mode, decided once by the launching side), how to measure it (``[run]``) and
 where to put what it produces, and (set by a local launcher) the process it depends on and the
-scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`). ``spec_version``
-changes when a field does.
+scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`), and for a
+variant of several processes which one this worker is and where their ``jax.distributed``
+coordinator listens. ``spec_version`` changes when a field does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from harness import targets, testing
 from harness.plan.manifest import Run, Target, Workload
 
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 RUN_MODES = ("measure", "compile")
 
 
@@ -51,6 +52,8 @@ class WorkerSpec:
     seed: int = 0
     parent_pid: int | None = None  # the launching process: if it dies, the worker ends (None: no such tie)
     scratch_dir: str | None = None  # the launcher's temporary folder for this worker, removed if it dies
+    process_id: int = 0  # which of the variant's target.processes this worker is
+    coordinator: str | None = None  # jax.distributed coordinator "host:port" (None: JAX detects the cluster)
     spec_version: int = field(default=SPEC_VERSION)
 
     def __post_init__(self) -> None:
@@ -62,6 +65,10 @@ class WorkerSpec:
     @property
     def compile_only(self) -> bool:
         return self.mode == "compile"
+
+    @property
+    def processes(self) -> int:
+        return self.target.processes
 
     @property
     def mesh_shape(self) -> dict[str, int]:
@@ -83,6 +90,8 @@ class WorkerSpec:
             "seed": self.seed,
             "parent_pid": self.parent_pid,
             "scratch_dir": self.scratch_dir,
+            "process_id": self.process_id,
+            "coordinator": self.coordinator,
         }
 
     def to_json(self) -> str:
@@ -100,6 +109,7 @@ class WorkerSpec:
             workload=Workload.from_dict(d["workload"]), run=Run.from_dict(d["run"]), trace_dir=d["trace_dir"],
             status_path=d.get("status_path"), cache_dir=d.get("cache_dir"), seed=int(d.get("seed", 0)),
             parent_pid=d.get("parent_pid"), scratch_dir=d.get("scratch_dir"),
+            process_id=int(d.get("process_id", 0)), coordinator=d.get("coordinator"),
         )  # fmt: skip
 
     @classmethod

@@ -104,8 +104,10 @@ def open_stages(spec: WorkerSpec) -> Stages:
     if testing.is_test_preset(spec.preset):
         return Stages(lambda name: testing.TestStage(name, spec.preset, dict(spec.config_overrides)),
                       device_memory=targets.host_memory_per_device(spec.target.devices or 1))
+    from harness.run import distributed
     from harness.run.jax_stage import open_model
 
+    distributed.initialize(spec)
     model = open_model(spec)
     return Stages(model.build, model.context, model.machine, model.config_resolved, model.unavailable,
                   model.device_memory)
@@ -206,7 +208,8 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
                     stage.run()
             if wants_trace and stage.uses_jax:
                 median = ((entry["measured"] or {}).get("wall_s") or {}).get("median")
-                entry["trace"] = trace(stage, Path(spec.trace_dir) / name, trace_steps(median), status)
+                where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
+                entry["trace"] = trace(stage, where, trace_steps(median), status)
     except Exception as e:  # a failed stage is data, not a crash
         entry["status"] = "failed"
         entry["error"] = str(e) if isinstance(e, stages.unavailable) else error_text(e)
@@ -253,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = WorkerSpec.from_json(Path(args[0]).read_text())
     if spec.parent_pid is not None:
         lifeline.hold(spec.parent_pid, spec.scratch_dir)
-    say(f"worker {os.getpid()}: {spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
+    one_of = f"process {spec.process_id} of {spec.processes}, " if spec.processes > 1 else ""
+    say(f"worker {os.getpid()}: {one_of}{spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
         f"{spec.target.platform} mesh {dict(spec.target.mesh)}, stages {', '.join(spec.workload.stages)}")
     return run_spec(spec, args[1])
 

@@ -27,7 +27,7 @@ from ltx2.denoise import denoise_step as guided_denoise_step
 from ltx2.pipeline_config import PipelineConfig
 from ltx2.scheduler import sigma_schedule, timesteps
 from ltx2.scheduler import step as euler_step
-from ltx2.sharding import input_sharding
+from ltx2.sharding import input_sharding, place
 from ltx2.stages.program import (
     Setup,
     StageProgram,
@@ -93,7 +93,7 @@ def denoise_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         host = [rng.standard_normal(shape, np.float32).astype(d) for shape, d, _ in inputs[:4]]
         host += [np.ones(inputs[4][0], np.float32), np.full(inputs[5][0], 900.0, np.float32),
                  np.full(inputs[6][0], 0.9, np.float32), np.asarray(-0.1, np.float32)]  # fmt: skip
-        return (random_state(state, seed), *map(jax.device_put, host, shardings))
+        return (random_state(state, seed), *map(place, host, shardings))
 
     abstract_inputs = [jax.ShapeDtypeStruct(shape, d, sharding=s)
                        for (shape, d, _), s in zip(inputs, shardings, strict=True)]  # fmt: skip

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from ltx2.components import vae_configs
 from ltx2.latents import Plan
 from ltx2.pipeline_config import PipelineConfig
-from ltx2.sharding import get_strategy, input_sharding
+from ltx2.sharding import get_strategy, input_sharding, place
 
 # Stages whose inputs are sequence-sharded under the transformer's strategy: their sharded dims
 # must divide their mesh axes. Decoders and the text encoder place inputs by shape (indivisible
@@ -181,7 +181,7 @@ def concrete(abstract: Any, seed: int, fill: Callable[[Any, Any], Any] | None = 
 
     def leaf(a: Any) -> Any:
         host = fill(a, rng) if fill is not None else rng.standard_normal(a.shape, np.float32).astype(a.dtype)
-        return jax.device_put(np.asarray(host, a.dtype), a.sharding)
+        return place(np.asarray(host, a.dtype), a.sharding)
 
     return jax.tree.map(leaf, abstract)
 
@@ -198,4 +198,4 @@ def replicated_like(tree: Any, mesh: Mesh) -> Any:
 
 def put(tree: Any, abstract: Any) -> Any:
     """Host values placed like their abstract twins."""
-    return jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), tree, abstract)
+    return jax.tree.map(lambda x, a: place(x, a.sharding), tree, abstract)
