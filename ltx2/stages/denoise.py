@@ -22,7 +22,7 @@ from jax.sharding import Mesh
 
 from ltx2.components import abstract_state, random_state
 from ltx2.config import TransformerConfig
-from ltx2.denoise import Latents, Schedule, TextEmbeddings, denoise_scan, step_inputs
+from ltx2.denoise import Latents, Schedule, TextEmbeddings, denoise_scan, step_inputs, text_kv_once
 from ltx2.denoise import denoise_step as guided_denoise_step
 from ltx2.pipeline_config import PipelineConfig
 from ltx2.scheduler import sigma_schedule, timesteps
@@ -44,6 +44,7 @@ from ltx2.transformer import LTX2Transformer
 
 SEQ = ("activation_batch", "activation_length", None)
 TEXT = ("activation_batch", "activation_text_length", None)
+TEXT_KV = (None, *TEXT)  # [layers, R, S, D]
 
 
 def _text_widths(t: TransformerConfig) -> tuple[int, int]:
@@ -122,6 +123,12 @@ class _Loop:
     scales: Any
     schedule_abs: Any
     scales_abs: Any
+    text_kv_abs: Any  # the video's text keys/values (None: the plan computes them in the step)
+
+    def text_kv(self, state: Any, text: Any) -> Any:
+        """:func:`ltx2.denoise.text_kv_once` of concrete inputs, placed as ``text_kv_abs``."""
+        kv = text_kv_once(self.graphdef, state, text, plan=self.s.plan)
+        return None if kv is None else jax.device_put(kv, jax.tree.map(lambda a: a.sharding, self.text_kv_abs))
 
     def make_inputs(self, seed: int) -> tuple[Any, ...]:
         """(state, latents, text embeddings, schedule, scales) on the devices."""
@@ -168,12 +175,21 @@ def _loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> _Loop:
     host_timesteps: Any = np.asarray(timesteps(sched, sigmas), np.float32)
     schedule = Schedule(host_sigmas, host_timesteps)
     scales = jax.tree.map(np.asarray, c.guidance.scales())
+    kv = jax.eval_shape(lambda st, e: text_kv_once(graphdef, st, e, plan=plan), state, embeds)
+    kv_abs = None if kv is None else jax.tree.map(lambda a: sds(a.shape, a.dtype, TEXT_KV, strategy, mesh), kv)
     return _Loop(s, graphdef, state, latents, embeds, schedule, scales, replicated_like(schedule, mesh),
-                 replicated_like(scales, mesh))  # fmt: skip
+                 replicated_like(scales, mesh), kv_abs)  # fmt: skip
 
 
 def _passes(loop: _Loop) -> str:
     return ", ".join(k for k, v in loop.s.plan.passes._asdict().items() if v)
+
+
+def _kv_note(loop: _Loop) -> tuple[str, ...]:
+    if loop.text_kv_abs is None:
+        return ()
+    return ("the text keys/values are an input: made once per video before the loop (ltx2.denoise.text_kv_once), "
+            "not part of this step's metrics",)
 
 
 def guided_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -186,20 +202,20 @@ def _guided(loop: _Loop, wl: Workload) -> StageProgram:
     graphdef, plan = loop.graphdef, loop.s.plan
     scalar = jax.ShapeDtypeStruct((), loop.schedule.sigmas.dtype, sharding=loop.schedule_abs.sigmas.sharding)
 
-    def one_step(st: Any, x: Any, text: Any, sigma: Any, sigma_next: Any, t: Any, sc: Any) -> Any:
-        return guided_denoise_step(graphdef, st, x, text, sigma, sigma_next, t, sc, plan=plan)
+    def one_step(st: Any, x: Any, text: Any, sigma: Any, sigma_next: Any, t: Any, sc: Any, kv: Any) -> Any:
+        return guided_denoise_step(graphdef, st, x, text, sigma, sigma_next, t, sc, kv, plan=plan)
 
-    def make_args(seed: int) -> tuple[Any, ...]:
+    def make_args(seed: int) -> tuple[Any, ...]:  # the video's text K/V: made once, outside the step
         st, x, text, sch, sc = loop.make_inputs(seed)
-        return (st, x, text, *step_inputs(sch)[0], sc)
+        return (st, x, text, *step_inputs(sch)[0], sc, loop.text_kv(st, text))
 
     steps = loop.s.cfg.pipeline.num_inference_steps
     return StageProgram(
         "guided_step", jax.jit(one_step),
-        (loop.state, loop.latents, loop.embeds, scalar, scalar, scalar, loop.scales_abs), make_args,
+        (loop.state, loop.latents, loop.embeds, scalar, scalar, scalar, loop.scales_abs, loop.text_kv_abs), make_args,
         analytic_flops=loop.flops(wl.text_tokens), calls_per_video=steps, extra=loop.extra,
         notes=(f"guided_step = one denoising step with every guidance pass ({_passes(loop)}); "
-               f"a video runs it {steps} times",), strategy=loop.s.cfg.transformer.sharding,
+               f"a video runs it {steps} times",) + _kv_note(loop), strategy=loop.s.cfg.transformer.sharding,
     )  # fmt: skip
 
 
@@ -229,8 +245,9 @@ def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     def python_loop(st: Any, x: Any, text: Any, per_step: Any, sc: Any) -> Any:
         # The loop of ltx2.denoise.denoise_python over this stage's own compiled step, so that what
         # runs is the program the static metrics describe (and a trace finds its module by name).
+        kv = loop.text_kv(st, text)  # once per video, before the loop, as denoise_python does
         for sigma, sigma_next, t in per_step:
-            x = step.fn(st, x, text, sigma, sigma_next, t, sc)
+            x = step.fn(st, x, text, sigma, sigma_next, t, sc, kv)
         return x
 
     return dataclasses.replace(

@@ -3,6 +3,8 @@ bare denoising step computed against the transformer called directly."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,6 +68,27 @@ def test_guided_step_is_the_loop_step_with_every_pass(mesh: jax.sharding.Mesh) -
     assert python.calls_per_video == 2 and python.host_run is not None and step.host_run is None
     assert [a.shape for a in python.abstract_args[3:6]] == [(), (), ()]
     assert scan.calls_per_video == 1 and scan.analytic_flops == 2 * step.analytic_flops and scan.host_run is None
+
+
+def test_guided_step_takes_the_videos_text_kv_as_an_input(mesh: jax.sharding.Mesh) -> None:
+    """With text_kv_cache the Python loop's step reads the text keys/values made once per video, so
+    the guided_step stage's program (its static metrics) holds no text projection; without, it does."""
+    cfg = PipelineConfig.tiny()
+    on = build_stage("guided_step", cfg, WL, mesh)
+    off = build_stage("guided_step", cfg.replace(pipeline=cfg.pipeline.replace(text_kv_cache=False)), WL, mesh)
+    kv, t = on.abstract_args[-1], cfg.transformer
+    assert off.abstract_args[-1] is None
+    # [layers, prompt rows (negative, positive), S, D] per stream
+    assert kv.video_k.shape == (t.num_layers, 2, WL.text_tokens, t.num_attention_heads * t.attention_head_dim)
+    assert any("made once per video" in n for n in on.notes) and not any("once per video" in n for n in off.notes)
+
+    def dots(program: Any) -> int:
+        with jax.set_mesh(mesh):
+            return program.fn.lower(*program.abstract_args).as_text().count("dot_general")
+
+    # The K/V projections of attn2 and audio_attn2 leave the step (tests/ltx2/test_passes.py counts
+    # their exact FLOPs); here: the program built for the stage is the one without them.
+    assert dots(on) < dots(off)
 
 
 def test_python_loop_runs_its_own_step_program_and_matches_the_pipelines_loop() -> None:
