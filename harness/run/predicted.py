@@ -7,6 +7,8 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
     {<Prediction.to_dict()>: step_s, device, exposed_all_gather_fraction, wasted_fraction,
                              critical_path, block_gantt, spec, notes, simulate_s,
      video_s, calls_per_video,   the step times the stage's calls per video
+     host_loop,                  true when one call of the stage is a host loop around the program
+                                 (its measured time is not one program call's)
      sensitivity,                each constant of the spec +-SENSITIVITY_FACTOR -> step_s low/high
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
      calibration}                CPU only: the measured constants the spec rests on
@@ -88,13 +90,14 @@ def predicted_entry(hlo_text: str, tl_spec: TimelineSpec, *, calls_per_video: in
     return out
 
 
-def stage_prediction(name: str, hlo_text: str, spec: WorkerSpec, devices: Sequence[Any],
-                     calls_per_video: int) -> dict[str, Any]:  # fmt: skip
+def stage_prediction(name: str, hlo_text: str, spec: WorkerSpec, devices: Sequence[Any], calls_per_video: int,
+                     host_loop: bool = False) -> dict[str, Any]:  # fmt: skip
     """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring)."""
     tl_spec, calibration = timeline_spec(spec, devices)
     names = instruction_scopes(hlo_text, scopes.scope_path)
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
     out = predicted_entry(hlo_text, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=names.of)
+    out["host_loop"] = host_loop
     if calibration is not None:
         out["calibration"] = calibration
     return out

@@ -170,7 +170,9 @@ def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str
 
         mesh = getattr(stage, "mesh", None)  # a JaxStage's mesh: its devices' coordinates place the collectives
         devices = list(mesh.devices.flat) if mesh is not None else []
-        return stage_prediction(name, stage.hlo_text, spec, devices, stage.calls_per_video)
+        program = getattr(stage, "program", None)  # a host loop around the program: one call is not one step
+        host_loop = getattr(program, "host_run", None) is not None
+        return stage_prediction(name, stage.hlo_text, spec, devices, stage.calls_per_video, host_loop)
     except Exception as e:
         notes.append(f"predicted: not simulated ({type(e).__name__}: {str(e)[:300]})")
         say(f"{name}: prediction failed:\n{error_text(e)}")
