@@ -51,7 +51,8 @@ def sensitivity_line(sens: Mapping[str, Any] | None) -> str:
     if low is None or high is None:
         return ""
     lo, hi = sorted((float(low), float(high)))
-    return f"most sensitive: {sens['most']} \u00b1{float(sens.get('factor', 0.2)):.0%} -> step {fmt_time(lo)}..{fmt_time(hi)}"
+    factor = float(sens.get("factor", 0.2))
+    return f"most sensitive: {sens['most']} \u00b1{factor:.0%} -> step {fmt_time(lo)}..{fmt_time(hi)}"
 
 
 def _measured(entry: StageEntry) -> float | None:
