@@ -40,6 +40,22 @@ def wire_bytes(kind: str, operand: float, result: float) -> float:
     return operand
 
 
+def ring_wire_bytes(kind: str, operand: float, group_size: int) -> float:
+    """Bytes one device sends for a collective over a group of ``group_size`` devices (ring
+    algorithms), from its operand bytes alone: an all-gather sends its shard to each of the n-1
+    others (operand x (n-1)); a reduce-scatter and an all-to-all keep 1/n of the operand
+    (operand x (n-1)/n); an all-reduce is both phases (2 x operand x (n-1)/n); a permute or
+    broadcast sends its operand once. :func:`wire_bytes` is the large-n limit of this from the
+    operand and result bytes."""
+    n = max(int(group_size), 1)
+    if n == 1:
+        return 0.0
+    factor = {"all-gather": n - 1.0, "all-reduce": 2.0 * (n - 1) / n}.get(kind)
+    if factor is None:
+        factor = (n - 1) / n if kind in ("reduce-scatter", "all-to-all", "ragged-all-to-all") else 1.0
+    return operand * factor
+
+
 def _bytes(number: str, unit: str) -> int:
     return int(float(number) * _UNITS[unit])
 

@@ -352,15 +352,10 @@ def instruction_flops(instr: Instruction, shapes: Mapping[str, str]) -> int | No
     return None
 
 
-def matmul_flops(hlo_text: str) -> int:
-    """Matmul FLOPs (dots, convolutions, splash attention kernels) of an optimized HLO module, per
-    device, per call of ENTRY, with loop bodies multiplied by their trip counts (unknown trip
-    counts count once).
-
-    Unlike ``cost_analysis()``, which counts a ``while`` body once, this is the work a scanned
-    model really does; unlike analytic model FLOPs, it shows what a layout duplicates.
-    """
-    module = parse_module(hlo_text)
+def computation_flops(module: _Module) -> Callable[[str], int]:
+    """Computation name -> matmul FLOPs of one run of it (dots, convolutions and splash kernels, fused
+    or not; loop bodies times their trip counts), memoised over ``module``. An op's own FLOPs plus
+    this over the computations it calls is what one execution of a fusion costs."""
 
     @functools.cache
     def visit(computation: str) -> int:
@@ -374,7 +369,19 @@ def matmul_flops(hlo_text: str) -> int:
                 total += _nested(instr, module, visit)
         return total
 
-    return visit(module.entry) if module.entry else 0
+    return visit
+
+
+def matmul_flops(hlo_text: str) -> int:
+    """Matmul FLOPs (dots, convolutions, splash attention kernels) of an optimized HLO module, per
+    device, per call of ENTRY, with loop bodies multiplied by their trip counts (unknown trip
+    counts count once).
+
+    Unlike ``cost_analysis()``, which counts a ``while`` body once, this is the work a scanned
+    model really does; unlike analytic model FLOPs, it shows what a layout duplicates.
+    """
+    module = parse_module(hlo_text)
+    return computation_flops(module)(module.entry) if module.entry else 0
 
 
 # --------------------------------------------------------------------------- memory traffic
@@ -456,6 +463,6 @@ def memory_traffic_bytes(hlo_text: str) -> int:
 
 
 __all__ = ["CONTROL_FLOW", "KINDS", "CollectiveCount", "CollectiveStats", "Instruction", "Module", "callees",
-           "collective_instructions", "collective_kind", "collective_stats", "instruction_flops",
+           "collective_instructions", "collective_kind", "collective_stats", "computation_flops", "instruction_flops",
            "instruction_traffic", "matmul_flops", "memory_traffic_bytes", "own_collective", "parse_instruction",
            "parse_module", "shape_bytes", "shape_dims", "top_level_items", "while_trip_count"]  # fmt: skip

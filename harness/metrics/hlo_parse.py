@@ -66,10 +66,12 @@ class Instruction:
 
 @dataclass
 class Module:
-    """A parsed HLO module: computation name -> instructions (in schedule order), and the ENTRY computation."""
+    """A parsed HLO module: computation name -> instructions (in schedule order), the ENTRY computation
+    and each computation's ROOT."""
 
     computations: dict[str, list[Instruction]] = field(default_factory=dict)
     entry: str | None = None
+    roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction's name
 
 
 def shape_bytes(shape: str) -> int:
@@ -175,6 +177,8 @@ def parse_module(hlo_text: str) -> Module:
             continue
         if current is not None and (instr := parse_instruction(line)):
             module.computations[current].append(instr)
+            if line.lstrip().startswith("ROOT "):
+                module.roots[current] = instr.name
     return module
 
 

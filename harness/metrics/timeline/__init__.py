@@ -1,0 +1,142 @@
+"""Predict a compiled program's step timeline from its scheduled HLO, where the hardware is absent.
+
+``predict(compiled.as_text(), spec_for("v6e:2x4", "tpu", coords))`` walks the program XLA
+scheduled for the target on one device (:mod:`~harness.metrics.timeline.simulate`: compute ops at
+roofline speed plus overhead, collectives over the links their replica groups span
+(:mod:`~harness.metrics.timeline.groups`), async pairs overlapping compute, loops with collectives
+pipelined across iterations) and accounts the timeline as a measured trace is accounted
+(:mod:`~harness.metrics.timeline.prediction`). Every constant is in the spec with its source
+(:mod:`~harness.metrics.timeline.specs`); :func:`sensitivity` says which one moves the step most.
+
+Pure Python: importing this package imports no JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
+from harness.metrics.timeline.program import Program, build_program
+from harness.metrics.timeline.simulate import Event, Loop, Simulator
+from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology, cpu_spec, spec_for
+
+CRITICAL_PATH_TOP = 20
+BLOCK_SCOPE = "block"  # the model scope of one transformer block (ltx2.scopes)
+
+
+def _critical_path(sim: Simulator, ops_scope: dict[str, str]) -> tuple[dict[str, Any], ...]:
+    ranked = sorted(sim.state.critical.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return tuple({"op": name, "scope": ops_scope.get(name, ""), "category": category, "ns": ns, "count": int(count)}
+                 for (name, category), (ns, count) in ranked[:CRITICAL_PATH_TOP])  # fmt: skip
+
+
+def _is_block(scope: str) -> bool:
+    return BLOCK_SCOPE in scope.split("/")
+
+
+def _block_loop(loops: list[Loop], events: list[Event]) -> Loop | None:
+    """The loop whose iterations are transformer blocks: of the loops run more than once, the one
+    whose events' scopes are most often a block's; without scopes, the one with the longest
+    iteration."""
+    candidates = [loop for loop in loops if len(loop.iterations) > 1]
+    if not candidates:
+        return None
+
+    def blockness(loop: Loop) -> tuple[float, float]:
+        first, last = loop.iterations[len(loop.iterations) // 2]
+        span = events[first:last]
+        share = sum(_is_block(e.scope) for e in span) / len(span) if span else 0.0
+        length = (span[-1].end_ns - span[0].start_ns) if span else 0.0
+        return share, length
+
+    best = max(candidates, key=blockness)
+    return best if blockness(best)[0] > 0 or not any(e.scope for e in events) else None
+
+
+def _block_events(loops: list[Loop], events: list[Event]) -> tuple[Event, ...]:
+    """One block iteration's events (the middle one: pipelined transfers are in steady state),
+    shifted to start at 0."""
+    loop = _block_loop(loops, events)
+    if loop is None:
+        return ()
+    first, last = loop.iterations[len(loop.iterations) // 2]
+    span = events[first:last]
+    if not span:
+        return ()
+    t0 = min(e.start_ns for e in span)
+    return tuple(e._replace(start_ns=e.start_ns - t0, end_ns=e.end_ns - t0) for e in span)
+
+
+def _notes(program: Program, spec: TimelineSpec) -> tuple[str, ...]:
+    notes = ["predicted from the scheduled HLO (one device; SPMD: every device runs the same program, "
+             "a collective goes at its slowest group's pace, a conditional at its slowest branch's)"]  # fmt: skip
+    if program.unknown_trip_counts:
+        notes.append(f"while loops with no known trip count run once: {', '.join(program.unknown_trip_counts[:5])}")
+    assumed = [k for k, c in spec.constants.items() if c.source.startswith("assumed")]
+    if assumed:
+        notes.append(f"assumed constants (no published figure): {', '.join(assumed)}")
+    if spec.topology.kind == "torus" and "assumed row-major" in spec.topology.source:
+        notes.append("device coordinates assumed row-major: none were given")
+    return tuple(notes)
+
+
+def simulate(program: Program, spec: TimelineSpec, scope_of: Callable[[str], str] | None = None) -> Prediction:
+    """:func:`predict` on an already built :class:`Program` (what :func:`sensitivity` reuses)."""
+    start = time.perf_counter()
+    sim = Simulator(program, spec, scope_of)
+    step_ns = sim.finish()
+    events = sim.state.events
+    ops_scope = {e.name: e.scope for e in events}
+    for (name, _), _v in sim.state.critical.items():
+        ops_scope.setdefault(name.removesuffix(" (transfer)"), "")
+    return Prediction(
+        step_ns=step_ns,
+        device=device_dict(events, sim.state.exposed),
+        critical_path=_critical_path(sim, ops_scope),
+        events=tuple(events),
+        block_events=_block_events(sim.state.loops, events),
+        spec=spec,
+        notes=_notes(program, spec),
+        simulate_s=time.perf_counter() - start,
+    )
+
+
+def predict(hlo_text: str, spec: TimelineSpec, *, scope_of: Callable[[str], str] | None = None) -> Prediction:
+    """The predicted step of a compiled program (``compiled.as_text()``) on ``spec``'s hardware.
+    ``scope_of`` maps an instruction's ``metadata.op_name`` to a model scope (``a/b/c``): it labels
+    the critical path and picks the transformer block loop for ``block_events``."""
+    start = time.perf_counter()
+    prediction = simulate(build_program(hlo_text), spec, scope_of)
+    return _with_time(prediction, time.perf_counter() - start)
+
+
+def _with_time(prediction: Prediction, seconds: float) -> Prediction:
+    return dataclasses.replace(prediction, simulate_s=seconds)
+
+
+def step_ns(program: Program, spec: TimelineSpec) -> float:
+    """Only the step time (no events recorded): what sensitivity needs, faster."""
+    return Simulator(program, spec, record=False).finish()
+
+
+def sensitivity(hlo_text: str, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
+    """Each constant of ``spec`` scaled by ``1 - factor`` and ``1 + factor``: the step time at
+    each, and ``most``, the constant whose range moves the step most. JSON-able."""
+    program = build_program(hlo_text)
+    base = step_ns(program, spec)
+    out: dict[str, dict[str, float]] = {}
+    for name in spec.constants:
+        low = step_ns(program, spec.scaled(name, 1 - factor)) / 1e9
+        high = step_ns(program, spec.scaled(name, 1 + factor)) / 1e9
+        out[name] = {"low_step_s": low, "high_step_s": high, "range_s": abs(high - low)}
+    most = max(out, key=lambda k: (out[k]["range_s"], k)) if out else None
+    return {"factor": factor, "step_s": base / 1e9, "constants": out, "most": most,
+            "most_range_fraction": (out[most]["range_s"] / (base / 1e9)) if most and base > 0 else 0.0}  # fmt: skip
+
+
+__all__ = ["LANES", "Constant", "Event", "Prediction", "Program", "TimelineSpec", "Topology", "build_program",
+           "chrome_trace", "cpu_spec", "device_dict", "op_events", "predict", "sensitivity", "simulate",
+           "spec_for", "step_ns"]  # fmt: skip

@@ -1,0 +1,291 @@
+"""Walk a scheduled program on one device and lay out its timeline.
+
+One compute stream runs the instructions in schedule order; its clock advances by each compute
+op's time, ``max(flops / peak, bytes / HBM bandwidth) + op overhead``. A collective's transfer
+takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.timeline.groups`):
+
+* a synchronous collective blocks the stream until its transfer ends;
+* an async ``*-start`` issues the transfer and the stream goes on; its ``*-done`` waits until the
+  transfer has ended (the wait is exposed time);
+* transfers share the links through one FIFO queue per link set (a torus dimension, the chip's
+  cores, NVLink, the host's memcpy): a transfer starts when it is issued and every link set it
+  uses is free. Collectives on disjoint dimensions run side by side; two on the same links go one
+  after the other at full bandwidth, which finishes the pair when fair sharing would (a ring
+  collective saturates its links, so neither gains from running interleaved).
+
+A ``while`` body runs trip-count times (once, with a note, where the count is unknown); the
+async values carried through the loop tuple keep their transfers in flight across iterations, so
+a collective XLA pipelines (started at the end of iteration i, done in iteration i+1, its prologue
+start before the loop and epilogue done after it) overlaps exactly as scheduled. Values are
+followed through ``tuple``, ``get-tuple-element``, parameters, loop and call boundaries; a done
+whose start cannot be traced that way waits for the oldest transfer in flight of its kind. A
+``call`` runs its computation; a ``conditional`` runs its most expensive branch (each branch is
+simulated from the same state and the one that ends latest is kept: the slowest device sets the
+pace of an SPMD program whose branches differ by device).
+
+Every device runs the same SPMD program, so one device's timeline is the step's; where groups of
+one collective differ in their links, the slowest group sets the pace
+(:func:`~harness.metrics.timeline.groups.slowest_route`). Pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from harness.metrics.events import COMPUTE
+from harness.metrics.timeline.groups import Route, permute_route, slowest_route
+from harness.metrics.timeline.program import Op, Program, pass_through
+from harness.metrics.timeline.specs import TimelineSpec
+
+NS = 1e9
+
+
+class Event(NamedTuple):
+    """One span of the timeline, in ns: ``lane`` is ``compute`` or a collective kind."""
+
+    lane: str
+    name: str
+    category: str
+    start_ns: float
+    end_ns: float
+    scope: str
+
+
+@dataclass
+class _Transfer:
+    kind: str
+    name: str
+    issue_ns: float
+    end_ns: float
+
+
+@dataclass
+class Loop:
+    """Where one ``while`` ran: its body's per-iteration event index ranges."""
+
+    name: str
+    body: str
+    iterations: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class State:
+    """The simulator's clock, link queues, transfers in flight and what it recorded."""
+
+    t: float = 0.0
+    queues: dict[str, float] = field(default_factory=dict)
+    pending: dict[int, _Transfer] = field(default_factory=dict)
+    next_token: int = 0
+    events: list[Event] = field(default_factory=list)
+    exposed: dict[str, float] = field(default_factory=dict)  # (op name, category) totals live in `critical`
+    critical: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    loops: list[Loop] = field(default_factory=list)
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (self.t, dict(self.queues), dict(self.pending), self.next_token, len(self.events), dict(self.exposed),
+                {k: list(v) for k, v in self.critical.items()}, len(self.loops))  # fmt: skip
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        self.t, self.queues, self.pending, self.next_token, n, self.exposed, self.critical, loops = snap
+        del self.events[n:]
+        del self.loops[loops:]
+
+
+def _tokens(value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, tuple):
+        return [t for v in value for t in _tokens(v)]
+    return []
+
+
+class Simulator:
+    """Runs a :class:`Program` with a :class:`TimelineSpec` (see the module docstring)."""
+
+    def __init__(self, program: Program, spec: TimelineSpec, scope_of: Callable[[str], str] | None = None,
+                 record: bool = True):
+        self.program, self.spec, self.record = program, spec, record
+        self.scope_of = scope_of
+        self.peak = spec.value("peak_flops_per_s")
+        self.hbm = spec.value("hbm_bytes_per_s")
+        self.overhead_ns = spec.value("op_overhead_s") * NS
+        self.latency_ns = spec.value("collective_latency_s") * NS
+        self.state = State()
+        self._cost: dict[int, float] = {}
+        self._route: dict[int, tuple[Route, float]] = {}
+        self._scope: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ costs
+
+    def compute_ns(self, op: Op) -> float:
+        key = id(op)
+        if key not in self._cost:
+            self._cost[key] = max(op.flops / self.peak, op.bytes / self.hbm) * NS + self.overhead_ns
+        return self._cost[key]
+
+    def transfer(self, op: Op) -> tuple[Route, float]:
+        """The route of a collective and its transfer time in ns (latency + wire bytes / bandwidth)."""
+        key = id(op)
+        if key not in self._route:
+            if op.kind == "collective-permute":
+                route = permute_route(op.pairs, self.spec)
+                size = 2 if route.queues else 1
+            else:
+                route = slowest_route(op.groups, self.spec)
+                size = route.size
+            wire = op.wire_bytes(size)
+            moving = route.queues and wire > 0 and math.isfinite(route.bytes_per_s)
+            self._route[key] = (route, self.latency_ns + (wire / route.bytes_per_s * NS if moving else 0.0))
+        return self._route[key]
+
+    def scope(self, op: Op) -> str:
+        if self.scope_of is None:
+            return ""
+        name = op.instr.op_name
+        if name not in self._scope:
+            self._scope[name] = self.scope_of(name)
+        return self._scope[name]
+
+    # ------------------------------------------------------------------ recording
+
+    def _event(self, lane: str, name: str, category: str, start: float, end: float, op: Op) -> None:
+        if self.record:
+            self.state.events.append(Event(lane, name, category, start, end, self.scope(op)))
+
+    def _on_path(self, name: str, category: str, ns: float) -> None:
+        """The compute stream spent ``ns`` in ``name`` (running it, or waiting for its transfer)."""
+        entry = self.state.critical.setdefault((name, category), [0.0, 0])
+        entry[0] += ns
+        entry[1] += 1
+        if category != COMPUTE:
+            self.state.exposed[category] = self.state.exposed.get(category, 0.0) + ns
+
+    def _issue(self, op: Op) -> _Transfer:
+        """Queue a collective's transfer on its links; return it (start: queue free, end: + its time)."""
+        s = self.state
+        route, ns = self.transfer(op)
+        start = max([s.t] + [s.queues.get(q, 0.0) for q in route.queues])
+        end = start + ns
+        for q in route.queues:
+            s.queues[q] = end
+        if self.record and route.queues:
+            self._event(op.kind, f"{op.name} (transfer)", op.kind, start, end, op)
+        return _Transfer(op.kind, op.name, s.t, end)
+
+    # ------------------------------------------------------------------ ops
+
+    def _sync(self, op: Op) -> None:
+        s = self.state
+        transfer = self._issue(op)
+        self._event(op.kind, op.name, op.kind, s.t, transfer.end_ns, op)
+        self._on_path(op.name, op.kind, transfer.end_ns - s.t)
+        s.t = transfer.end_ns
+
+    def _start(self, op: Op) -> int:
+        s = self.state
+        transfer = self._issue(op)
+        self._event(op.kind, op.name, op.kind, s.t, s.t, op)
+        token = s.next_token
+        s.next_token += 1
+        s.pending[token] = transfer
+        return token
+
+    def _done(self, op: Op, value: Any) -> None:
+        s = self.state
+        token = next((t for t in _tokens(value) if t in s.pending), None)
+        if token is None:  # the start's value did not flow here: the oldest transfer of this kind
+            family = [t for t, x in s.pending.items() if not op.kind or x.kind == op.kind]
+            token = min(family, default=None)
+        if token is None:
+            return
+        transfer = s.pending.pop(token)
+        end = max(s.t, transfer.end_ns)
+        self._event(transfer.kind, op.name, transfer.kind, s.t, end, op)
+        if end > s.t:
+            self._on_path(transfer.name, transfer.kind, end - s.t)
+        s.t = end
+
+    def _compute(self, op: Op) -> None:
+        s = self.state
+        ns = self.compute_ns(op)
+        self._event(COMPUTE, op.name, COMPUTE, s.t, s.t + ns, op)
+        self._on_path(op.name, COMPUTE, ns)
+        s.t += ns
+
+    # ------------------------------------------------------------------ control flow
+
+    def run(self, computation: str, args: tuple[Any, ...] = ()) -> Any:
+        """Run one computation; return its root's value (async tokens, possibly inside tuples)."""
+        env: dict[str, Any] = {}
+        ops = self.program.ops.get(computation, [])
+        for op in ops:
+            env[op.name] = self._step(op, env, args)
+        root = self.program.module.roots.get(computation) or (ops[-1].name if ops else "")
+        return env.get(root)
+
+    def _step(self, op: Op, env: dict[str, Any], args: tuple[Any, ...]) -> Any:
+        cls, operands = op.cls, op.instr.operands
+        if cls == "free":
+            opcode = op.instr.opcode
+            if opcode == "parameter":
+                return args[op.index] if 0 <= op.index < len(args) else None
+            if opcode == "tuple":
+                return tuple(env.get(o) for o in operands)
+            if opcode == "get-tuple-element":
+                value = env.get(operands[0]) if operands else None
+                return value[op.index] if isinstance(value, tuple) and 0 <= op.index < len(value) else None
+            return env.get(operands[0]) if pass_through(op) and operands else None
+        if cls == "compute":
+            self._compute(op)
+        elif cls == "sync":
+            self._sync(op)
+        elif cls == "start":
+            return self._start(op)
+        elif cls == "done":
+            self._done(op, env.get(operands[0]) if operands else None)
+        elif cls == "while":
+            return self._while(op, env.get(operands[0]) if operands else None)
+        elif cls == "call":
+            return self.run(op.callees[0], tuple(env.get(o) for o in operands)) if op.callees else None
+        elif cls == "conditional":
+            return self._conditional(op, env)
+        return None
+
+    def _while(self, op: Op, value: Any) -> Any:
+        if len(op.callees) < 2:
+            return value
+        cond, body = op.callees
+        loop = Loop(op.name, body)
+        self.state.loops.append(loop)
+        for _ in range(op.trip_count if op.trip_count is not None else 1):
+            self.run(cond, (value,))
+            first = len(self.state.events)
+            value = self.run(body, (value,))
+            loop.iterations.append((first, len(self.state.events)))
+        self.run(cond, (value,))
+        return value
+
+    def _conditional(self, op: Op, env: dict[str, Any]) -> Any:
+        branches = op.callees
+        if not branches:
+            return None
+        operands = op.instr.operands
+        s = self.state
+        snap, ends = s.snapshot(), []
+        for i, branch in enumerate(branches):
+            arg = env.get(operands[i + 1]) if i + 1 < len(operands) else None
+            self.run(branch, (arg,))
+            ends.append(s.t)
+            s.restore(snap)
+        slowest = max(range(len(branches)), key=lambda i: ends[i])
+        arg = env.get(operands[slowest + 1]) if slowest + 1 < len(operands) else None
+        return self.run(branches[slowest], (arg,))
+
+    def finish(self) -> float:
+        """Run ENTRY; the step ends when the stream and every transfer are done. Returns ns."""
+        self.run(self.program.entry)
+        ends = [x.end_ns for x in self.state.pending.values()]
+        return max([self.state.t, *ends])

@@ -1,0 +1,231 @@
+"""The simulator's hardware model: every constant with its unit and source, and the topology.
+
+A :class:`TimelineSpec` is what :func:`harness.metrics.timeline.predict` prices a program with, and
+it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants (all per device):
+
+* ``peak_flops_per_s``: dense bf16 matmul peak (``harness.targets.SPECS``);
+* ``hbm_bytes_per_s``: HBM bandwidth (``harness.targets.SPECS``);
+* ``op_overhead_s``: fixed cost added to every instruction that runs (fill/drain, launch);
+* ``collective_latency_s``: fixed cost of every collective (synchronisation, first hop);
+* ``link_bytes_per_s``: one ICI link, one direction (TPU); the NVLink bandwidth of one GPU, one
+  direction (GPU: NVSwitch gives every group the GPU's full NVLink bandwidth); copy bandwidth (CPU);
+* ``on_chip_bytes_per_s`` (tpu7x only): between the two TensorCores of one chip.
+
+Where no published or measured figure exists the source says ``assumed: <why>``; such constants
+are the first to check against a real trace, and ``sensitivity()`` shows how much each one moves
+the prediction. Pure Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import targets
+
+
+@dataclass(frozen=True)
+class Constant:
+    """One number of the hardware model, with its unit and where it comes from."""
+
+    value: float
+    unit: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "unit": self.unit, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How devices are wired. ``kind``: ``torus`` (TPU ICI: ``shape`` chips per dimension, each
+    dimension with or without wraparound links), ``switch`` (GPU NVLink through NVSwitch: every
+    pair of devices at the GPU's full bandwidth) or ``memcpy`` (CPU: collectives are copies).
+    ``device_coords``: per device in device-assignment order (the ids replica groups use), the chip
+    coordinates followed by the core on the chip."""
+
+    kind: str
+    shape: tuple[int, ...] = ()
+    wraparound: tuple[bool, ...] = ()
+    devices_per_chip: int = 1
+    device_coords: tuple[tuple[int, ...], ...] = ()
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "shape": list(self.shape), "wraparound": list(self.wraparound),
+                "devices_per_chip": self.devices_per_chip, "device_coords": [list(c) for c in self.device_coords],
+                "source": self.source}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimelineSpec:
+    """A named set of constants (see the module docstring) and the topology they apply to."""
+
+    name: str
+    platform: str
+    constants: Mapping[str, Constant]
+    topology: Topology = field(default_factory=lambda: Topology("memcpy"))
+    notes: tuple[str, ...] = ()
+
+    def value(self, constant: str) -> float:
+        """A constant's value; KeyError naming the spec and the constants it has otherwise."""
+        if constant not in self.constants:
+            raise KeyError(f"spec {self.name!r} has no constant {constant!r} (has: {', '.join(self.constants)})")
+        return self.constants[constant].value
+
+    def scaled(self, constant: str, factor: float) -> TimelineSpec:
+        """The same spec with one constant multiplied by ``factor`` (its source says so)."""
+        old = self.constants.get(constant)
+        if old is None:
+            raise KeyError(f"spec {self.name!r} has no constant {constant!r} (has: {', '.join(self.constants)})")
+        new = Constant(old.value * factor, old.unit, f"{old.source} (x{factor:g})")
+        return dataclasses.replace(self, constants={**self.constants, constant: new})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "platform": self.platform,
+                "constants": {k: c.to_dict() for k, c in self.constants.items()},
+                "topology": self.topology.to_dict(), "notes": list(self.notes)}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the tables
+
+_V6E_DOC = "cloud.google.com/tpu/docs/v6e"
+_TPU7X_DOC = "cloud.google.com/tpu/docs/tpu7x"
+_ASSUMED_OVERHEAD = ("assumed: ~1 us fixed cost per executed HLO op (pipeline fill/drain of a fusion); "
+                     "no published figure, check against an XProf trace")  # fmt: skip
+_ASSUMED_ICI_LATENCY = ("assumed: ~10 us per collective (barrier + first hop over ICI); no published "
+                        "figure, check against an XProf trace")  # fmt: skip
+
+
+def _from_targets(name: str) -> dict[str, Constant]:
+    t = targets.SPECS[name]
+    return {
+        "peak_flops_per_s": Constant(t.peak_bf16_flops, "FLOP/s", f"harness.targets.SPECS[{name!r}]: {t.source}"),
+        "hbm_bytes_per_s": Constant(t.hbm_bytes_per_s, "B/s", f"harness.targets.SPECS[{name!r}]: {t.source}"),
+    }
+
+
+def _v6e() -> dict[str, Constant]:
+    return {
+        **_from_targets("v6e"),
+        "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
+        "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
+        # 3,584 Gbps of ICI per chip over 4 ports, both directions: 3584e9 / 8 / 4 / 2 B/s per port per direction.
+        "link_bytes_per_s": Constant(3584e9 / 8 / 4 / 2, "B/s",
+                                     f"{_V6E_DOC}: ICI bandwidth 3,584 Gbps per chip, 4 ICI ports per chip, 2D "
+                                     "torus; one port, one direction = 3584e9/8/4/2"),
+    }  # fmt: skip
+
+
+def _tpu7x() -> dict[str, Constant]:
+    return {
+        **_from_targets("tpu7x"),
+        "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
+        "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
+        # 1.2 TB/s bidirectional per chip over the 6 ports of a 3D torus (assumption: 6 ports, +-x, +-y, +-z).
+        "link_bytes_per_s": Constant(1.2e12 / 6 / 2, "B/s",
+                                     f"{_TPU7X_DOC}: ICI 1.2 TB/s bidirectional per chip, 3D torus; assumed 6 "
+                                     "ports (+-x, +-y, +-z): one port, one direction = 1.2e12/6/2"),
+        "on_chip_bytes_per_s": Constant(targets.SPECS["tpu7x"].hbm_bytes_per_s, "B/s",
+                                        "assumed: the two TensorCores of a chip exchange data at one core's HBM "
+                                        "bandwidth (no published die-to-die figure)"),
+    }  # fmt: skip
+
+
+def _gpu(name: str) -> dict[str, Constant]:
+    t = targets.SPECS[name]
+    return {
+        **_from_targets(name),
+        "op_overhead_s": Constant(4e-6, "s", "assumed: ~4 us per kernel (launch + tail), XLA GPU without CUDA "
+                                             "graphs; check against an nsys / XProf trace"),
+        "collective_latency_s": Constant(15e-6, "s", "assumed: ~15 us NCCL small-message latency inside one "
+                                                    "NVSwitch node; check against nccl-tests"),
+        "link_bytes_per_s": Constant(t.interconnect_bytes_per_s, "B/s",
+                                     f"harness.targets.SPECS[{name!r}]: NVLink 4, 900 GB/s bidirectional per GPU "
+                                     "through NVSwitch: 450 GB/s one direction to any group"),
+    }  # fmt: skip
+
+
+_TABLES = {"v6e": _v6e, "tpu7x": _tpu7x, "h100": lambda: _gpu("h100"), "h200": lambda: _gpu("h200")}
+
+# Wraparound (torus) links per dimension: an ICI dimension closes into a ring only when the slice spans
+# the pod's full extent in it; smaller slices are meshes (lines) in that dimension.
+_POD_EXTENT = {"v6e": 16, "tpu7x": 4}
+_WRAP_SOURCE = {
+    "v6e": "v6e pods are one 16x16 2D torus (" + _V6E_DOC + "); a slice dimension shorter than 16 is taken to "
+           "have no wraparound link (a line), as for v5e",
+    "tpu7x": "tpu7x: 3D torus built of 4x4x4 cubes (" + _TPU7X_DOC + "); a dimension is taken to wrap around "
+             "only when it spans a multiple of 4 chips",
+}  # fmt: skip
+
+
+def _row_major_coords(shape: Sequence[int], per_chip: int) -> tuple[tuple[int, ...], ...]:
+    """Chip coordinates (x fastest) and core, in device-id order, for a topology without device coords."""
+    out = []
+    for chip in range(math.prod(shape)):
+        coord, rest = [], chip
+        for n in shape:
+            coord.append(rest % n)
+            rest //= n
+        out += [(*coord, core) for core in range(per_chip)]
+    return tuple(out)
+
+
+def _tpu_topology(name: str, dims: tuple[int, ...], device_coords: Sequence[tuple[int, ...]] | None) -> Topology:
+    per_chip = targets.TPU_GENERATIONS.get(name, 1)
+    extent = _POD_EXTENT[name]
+    wrap = tuple(n >= extent and n % extent == 0 for n in dims)
+    if device_coords:
+        # (*device.coords, device.core_on_chip): the chip's first len(dims) coordinates, then the core.
+        coords = tuple((*(int(v) for v in c[: len(dims)]), int(c[-1]) if len(c) > len(dims) else 0)
+                       for c in device_coords)  # fmt: skip
+        source = f"{_WRAP_SOURCE[name]}; device coords from the worker's devices (.coords, .core_on_chip)"
+    else:
+        coords = _row_major_coords(dims, per_chip)
+        source = f"{_WRAP_SOURCE[name]}; device coords assumed row-major (x fastest) over {dims}: none given"
+    return Topology("torus", dims, wrap, per_chip, coords, source)
+
+
+def spec_for(topology: str | None, platform: str,
+             device_coords: Sequence[tuple[int, ...]] | None = None) -> TimelineSpec:
+    """The spec of a compile-only target (``"v6e:2x4"``, ``"tpu7x:2x2x1"``, ``"h100:1x1x8"``) and its
+    topology. ``device_coords``: per device of the program's mesh in device-assignment order, the
+    chip coordinates then the core on the chip (TPU ``device.coords`` + ``device.core_on_chip``);
+    without them TPU devices are assumed numbered row-major, x fastest. ValueError for a target
+    with no table (CPU specs are measured: :func:`cpu_spec`)."""
+    if topology is None or platform == "cpu":
+        raise ValueError(f"no timeline spec for platform {platform!r} topology {topology!r}: CPU constants are "
+                         "measured, build one with cpu_spec(...)")  # fmt: skip
+    name, dims = targets.check_topology(topology, platform)
+    if name not in _TABLES:
+        raise ValueError(f"no timeline spec for {name!r} (topology {topology!r}; known: {', '.join(_TABLES)})")
+    if platform == "tpu":
+        topo = _tpu_topology(name, dims, device_coords)
+    else:
+        topo = Topology("switch", dims, source="NVSwitch: every GPU of a node reaches every other at its full "
+                                               "NVLink bandwidth (NVIDIA HGX H100/H200)")  # fmt: skip
+    return TimelineSpec(f"{name}:{'x'.join(map(str, dims))}", platform, _TABLES[name](), topo)
+
+
+def cpu_spec(matmul_flops_per_s: float, copy_bytes_per_s: float, op_overhead_s: float, source: str,
+             devices: int = 1) -> TimelineSpec:
+    """A host CPU's spec from measured constants (``source`` says how they were measured). The
+    simulated CPU devices share the host: a collective is a memcpy at ``copy_bytes_per_s`` plus
+    ``op_overhead_s``."""
+    for what, value in (("matmul_flops_per_s", matmul_flops_per_s), ("copy_bytes_per_s", copy_bytes_per_s)):
+        if not value > 0:
+            raise ValueError(f"cpu_spec: {what} must be > 0, got {value!r}")
+    if op_overhead_s < 0:
+        raise ValueError(f"cpu_spec: op_overhead_s must be >= 0, got {op_overhead_s!r}")
+    constants = {
+        "peak_flops_per_s": Constant(matmul_flops_per_s, "FLOP/s", source),
+        "hbm_bytes_per_s": Constant(copy_bytes_per_s, "B/s", source),
+        "op_overhead_s": Constant(op_overhead_s, "s", source),
+        "collective_latency_s": Constant(op_overhead_s, "s", f"{source} (a collective: one op overhead)"),
+        "link_bytes_per_s": Constant(copy_bytes_per_s, "B/s", f"{source} (a collective: a memcpy)"),
+    }
+    coords = tuple((i, 0) for i in range(devices))
+    return TimelineSpec("cpu", "cpu", constants, Topology("memcpy", (devices,), (False,), 1, coords, "host memory"))
