@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.attribution import instruction_scopes
 from harness.metrics.timeline import TimelineSpec, cpu_spec, predict, sensitivity, spec_for
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.run.spec import WorkerSpec
@@ -37,6 +36,11 @@ from ltx2 import scopes
 SENSITIVITY_FACTOR = 0.2
 CHROME_NAME = "predicted_trace.json.gz"
 CALIBRATION_NAME = "cpu-calibration.json"
+
+
+def scope_of(op_name: str) -> str:
+    """An instruction's model scope (``a/b/c``) from its ``metadata.op_name``, as attribution reads it."""
+    return "/".join(scopes.scope_path(op_name))
 
 
 def calibration_path(spec: WorkerSpec) -> Path:
@@ -94,9 +98,8 @@ def stage_prediction(name: str, hlo_text: str, spec: WorkerSpec, devices: Sequen
                      host_loop: bool = False) -> dict[str, Any]:  # fmt: skip
     """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring)."""
     tl_spec, calibration = timeline_spec(spec, devices)
-    names = instruction_scopes(hlo_text, scopes.scope_path)
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
-    out = predicted_entry(hlo_text, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=names.of)
+    out = predicted_entry(hlo_text, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
     out["host_loop"] = host_loop
     if calibration is not None:
         out["calibration"] = calibration
