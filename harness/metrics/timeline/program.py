@@ -4,8 +4,9 @@ order, each classified once (what it costs is independent of the spec's constant
 Classes of instruction:
 
 * ``free``: bookkeeping that moves no data (parameter, constant, tuple, get-tuple-element,
-  bitcast, partition-id, ...) and memory-space prefetches (``copy-start``/``copy-done``: a DMA
-  beside compute, not modelled);
+  bitcast, partition-id, ...) and async DMAs (``copy-start``/``-done``, TPU ``slice-start``/
+  ``-done`` and ``dynamic-slice-start``/``-done``: prefetches run by DMA engines beside compute;
+  their HBM traffic is not priced, the ops that read the result are);
 * ``compute``: everything else that runs, priced by its matmul FLOPs (a fusion: those of the
   computations it calls; the splash kernel: :func:`harness.metrics.hlo.instruction_flops`) and
   the bytes it reads and writes (:func:`harness.metrics.hlo.instruction_traffic`);
@@ -29,7 +30,8 @@ from harness.metrics.timeline.groups import Groups, permute_pairs, replica_group
 
 FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id",
                   "replica-id", "opt-barrier", "add-dependency", "domain", "copy-start", "copy-done",
-                  "async-update", "get-dimension-size", "set-dimension-size"})  # fmt: skip
+                  "async-update", "get-dimension-size", "set-dimension-size", "slice-start", "slice-done",
+                  "dynamic-slice-start", "dynamic-slice-done"})  # fmt: skip
 _PASS_THROUGH = frozenset({"bitcast", "opt-barrier", "copy-start", "copy-done", "async-update", "add-dependency"})
 _BRANCHES = re.compile(r"\b(?:true_computation|false_computation)=%?([\w.\-]+)")
 _NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")

@@ -155,10 +155,11 @@ _TABLES = {"v6e": _v6e, "tpu7x": _tpu7x, "h100": lambda: _gpu("h100"), "h200": l
 # the pod's full extent in it; smaller slices are meshes (lines) in that dimension.
 _POD_EXTENT = {"v6e": 16, "tpu7x": 4}
 _WRAP_SOURCE = {
-    "v6e": "v6e pods are one 16x16 2D torus (" + _V6E_DOC + "); a slice dimension shorter than 16 is taken to "
-           "have no wraparound link (a line), as for v5e",
-    "tpu7x": "tpu7x: 3D torus built of 4x4x4 cubes (" + _TPU7X_DOC + "); a dimension is taken to wrap around "
-             "only when it spans a multiple of 4 chips",
+    "v6e": "assumed: a v6e dimension wraps around only when the slice spans the pod's full 16 chips in it ("
+           + _V6E_DOC + " lists the pod as one 16x16 2D torus and says nothing of sub-slices); shorter "
+           "dimensions are lines",
+    "tpu7x": "assumed by analogy with cloud.google.com/tpu/docs/v5p ('All 4x4x4 and larger slices (one cube) "
+             "have full 3D torus'): a tpu7x dimension wraps around when it spans a multiple of 4 chips",
 }  # fmt: skip
 
 

@@ -1,0 +1,269 @@
+"""The schedule simulator on hand-written HLO schedules with known answers.
+
+Every expected number is derived from the spec constants below: a compute op ``add(f32[N], f32[N])``
+moves 12N bytes (two operands read, one result written) and has no matmul FLOPs, so it takes
+12N / HBM bandwidth; an all-gather of an f32[N] shard over a group of G devices sends 4N(G-1) bytes
+(ring) over the link bandwidth plus the collective latency.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from harness.metrics import timeline
+from harness.metrics.accounting import device_metrics
+from harness.metrics.chrome import read_chrome_trace
+from harness.metrics.timeline.groups import replica_groups, route
+from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
+
+HBM = 1e9  # B/s: 1 byte per ns
+LINK = 1e9  # B/s
+GROUP = 4
+
+
+def _spec(latency_s: float = 0.0, overhead_s: float = 0.0) -> TimelineSpec:
+    c = {
+        "peak_flops_per_s": Constant(1e12, "FLOP/s", "test"),
+        "hbm_bytes_per_s": Constant(HBM, "B/s", "test"),
+        "op_overhead_s": Constant(overhead_s, "s", "test"),
+        "collective_latency_s": Constant(latency_s, "s", "test"),
+        "link_bytes_per_s": Constant(LINK, "B/s", "test"),
+    }
+    return TimelineSpec("test", "gpu", c, Topology("switch", (1, 1, GROUP)))
+
+
+def add_ns(n: int, spec: TimelineSpec) -> float:
+    return 12 * n / spec.value("hbm_bytes_per_s") * 1e9 + spec.value("op_overhead_s") * 1e9
+
+
+def gather_ns(n: int, spec: TimelineSpec) -> float:
+    return spec.value("collective_latency_s") * 1e9 + 4 * n * (GROUP - 1) / spec.value("link_bytes_per_s") * 1e9
+
+
+HEADER = f"HloModule test, is_scheduled=true, num_partitions={GROUP}\n\n"
+GROUPS = "replica_groups={{0,1,2,3}}, dimensions={0}"
+AGS = "(f32[1000]{0}, f32[4000]{0})"
+
+
+def _module(entry: str, *others: str) -> str:
+    return HEADER + "\n\n".join(others) + ("\n\n" if others else "") + entry
+
+
+SYNC = _module(f"""ENTRY %main (p: f32[1000], q: f32[500]) -> f32[500] {{
+  %p = f32[1000]{{0}} parameter(0)
+  %q = f32[500]{{0}} parameter(1)
+  %a = f32[500]{{0}} add(f32[500]{{0}} %q, f32[500]{{0}} %q)
+  %ag = f32[4000]{{0}} all-gather(f32[1000]{{0}} %p), {GROUPS}
+  ROOT %b = f32[500]{{0}} add(f32[500]{{0}} %a, f32[500]{{0}} %a)
+}}""")
+
+
+def _async(compute_n: int) -> str:
+    return _module(f"""ENTRY %main (p: f32[1000], q: f32[{compute_n}]) -> f32[4000] {{
+  %p = f32[1000]{{0}} parameter(0)
+  %q = f32[{compute_n}]{{0}} parameter(1)
+  %all-gather-start = {AGS} all-gather-start(f32[1000]{{0}} %p), {GROUPS}
+  %a = f32[{compute_n}]{{0}} add(f32[{compute_n}]{{0}} %q, f32[{compute_n}]{{0}} %q)
+  ROOT %all-gather-done = f32[4000]{{0}} all-gather-done({AGS} %all-gather-start)
+}}""")
+
+
+def test_sync_all_gather_blocks_compute():
+    spec = _spec(latency_s=2e-6)
+    p = timeline.predict(SYNC, spec)
+    t = gather_ns(1000, spec)
+    assert p.step_ns == pytest.approx(2 * add_ns(500, spec) + t, rel=1e-12)
+    assert p.device["exposed_ns_by_kind"] == {"all-gather": pytest.approx(t, rel=1e-12)}
+    assert p.device["exposed_collective_ns"] == pytest.approx(t, rel=1e-12)
+    assert p.device["compute_ns"] == pytest.approx(2 * add_ns(500, spec), rel=1e-12)
+    assert p.exposed_all_gather_fraction == pytest.approx(t / p.step_ns, rel=1e-12)
+    top = p.critical_path[0]
+    assert (top["op"], top["category"], top["count"]) == ("ag", "all-gather", 1)
+
+
+def test_async_all_gather_fully_hidden():
+    spec = _spec()
+    t = gather_ns(1000, spec)  # 12000 ns; the compute op: 12 x 2000 = 24000 ns
+    p = timeline.predict(_async(2000), spec)
+    assert add_ns(2000, spec) > t
+    assert p.step_ns == pytest.approx(add_ns(2000, spec), rel=1e-12)
+    assert p.device["exposed_collective_ns"] == 0.0
+    assert p.device["exposed_ns_by_kind"] == {}
+    assert p.device["collective_ns_by_kind"]["all-gather"] == pytest.approx(p.step_ns, rel=1e-12)
+
+
+def test_async_all_gather_half_hidden():
+    spec = _spec()
+    t = gather_ns(1000, spec)
+    assert add_ns(500, spec) == pytest.approx(t / 2)  # the compute op covers half the transfer
+    p = timeline.predict(_async(500), spec)
+    assert p.step_ns == pytest.approx(t, rel=1e-12)
+    assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(t / 2, rel=1e-12)
+    assert p.device["exposed_collective_ns"] == pytest.approx(t / 2, rel=1e-12)
+    assert p.device["wasted_fraction"] == pytest.approx(0.5, rel=1e-12)
+
+
+ST2 = "all-gather-start.2"
+TUPLE = f"(s32[], f32[1000]{{0}}, f32[250]{{0}}, f32[500]{{0}}, {AGS})"
+BODY = f"""%body (bp: {TUPLE}) -> {TUPLE} {{
+  %bp = {TUPLE} parameter(0)
+  %i = s32[] get-tuple-element({TUPLE} %bp), index=0
+  %x = f32[1000]{{0}} get-tuple-element({TUPLE} %bp), index=1
+  %y = f32[250]{{0}} get-tuple-element({TUPLE} %bp), index=2
+  %z = f32[500]{{0}} get-tuple-element({TUPLE} %bp), index=3
+  %pend = {AGS} get-tuple-element({TUPLE} %bp), index=4
+  %all-gather-done.2 = f32[4000]{{0}} all-gather-done({AGS} %pend)
+  %ya = f32[250]{{0}} add(f32[250]{{0}} %y, f32[250]{{0}} %y)
+  %{ST2} = {AGS} all-gather-start(f32[1000]{{0}} %x), {GROUPS}
+  %zb = f32[500]{{0}} add(f32[500]{{0}} %z, f32[500]{{0}} %z)
+  ROOT %out = {TUPLE} tuple(s32[] %i, f32[1000]{{0}} %x, f32[250]{{0}} %ya, f32[500]{{0}} %zb, {AGS} %{ST2})
+}}"""
+COND = f"""%cond (cp: {TUPLE}) -> pred[] {{
+  %cp = {TUPLE} parameter(0)
+  ROOT %k = pred[] constant(true)
+}}"""
+LOOP = _module(f"""ENTRY %main (p: f32[1000], y: f32[250], z: f32[500], w: f32[4000]) -> f32[4000] {{
+  %p = f32[1000]{{0}} parameter(0)
+  %y = f32[250]{{0}} parameter(1)
+  %z = f32[500]{{0}} parameter(2)
+  %w = f32[4000]{{0}} parameter(3)
+  %all-gather-start.1 = {AGS} all-gather-start(f32[1000]{{0}} %p), {GROUPS}
+  %c0 = f32[1000]{{0}} add(f32[1000]{{0}} %p, f32[1000]{{0}} %p)
+  %i0 = s32[] constant(0)
+  %t = {TUPLE} tuple(s32[] %i0, f32[1000]{{0}} %p, f32[250]{{0}} %y, f32[500]{{0}} %z, {AGS} %all-gather-start.1)
+  %loop = {TUPLE} while({TUPLE} %t), condition=%cond, body=%body, backend_config={{"known_trip_count":{{"n":"4"}}}}
+  %g = {AGS} get-tuple-element({TUPLE} %loop), index=4
+  %all-gather-done.1 = f32[4000]{{0}} all-gather-done({AGS} %g)
+  ROOT %r = f32[4000]{{0}} add(f32[4000]{{0}} %w, f32[4000]{{0}} %w)
+}}""", COND, BODY)
+
+
+def test_while_loop_with_collective_pipelined_across_iterations():
+    """Prologue start, then in each of 4 iterations: done (of the previous start), compute A, start,
+    compute B; epilogue done after the loop. The prologue transfer hides behind a compute of T; from
+    then on each done ends T after the previous start (A, then the transfer of which B = T/2 hides):
+    total T + 4 (A + T) + C (T transfer, A = 12 x 250 ns, C = 12 x 4000 ns); exposed T/2 at each of
+    the 4 dones after the first."""
+    spec = _spec()
+    t, a, b, c = gather_ns(1000, spec), add_ns(250, spec), add_ns(500, spec), add_ns(4000, spec)
+    assert add_ns(1000, spec) == pytest.approx(t) and b == pytest.approx(t / 2)
+    p = timeline.predict(LOOP, spec)
+    assert p.step_ns == pytest.approx(t + 4 * (a + t) + c, rel=1e-12)
+    assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(4 * (t / 2), rel=1e-12)
+    transfers = [e for e in p.events if e.name.endswith("(transfer)")]
+    assert len(transfers) == 5  # prologue + one per iteration
+    done_events = [e for e in p.events if "all-gather-done" in e.name]
+    assert len(done_events) == 5
+
+
+def test_loop_carried_transfer_is_matched_by_value_not_by_order():
+    """Two transfers in flight through the loop tuple: each done waits for its own start's transfer."""
+    spec = _spec()
+    p = timeline.predict(LOOP, spec)
+    # Every done completes at or after the end of the transfer it waits for, never before it started.
+    transfers = sorted(e for e in p.events if e.name.endswith("(transfer)"))
+    dones = sorted((e for e in p.events if "done" in e.name), key=lambda e: e.start_ns)
+    for transfer, done in zip(sorted(transfers, key=lambda e: e.start_ns), dones, strict=True):
+        assert done.end_ns == pytest.approx(max(done.start_ns, transfer.end_ns), rel=1e-12)
+
+
+def test_iota_replica_groups_resolve_to_groups_and_link_dims():
+    assert replica_groups("replica_groups=[2,4]<=[8], dims", 8) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert replica_groups("replica_groups=[4,2]<=[2,4]T(1,0), x", 8) == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert replica_groups("replica_groups=[4,2]<=[2,2,2]T(1,0,2)", 8) == ((0, 1), (4, 5), (2, 3), (6, 7))
+    assert replica_groups("replica_groups={}, dimensions={0}", 4) == ((0, 1, 2, 3),)
+    assert replica_groups("replica_groups={{0,2},{1,3}}", 4) == ((0, 2), (1, 3))
+    mesh = "replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={1}"
+    assert replica_groups(mesh, 8) == ((0, 4), (1, 5), (2, 6), (3, 7))
+    # v6e:2x4, devices numbered row-major (x fastest): device i at chip (i % 2, i // 2).
+    spec = timeline.spec_for("v6e:2x4", "tpu")
+    link = spec.value("link_bytes_per_s")
+    assert spec.topology.wraparound == (False, False)  # both dims shorter than the 16-chip pod
+    along_y = route((0, 4), spec)  # (0,0) and (0,2): the y dimension only, a line
+    assert (along_y.queues, along_y.bytes_per_s) == (("dim1",), link)
+    both = route((0, 1, 2, 3), spec)  # x in {0,1}, y in {0,1}
+    assert (both.queues, both.bytes_per_s) == (("dim0", "dim1"), 2 * link)
+    ring = route(tuple(range(0, 256, 16)), timeline.spec_for("v6e:16x16", "tpu"))  # a full, wrapped y ring
+    assert (ring.queues, ring.bytes_per_s) == (("dim1",), 2 * link)
+
+
+def test_tpu7x_group_inside_one_chip_uses_the_on_chip_link():
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    assert spec.topology.devices_per_chip == 2 and len(spec.topology.device_coords) == 8
+    inside = route((0, 1), spec)  # the two cores of chip (0, 0, 0)
+    assert (inside.queues, inside.bytes_per_s) == (("core",), spec.value("on_chip_bytes_per_s"))
+    across = route((0, 2), spec)  # core 0 of chips (0,0,0) and (1,0,0): shares the chip's x link
+    assert (across.queues, across.bytes_per_s) == (("dim0",), spec.value("link_bytes_per_s") / 2)
+
+
+def test_chrome_json_round_trip_gives_the_same_accounting():
+    p = timeline.predict(LOOP, _spec())
+    table = read_chrome_trace(json.dumps(p.chrome_trace()))
+    (back,) = device_metrics(table.events)
+    for key in ("window_ns", "busy_ns", "compute_ns", "collective_ns", "exposed_collective_ns", "idle_ns",
+                "wasted_ns", "wasted_fraction"):
+        assert getattr(back, key) == pytest.approx(p.device[key], rel=1e-9, abs=1e-6), key
+    assert back.collective_ns_by_kind == pytest.approx(p.device["collective_ns_by_kind"], rel=1e-9)
+    lanes = {e["args"]["name"] for e in p.chrome_trace()["traceEvents"] if e.get("name") == "thread_name"}
+    assert lanes == {"compute", "all-gather"}
+
+
+@pytest.mark.parametrize("topology, platform", [("v6e:2x4", "tpu"), ("tpu7x:2x2x1", "tpu"), ("h100:1x1x8", "gpu"),
+                                                ("h200:1x1x8", "gpu")])  # fmt: skip
+def test_spec_table_constants_have_unit_and_source(topology, platform):
+    spec = timeline.spec_for(topology, platform)
+    assert {"peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s", "collective_latency_s",
+            "link_bytes_per_s"} <= set(spec.constants)  # fmt: skip
+    for name, c in spec.constants.items():
+        assert c.unit and c.source and math.isfinite(c.value) and c.value > 0, name
+    assert spec.topology.source
+    json.dumps(spec.to_dict())
+    scaled = spec.scaled("link_bytes_per_s", 1.2)
+    assert scaled.value("link_bytes_per_s") == pytest.approx(1.2 * spec.value("link_bytes_per_s"))
+    assert scaled.value("hbm_bytes_per_s") == spec.value("hbm_bytes_per_s")
+
+
+def test_cpu_spec_and_errors():
+    spec = timeline.cpu_spec(1e11, 1e10, 5e-6, "measured: test", devices=8)
+    assert all(c.source.startswith("measured: test") for c in spec.constants.values())
+    assert len(spec.topology.device_coords) == 8
+    with pytest.raises(ValueError, match="copy_bytes_per_s"):
+        timeline.cpu_spec(1e11, 0.0, 5e-6, "measured: test")
+    with pytest.raises(ValueError, match="cpu_spec"):
+        timeline.spec_for(None, "cpu")
+    with pytest.raises(KeyError, match="no constant 'nope'"):
+        spec.scaled("nope", 1.2)
+
+
+def test_sensitivity_names_the_constant_that_moves_the_step_most():
+    spec = _spec(latency_s=1e-6)
+    out = timeline.sensitivity(SYNC, spec)
+    assert out["most"] == "link_bytes_per_s"  # the 12000 ns transfer outweighs 12000 ns of compute + 1 us
+    low, high = out["constants"]["link_bytes_per_s"]["low_step_s"], out["constants"]["link_bytes_per_s"]["high_step_s"]
+    wire_s = 4 * 1000 * (GROUP - 1) / LINK
+    assert low - high == pytest.approx(wire_s / 0.8 - wire_s / 1.2, rel=1e-9)
+    assert out["step_s"] == pytest.approx(timeline.predict(SYNC, spec).step_ns / 1e9, rel=1e-12)
+
+
+def test_prediction_to_dict_is_json():
+    p = timeline.predict(LOOP, _spec(), scope_of=lambda op_name: "")
+    out = json.loads(json.dumps(p.to_dict()))
+    assert out["step_s"] == pytest.approx(p.step_ns / 1e9)
+    assert {"exposed_all_gather_fraction", "wasted_fraction", "critical_path", "block_gantt", "spec", "notes",
+            "simulate_s", "device"} <= set(out)  # fmt: skip
+    # Without scopes the loop's middle iteration is the block Gantt: a done, A, a start, B.
+    names = [e["name"] for e in out["block_gantt"] if not e["name"].endswith("(transfer)")]
+    assert names == ["all-gather-done.2", "ya", "all-gather-start.2", "zb"]
+
+
+def test_timeline_and_chrome_reader_import_no_jax():
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.metrics.timeline, harness.metrics.chrome, harness.metrics.accounting; "
+            "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'ltx2') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
