@@ -10,6 +10,7 @@ import pytest
 
 from harness.report.predicted import calibration_section
 from harness.results import calibration, stats
+from harness.results.store import load_records
 
 _spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
 synthetic = importlib.util.module_from_spec(_spec)
@@ -73,3 +74,23 @@ def test_a_missed_target_says_so() -> None:
     s = calibration.summarize(calibration.points(records))
     assert s is not None and s.spearman == pytest.approx(-1.0) and not s.met
     assert "misses the target" in calibration_section(records)
+
+
+@pytest.mark.slow  # five variants compiled, predicted and timed on one CPU device: ~4 min on 2 cores
+def test_the_simulator_ranks_and_sizes_cpu_programs(tmp_path: Path) -> None:
+    """benchmarks/timeline_calibration.py end to end: experiments/calibration-cpu.toml run, every single-device
+    program predicted from constants measured in the same sweep, scored against its measured time."""
+    bench_spec = importlib.util.spec_from_file_location(
+        "timeline_calibration", Path(__file__).parents[3] / "benchmarks" / "timeline_calibration.py")
+    bench = importlib.util.module_from_spec(bench_spec)
+    bench_spec.loader.exec_module(bench)
+    out = tmp_path / "calibration.md"
+    bench.main(["--reports", str(tmp_path / "reports"), "--out", str(out)])
+    records = load_records(tmp_path / "reports" / "timeline-calibration" / "results.jsonl")
+    pts = calibration.points(records)
+    assert {(p.variant, p.stage) for p in pts} >= {("replicated", "denoise_step"), ("medium", "denoise_step"),
+                                                   ("pipeline", "video_decode"), ("pipeline", "upsample")}
+    s = calibration.summarize(pts)
+    assert s is not None and s.n == len(pts) == 9
+    assert s.spearman >= calibration.TARGET_SPEARMAN, out.read_text()
+    assert s.median_abs_log_ratio <= calibration.TARGET_LOG_RATIO, out.read_text()
