@@ -65,6 +65,7 @@ class TestStage:
     uses_jax: bool = False
     calls_per_video: int = 1
     notes: list[str] = field(default_factory=lambda: ["test workload: no model, no JAX"])
+    hlo_text: str | None = None  # nothing is compiled
 
     def static(self) -> dict[str, Any]:
         out: dict[str, Any] = {"platform": "test", "flops": float(self.overrides.get("test.flops", 1.0))}

@@ -1,14 +1,16 @@
 """Plain-text tables for a terminal, each at most :data:`WIDTH` columns wide.
 
 * :func:`summary_table`: the end of a sweep, one row per variant and stage (median time, speedup
-  against the variant's reference, compile time, recompiles, collectives, memory, wasted share of
-  the traced window, and the share of traced op time attributed to a model scope);
+  against the variant's reference, the predicted step and its exposed all-gather / wasted shares in
+  percent, compile time, recompiles, collectives, memory, wasted share of the traced window, and the
+  share of traced op time attributed to a model scope);
 * :func:`format_diff`: one stage of a variant against another (``python -m harness diff``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from harness.metrics.attribution import label
 from harness.report import tables
@@ -31,6 +33,12 @@ def _grid(rows: list[list[str]], right_from: int) -> list[str]:
     return lines
 
 
+def _shares(predicted: Mapping[str, Any]) -> str:
+    """``12/30``: the predicted step's exposed all-gather and wasted shares, in percent."""
+    ag, wasted = predicted.get("exposed_all_gather_fraction"), predicted.get("wasted_fraction")
+    return "-" if ag is None or wasted is None else f"{ag * 100:.0f}/{wasted * 100:.0f}"
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
@@ -40,13 +48,16 @@ def summary_table(records: Sequence[Record]) -> str:
     rows_by = tables.stage_rows(records)
     coverage = {(r.variant.name, s): (e.trace or {}).get("scope_coverage")
                 for r in records for s, e in r.stages.items()}  # fmt: skip
-    head = ["variant", "stage", "status", "median ms", "vs ref", "compile s", "recomp", "colls", "coll MiB",
-            "mem MiB", "wasted", "scoped"]
+    pred = {(r.variant.name, s): e.predicted or {} for r in records for s, e in r.stages.items()}
+    head = ["variant", "stage", "status", "med ms", "vs ref", "pred ms", "AG/wst%", "cmp s", "rcmp", "colls",
+            "collMiB", "memMiB", "wasted", "scoped"]
     rows = [head]
     for r in rows_by:
         t = r.time
-        speedup = "-" if r.speedup_note is None else r.speedup_note
+        speedup = "-" if r.speedup_note is None else r.speedup_note.split(" ")[0]  # "n/a (different workload)": n/a
+        p = pred.get((r.variant, r.stage)) or {}
         rows.append([r.variant, r.stage, r.status, _cell(t.median * 1e3 if t else None, ".2f"), speedup,
+                     _cell(p["step_s"] * 1e3 if p.get("step_s") is not None else None, ".3g"), _shares(p),
                      _cell(r.compile_s, ".1f"), _cell(r.recompiles, ".0f"), _cell(r.collective_count, ".0f"),
                      _cell(None if r.collective_bytes is None else r.collective_bytes / MIB, ".1f"),
                      _cell(None if r.memory_bytes is None else r.memory_bytes / MIB, ".1f"),

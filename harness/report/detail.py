@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.metrics.attribution import UNATTRIBUTED, label
 from harness.report import interactive as ui
+from harness.report import predicted
 from harness.report.charts import bar_chart
 from harness.report.fmt import fmt_bytes, fmt_num, fmt_time
 from harness.report.tables import XPROF_PORT
@@ -174,7 +175,8 @@ def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], S
         for stage, entry in r.stages.items():
             slug = _slug(r.variant.name, stage)
             trace = entry.trace or {}
-            parts.append(f'<h4>{e(stage)}</h4>{trace_block(r, stage, entry, out_dir)}{coverage_line(entry)}')
+            parts.append(f'<h4>{e(stage)}</h4>{trace_block(r, stage, entry, out_dir)}{coverage_line(entry)}'
+                         + predicted.gantt_block(entry, f"gantt-{slug}", f"{r.variant.name} / {stage}"))
             if entry.status != "ok":
                 parts.append(f"<pre>{e(str(entry.error or entry.status))}</pre>")
                 continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.plan.manifest import Gate
-from harness.report import detail, plots, tables
+from harness.report import detail, plots, predicted, tables
 from harness.report import interactive as ui
 from harness.report.fmt import fmt_bytes, fmt_num, fmt_ratio, fmt_time, fmt_unit
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
@@ -319,9 +319,11 @@ def _variants(p: Page) -> str:
 SECTIONS: tuple[Section, ...] = (
     _comparison,
     _variants,
+    lambda p: predicted.predicted_section(p.records, p.out_dir),
     lambda p: detail.coverage_section(p.records),
     lambda p: detail.variant_details(p.records, p.diffs, p.out_dir),
     lambda p: target_section(p.records),
+    lambda p: predicted.calibration_section(p.records),
     lambda p: plots_section(plots.all_plots(p.records, p.rows)),
     lambda p: collectives_section(p.records),
     lambda p: failed_section(p.records),

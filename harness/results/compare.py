@@ -1,7 +1,7 @@
 """Flatten result records into per-(variant, stage, metric) values and compare two sets.
 
 A record (:class:`~harness.results.record.Record`) nests its numbers per stage under ``static``,
-``measured`` and ``trace``. :func:`flatten_record` turns one stage into a flat map
+``measured``, ``trace`` and ``predicted``. :func:`flatten_record` turns one stage into a flat map
 of dotted metric names (``time``, ``collectives.all-gather.count``,
 ``memory.bound_bytes``, ...) -> :class:`MetricValue`; :data:`CATALOG` says for each
 name how it is compared:
@@ -10,7 +10,7 @@ name how it is compared:
     exact       a count that must not change (tolerance 0 unless the manifest says so)
     relative    a deterministic amount (bytes, FLOPs) within a relative tolerance
     monotonic   recompiles: any increase is a regression, whatever the tolerance
-    info        shown in reports, never gated (compile time, trace shares, transfers)
+    info        shown in reports, never gated (compile time, trace shares, transfers, predicted)
 
 :func:`compare_records` matches variants by name and yields one
 :class:`Comparison` per metric present on either side. Reports and the gate both
@@ -56,6 +56,8 @@ CATALOG: tuple[tuple[str, MetricSpec], ...] = (
     ("compile_s", MetricSpec("info", "s")),
     ("trace.*_fraction", MetricSpec("info", "fraction")),
     ("trace.*", MetricSpec("info", "s")),
+    ("predicted.*_fraction", MetricSpec("info", "fraction")),
+    ("predicted.*", MetricSpec("info", "s")),  # a model's output, not a measurement: shown, never gated
     ("transfers.*", MetricSpec("info", "count")),
     ("*", MetricSpec("info", "")),
 )
@@ -135,6 +137,12 @@ def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     out["trace.wasted_fraction"] = MetricValue(mean("wasted_fraction"))
 
 
+def _predicted(predicted: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+    for key in ("step_s", "video_s", "exposed_all_gather_fraction", "wasted_fraction"):
+        if (v := _num(predicted.get(key))) is not None:
+            out[f"predicted.{key}"] = MetricValue(v)
+
+
 def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
     """Every metric of one stage entry of a record (absent families give no metrics)."""
     out: dict[str, MetricValue] = {}
@@ -144,6 +152,8 @@ def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
         _static(entry.static, out)
     if entry.trace:
         _trace(entry.trace, out)
+    if entry.predicted:
+        _predicted(entry.predicted, out)
     return out
 
 

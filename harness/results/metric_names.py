@@ -15,7 +15,7 @@ import functools
 
 from harness.metrics.hlo import KINDS
 
-FAMILIES = ("measured", "static", "trace")
+FAMILIES = ("measured", "static", "trace", "predicted")
 MEMORY_FIELDS = ("argument_bytes", "output_bytes", "temp_bytes", "peak_bytes", "bound_bytes", "alias_bytes",
                  "generated_code_bytes")
 TRANSFER_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
@@ -27,14 +27,19 @@ METRICS: dict[str, tuple[str, ...]] = {
                *(f"memory.{m}" for m in MEMORY_FIELDS), "cost.flops", "cost.bytes_accessed", "cost.transcendentals",
                "analytic_flops", "compile_s"),
     "trace": ("trace.compute_s", "trace.exposed_collective_s", "trace.idle_s", "trace.wasted_fraction"),
+    "predicted": ("predicted.step_s", "predicted.video_s", "predicted.exposed_all_gather_fraction",
+                  "predicted.wasted_fraction"),
 }  # fmt: skip
 
 
 def family(metric: str) -> str:
-    """The record family (``measured``, ``static``, ``trace``) a metric comes from."""
+    """The record family (``measured``, ``static``, ``trace``, ``predicted``) a metric comes from."""
     if metric == "time" or metric.startswith(("recompiles", "transfers.")):
         return "measured"
-    return "trace" if metric.startswith("trace.") else "static"
+    for fam in ("trace", "predicted"):
+        if metric.startswith(f"{fam}."):
+            return fam
+    return "static"
 
 
 def tolerance_forms(metric: str) -> list[str]:

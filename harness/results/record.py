@@ -16,14 +16,22 @@ A :class:`Record` is what a run leaves behind (``record_version`` 1)::
     started_at, finished_at   ISO-8601 UTC;  duration_s
     status          "ok" | "failed" | "timeout" | "crashed"
     error           text (tail of stderr for crashes) or null
-    stages          {<stage>: {status, error, notes, static, measured, trace, phases_s}}
+    stages          {<stage>: {status, error, notes, static, measured, trace, phases_s[, predicted]}}
                     measured: {wall_s: summary, samples_s: [...], warmup_s: [...],
                                recompiles: {count, by_function, reasons}, transfers}
+                    predicted: the step's timeline simulated from the compiled, scheduled program
+                               (:mod:`harness.run.predicted`): {step_s, video_s, calls_per_video, device,
+                               exposed_all_gather_fraction, wasted_fraction, block_gantt, spec,
+                               sensitivity, chrome_trace, ...}; absent in records written before the
+                               family existed, and where nothing was compiled or the simulation failed
     notes           [...]
     artifacts       {log, traces: {<stage>: dir}}
 
-The metric families of a stage (``static``, ``measured``, ``trace``) stay JSON objects: their
-shape is their producer's (:mod:`harness.metrics`, :mod:`harness.run.measure`). Keys a reader
+The metric families of a stage (``static``, ``measured``, ``trace``, ``predicted``) stay JSON objects:
+their shape is their producer's (:mod:`harness.metrics`, :mod:`harness.run.measure`,
+:mod:`harness.run.predicted`). ``predicted`` came after version 1 as an optional key (like
+``phases_s``): a record without it reads as ``predicted = None`` and writes back without it, so
+``record_version`` stays 1 and older harnesses still read newer records (keeping it as an extra key). Keys a reader
 does not know are kept (``extra``), so reading and writing a record loses nothing.
 
 Reading always goes through :func:`parse`: a record older than :data:`RECORD_VERSION` is
@@ -96,7 +104,8 @@ _SHAPE: dict[str, tuple[tuple[type, ...], dict[str, tuple[type, ...]]]] = {
 }
 _OPTIONAL = {"notes": _LIST, "artifacts": _OBJ}
 _STAGE_SHAPE = {"status": _STR, "error": _STR + _NONE, "notes": _LIST, "static": _OBJ + _NONE,
-                "measured": _OBJ + _NONE, "trace": _OBJ + _NONE, "phases_s": _OBJ + _NONE}  # fmt: skip
+                "measured": _OBJ + _NONE, "trace": _OBJ + _NONE, "phases_s": _OBJ + _NONE,
+                "predicted": _OBJ + _NONE}  # fmt: skip
 
 
 def _kind(value: Any, types: tuple[type, ...], where: str) -> None:
@@ -189,6 +198,7 @@ class StageEntry:
     measured: Mapping[str, Any] | None = None
     trace: Mapping[str, Any] | None = None
     phases_s: Mapping[str, float] | None = None
+    predicted: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -198,8 +208,9 @@ class StageEntry:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        if out["phases_s"] is None:
-            del out["phases_s"]
+        for optional in ("phases_s", "predicted"):  # absent in records written before they existed
+            if out[optional] is None:
+                del out[optional]
         return {**out, "notes": list(self.notes), **self.extra}
 
 

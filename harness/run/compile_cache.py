@@ -9,13 +9,16 @@ JSON dict. The key is a sha256 of everything that can change that dict:
 * the code: the source of the ``ltx2`` package (which builds the stages) and of the harness
   modules that compile and analyse them (:data:`CODE_FILES`).
 
-Entries are written atomically; an unreadable entry is a miss. Delete the directory
-to start over.
+Each entry keeps the compiled program's optimized HLO text too (``<key>.hlo.gz``, gzip: a
+full-size step's text is tens of MB, a few MB compressed), so a hit still gives what reads the
+program after compiling: the predicted timeline (:mod:`harness.run.predicted`) simulates it.
+Entries are written atomically; an unreadable entry is a miss. Delete the directory to start over.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -27,7 +30,7 @@ from typing import Any
 from harness.results.provenance import library_versions
 from harness.run.spec import WorkerSpec
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: entries keep the HLO text (version-1 entries had none)
 LIBRARIES = ("jax", "jaxlib", "flax", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt")
 _ROOT = Path(__file__).resolve().parents[2]
 # Harness code that decides how a stage is compiled and how its program is read (files or folders).
@@ -69,7 +72,7 @@ def cache_key(spec: WorkerSpec, stage: str) -> str:
 
 
 class CompileCache:
-    """A directory of ``<key>.json`` files holding static-metric dicts."""
+    """A directory of ``<key>.json`` files holding static-metric dicts (and ``<key>.hlo.gz`` their programs)."""
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
@@ -90,3 +93,20 @@ class CompileCache:
         with os.fdopen(fd, "w") as f:
             json.dump(value, f, default=str)
         os.replace(tmp, self.path(key))
+
+    def hlo_path(self, key: str) -> Path:
+        return self.directory / f"{key}.hlo.gz"
+
+    def get_hlo(self, key: str) -> str | None:
+        """The entry's optimized HLO text, None if it has none or it cannot be read."""
+        try:
+            return gzip.decompress(self.hlo_path(key).read_bytes()).decode()
+        except (OSError, EOFError, UnicodeDecodeError):
+            return None
+
+    def put_hlo(self, key: str, text: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=key, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(gzip.compress(text.encode(), compresslevel=6))
+        os.replace(tmp, self.hlo_path(key))

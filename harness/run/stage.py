@@ -14,6 +14,8 @@ from typing import Any, Protocol
 class Stage(Protocol):
     """One pipeline stage, ready to compile and run."""
 
+    hlo_text: str | None  # the compiled program's optimized HLO once static() ran (None: nothing compiled)
+
     @property
     def name(self) -> str: ...
 

@@ -4,7 +4,8 @@ The launcher starts one worker per variant with the environment it needs (device
 platform) already set, so JAX is configured before it is imported here (and it is imported
 only for model presets: a test preset's worker never loads it). The worker reads its
 :class:`~harness.run.spec.WorkerSpec`, builds each requested stage, compiles it ahead of time
-for the static metrics, times it (warm-up apart, recompiles watched), optionally traces it,
+for the static metrics, predicts its step's timeline from the compiled program
+(:mod:`harness.run.predicted`), times it (warm-up apart, recompiles watched), optionally traces it,
 and rewrites ``out.json`` after every stage, so a crash later keeps what was measured. It
 reports where it is (stage, phase) in ``spec.status_path`` for the progress display, and says so
 on stderr, with every error's traceback, for the log the launcher keeps. A stage whose compiled
@@ -131,7 +132,8 @@ def _compile_static(stage: Stage, platform: str) -> dict[str, Any]:
 
 def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> dict[str, Any]:
     """Static metrics of one stage (compile-only: from the on-disk cache when unchanged), and for
-    TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline."""
+    TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline. The
+    compiled program's HLO text is left in ``stage.hlo_text`` (from the cache on a hit)."""
     if not stage.uses_jax:  # test workloads: nothing compiled, and JAX must stay unimported
         return stage.static()
     from harness.metrics.aot import analyze
@@ -140,12 +142,15 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
     cache = CompileCache(spec.cache_dir) if spec.compile_only and spec.cache_dir else None
     key = cache_key(spec, name) if cache is not None else ""
     static = cache.get(key) if cache is not None else None
-    if static is not None:
+    if static is not None and cache is not None:
         notes.append(f"static metrics from the compile cache ({key[:12]}): unchanged variant, not recompiled")
+        stage.hlo_text = cache.get_hlo(key)
     else:
         static = _compile_static(stage, target.platform)
         if cache is not None:
             cache.put(key, static)
+            if stage.hlo_text:
+                cache.put_hlo(key, stage.hlo_text)
     if target.topology and target.platform != "cpu":
         spec_ = targets.SPECS.get(targets.parse_topology(target.topology)[0])
         devices = math.prod(spec.mesh_shape.values())
@@ -153,6 +158,25 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
     if static.get("oom"):
         notes.append(f"does not fit: {static['oom']['message']}")
     return static
+
+
+def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> dict[str, Any] | None:
+    """The stage's step simulated from its compiled program (:mod:`harness.run.predicted`); a failure
+    to predict is a note, never a failed stage."""
+    if not stage.uses_jax or not stage.hlo_text:
+        return None
+    try:
+        from harness.run.predicted import stage_prediction
+
+        mesh = getattr(stage, "mesh", None)  # a JaxStage's mesh: its devices' coordinates place the collectives
+        devices = list(mesh.devices.flat) if mesh is not None else []
+        program = getattr(stage, "program", None)  # a host loop around the program: one call is not one step
+        host_loop = getattr(program, "host_run", None) is not None
+        return stage_prediction(name, stage.hlo_text, spec, devices, stage.calls_per_video, host_loop)
+    except Exception as e:
+        notes.append(f"predicted: not simulated ({type(e).__name__}: {str(e)[:300]})")
+        say(f"{name}: prediction failed:\n{error_text(e)}")
+        return None
 
 
 def memory_fit(static: dict[str, Any], device_memory: tuple[int | None, str]) -> dict[str, Any] | None:
@@ -180,7 +204,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
     """Everything the manifest asked for about one stage; its errors stay inside its entry."""
     run = spec.run
     entry: dict[str, Any] = {"status": "ok", "error": None, "notes": [], "static": None, "measured": None,
-                             "trace": None}  # fmt: skip
+                             "trace": None, "predicted": None}  # fmt: skip
     try:
         status(name, "build")
         stage = stages.build(name)
@@ -188,6 +212,9 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
         if "static" in run.metrics:
             status(name, "compile")
             entry["static"] = static_metrics(name, stage, spec, entry["notes"])
+            if stage.uses_jax:
+                status(name, "predict")
+                entry["predicted"] = predicted_metrics(name, stage, spec, entry["notes"])
         wants_trace = run.trace or "trace" in run.metrics
         wants_run = "measured" in run.metrics or wants_trace
         fit = memory_fit(entry["static"], stages.device_memory) if entry["static"] and wants_run else None

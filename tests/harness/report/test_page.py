@@ -52,6 +52,9 @@ def _attributed(raw: dict, ff_scale: float, seed: int) -> dict:
         entry["trace"].update(step_samples=samples, scope_coverage=0.97, chrome_trace=entry["trace"]["log_dir"]
                               + "/plugins/profile/x/perfetto_trace.json.gz",
                               by_scope={s: float(np.mean([x["by_scope"][s] for x in samples])) for s in SCOPES})
+        median = float(np.median(entry["measured"]["samples_s"]))
+        entry["predicted"] = synthetic.predicted(median * (1.3 if ff_scale == 1.0 else 0.8),
+                                                 chrome_trace=entry["trace"]["log_dir"] + "/predicted_trace.json.gz")
         for op in entry["trace"]["top_ops"]:
             op.update(scope="transformer/block/ff/proj_in", source="ltx2/block.py:66 (__call__)")
         entry["static"]["attribution"] = {
@@ -100,6 +103,22 @@ def test_page_has_attribution_diff_and_trace_links(page):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
 
 
+def test_page_shows_the_predicted_family(page):
+    """Predicted step, per video, exposed all-gather and wasted shares, a sensitivity line and the Chrome
+    JSON link per variant; one block's Gantt (compute lane + all-gather lane) in each variant's detail;
+    the CPU records' predicted-vs-measured table and scatter (8-device programs: shown, not scored)."""
+    _, text = page
+    table = text.split('id="predicted-table"')[1].split("</table>")[0]
+    naive = table.split('<tr data-variant="naive">')[1].split("</tr>")[0]
+    assert "10.0%" in naive and "25.0%" in naive and "x8" in naive
+    assert "most sensitive: peak_flops_per_s \u00b120% -&gt; step" in naive
+    assert 'class="predicted-trace" href="../' in naive and "predicted_trace.json.gz" in naive
+    gantt = text.split('id="gantt-naive-denoise_step"')[1].split("</svg>")[0]
+    assert gantt.count("<rect") == 7 and ">compute</text>" in gantt and ">all-gather</text>" in gantt
+    assert 'id="calibration-scatter"' in text and text.count("<circle") == 3
+    assert "No single-device program to score" in text
+
+
 def test_speedup_against_another_workload_is_not_given(records, tmp_path):
     raw = [r.to_dict() for r in records]
     raw[1]["config"]["workload"]["height"] = 512  # naive: another workload than its reference
@@ -116,6 +135,9 @@ def test_console_summary_fits_120_columns(records):
     assert max(len(line) for line in lines) <= WIDTH, text
     assert len(lines) == 2 + sum(max(1, len(r.stages)) for r in records)  # header, rule, one row per stage
     assert "denoise_step" in text and "scoped" in lines[0]
+    assert "pred ms" in lines[0] and "AG/wst%" in lines[0]
+    naive = next(line for line in lines if line.startswith("naive"))
+    assert "denoise_step" in naive and " 10/25 " in naive, text  # the usual names are not shortened
 
 
 SELFTEST = """<script>
@@ -180,8 +202,9 @@ def test_page_in_headless_chromium(page, tmp_path):
     assert result["sortedAsc"] and result["sortedDesc"] and result["distinct"] >= 3, result
     assert result["filtered"] == 1 and result["filteredMatch"], result
     assert result["toggled"] == ["naive:open"] and result["rowsAfterToggle"] == 1, result
-    # a time-by-scope chart per ok variant (3), a delta chart per variant with a reference (2)
-    assert result["charts"] == 5 and result["texts"] > 60 and result["overlaps"] == [], result
+    # a time-by-scope chart per ok variant (3), a delta chart per variant with a reference (2), a predicted
+    # block Gantt per ok variant (3), the predicted-vs-measured scatter (1)
+    assert result["charts"] == 9 and result["texts"] > 80 and result["overlaps"] == [], result
     shot = tmp_path / "page.png"
     opened = text.replace("<details class=\"variant-detail\" id=\"detail-naive\"",
                           "<details open class=\"variant-detail\" id=\"detail-naive\"", 1)

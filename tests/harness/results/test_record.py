@@ -101,3 +101,16 @@ def test_a_variants_reference_is_recorded_and_old_records_read_without_one(tmp_p
     old = version_1()[0]
     assert "reference" not in old["variant"] and Record.from_dict(old).variant.reference is None
     assert Record.from_dict(old).to_dict() == old
+
+
+def test_the_predicted_family_is_kept_and_older_stages_write_back_without_it() -> None:
+    raw = version_1()[0]
+    assert all("predicted" not in e for e in raw["stages"].values())
+    assert parse(raw, "old").to_dict() == raw  # a record from before the family: no key added
+    stage = next(iter(raw["stages"]))
+    new = {**raw, "stages": {**raw["stages"], stage: {**raw["stages"][stage], "predicted": {"step_s": 0.5}}}}
+    record = parse(new, "new")
+    assert record.stages[stage].predicted == {"step_s": 0.5} and record.to_dict() == new
+    bad = {**raw, "stages": {**raw["stages"], stage: {**raw["stages"][stage], "predicted": 3}}}
+    with pytest.raises(RecordError, match=f"stages.{stage}.predicted: expected an object or null"):
+        parse(bad, "bad")

@@ -15,6 +15,7 @@ from harness.run.worker import static_metrics
 
 class _CountingStage:
     name, uses_jax, calls_per_video, notes = "denoise_step", True, 4, []
+    hlo_text: str | None = None
 
     def __init__(self) -> None:
         self.compiles = 0

@@ -1,0 +1,111 @@
+"""Does the timeline simulator, on this CPU's measured constants, predict what the CPU measures?
+
+Runs experiments/calibration-cpu.toml (each single-device program of cpu.toml on a one-device
+mesh: compiled, predicted, timed) and writes the predicted-against-measured table, Spearman rank
+correlation and median |ln(predicted / measured)| to
+benchmarks/results/timeline-calibration-<date>.md. The CPU constants (matmul FLOP/s, copy
+bandwidth, per-op overhead) are measured in the same sweep and never fitted to these numbers.
+
+    python benchmarks/timeline_calibration.py                       # run the sweep, then score it
+    python benchmarks/timeline_calibration.py --results R.jsonl     # score a sweep that ran already
+    python benchmarks/timeline_calibration.py --also reports/cpu/results.jsonl   # + multi-device rows
+
+``--also`` adds another sweep's points to the table (cpu.toml's 8-device programs: shown, not scored).
+Exit status 0 when the target (Spearman >= 0.8, median |ln ratio| <= ln 1.5) is met, 1 when missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.results import calibration  # noqa: E402 - after the path (no JAX: records and statistics only)
+from harness.results.store import load_records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "experiments" / "calibration-cpu.toml"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", type=Path, help="a calibration sweep's results.jsonl (default: run the sweep)")
+    p.add_argument("--also", type=Path, action="append", default=[], help="more results.jsonl files to tabulate")
+    p.add_argument("--reports", type=Path, default=ROOT / "reports", help="where the sweep writes (default reports/)")
+    p.add_argument("--out", type=Path, help="the markdown file (default benchmarks/results/timeline-calibration-"
+                                            "<date>.md)")  # fmt: skip
+    return p.parse_args(argv)
+
+
+def run_sweep(reports: Path) -> Path:
+    """Run the calibration manifest (its variants re-run: a fresh measurement) and return its results file."""
+    cmd = [sys.executable, "-m", "harness", "sweep", str(MANIFEST), "--reports", str(reports),
+           "--sweep-id", "timeline-calibration", "--rerun"]  # fmt: skip
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    return reports / "timeline-calibration" / "results.jsonl"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g}"
+
+
+def markdown(points: Sequence[calibration.Point], summary: calibration.Summary | None,
+             constants: dict[str, Any] | None, sources: Sequence[str]) -> str:  # fmt: skip
+    lines = [f"# Timeline simulator against CPU measurements ({datetime.date.today().isoformat()})", "",
+             f"Results: {', '.join(sources)}. One call of each compiled program; predicted = "
+             "`harness.metrics.timeline.predict` on the `cpu` spec built from constants measured in the same sweep "
+             "(`harness/metrics/timeline/cpu_calibrate.py`), never fitted to these numbers.", ""]  # fmt: skip
+    if constants:
+        lines += [f"Constants: matmul {constants['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s, copy "
+                  f"{constants['copy_bytes_per_s'] / 1e9:.2f} GB/s, per-op overhead "
+                  f"{constants['op_overhead_s'] * 1e6:.2f} us ({constants['source']}).", ""]  # fmt: skip
+    lines += ["| variant | stage | devices | predicted ms | measured ms | pred / meas | scored |",
+              "|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines += [f"| {p.variant} | {p.stage} | {p.devices} | {_ms(p.predicted_s)} | {_ms(p.measured_s)} | "
+              f"{p.ratio:.2f} | {'yes' if p.gated else 'no (devices share the cores)'} |" for p in points]
+    lines.append("")
+    if summary is None:
+        lines.append("No single-device program to score.")
+    else:
+        s = summary
+        lines.append(f"**Scored ({s.n} single-device programs): Spearman {s.spearman:.2f} (target >= "
+                     f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.3f} = "
+                     f"{s.typical_factor:.2f}x (target <= ln 1.5 = {calibration.TARGET_LOG_RATIO:.3f}): "
+                     f"{'met' if s.met else 'missed'}.**")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = args.results or run_sweep(args.reports)
+    records = load_records(results)
+    points = calibration.points(records)
+    summary = calibration.summarize(points)
+    for extra in args.also:  # tabulated, never scored
+        points += [dataclasses.replace(p, gated=False) for p in calibration.points(load_records(extra))]
+    constants = next(((e.predicted or {}).get("calibration") for r in records for e in r.stages.values()
+                      if (e.predicted or {}).get("calibration")), None)  # fmt: skip
+    text = markdown(points, summary, constants, [str(results), *map(str, args.also)])
+    out = args.out or ROOT / "benchmarks" / "results" / f"timeline-calibration-{datetime.date.today().isoformat()}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(json.dumps({"out": str(out), "met": bool(summary and summary.met),
+                      "spearman": None if summary is None else summary.spearman,
+                      "median_abs_log_ratio": None if summary is None else summary.median_abs_log_ratio}))
+    return 0 if summary is not None and summary.met and not math.isnan(summary.spearman) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Predicted against measured: how well the timeline simulator's step times match CPU measurements.
+
+A :class:`Point` is one (variant, stage) whose record has both a predicted step
+(``predicted.step_s``) and measured samples. What is compared is one call of the compiled program:
+a stage whose call is a host loop around its program (``predicted.host_loop``, e.g. the Python
+denoising loop) is not a point. Only single-device programs are *gated*: on a CPU, simulated
+devices share the host's cores (8 devices on 2 cores run 8 copies of a replicated program), which
+the per-device simulation does not model; multi-device points are shown, not scored.
+
+:func:`summarize` scores the gated points: Spearman rank correlation and
+``median |ln(predicted / measured)|`` (:mod:`harness.results.stats`), against the targets
+:data:`TARGET_SPEARMAN` and :data:`TARGET_LOG_RATIO`. The CPU constants are measured, never fitted
+to these numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.results import stats
+from harness.results.record import Record
+
+TARGET_SPEARMAN = 0.8
+TARGET_LOG_RATIO = math.log(1.5)
+
+
+@dataclass(frozen=True)
+class Point:
+    variant: str
+    stage: str
+    devices: int
+    predicted_s: float
+    measured_s: float
+    gated: bool
+
+    @property
+    def ratio(self) -> float:
+        """predicted / measured (> 1: the simulator is pessimistic)."""
+        return self.predicted_s / self.measured_s
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    spearman: float
+    median_abs_log_ratio: float
+
+    @property
+    def met(self) -> bool:
+        return self.spearman >= TARGET_SPEARMAN and self.median_abs_log_ratio <= TARGET_LOG_RATIO
+
+    @property
+    def typical_factor(self) -> float:
+        """exp(median |ln ratio|): a typical prediction is within this factor of the measurement."""
+        return math.exp(self.median_abs_log_ratio)
+
+
+def points(records: Sequence[Record]) -> list[Point]:
+    """Every comparable (variant, stage) of successful records, in record order."""
+    out = []
+    for r in records:
+        if not r.ok or r.target.mode_used != "measure":
+            continue
+        devices = math.prod(r.target.mesh.values()) if r.target.mesh else 1
+        for stage, entry in r.stages.items():
+            pred = entry.predicted or {}
+            samples = [float(s) for s in (entry.measured or {}).get("samples_s") or ()]
+            step = pred.get("step_s")
+            if entry.status != "ok" or not samples or not isinstance(step, int | float) or step <= 0:
+                continue
+            if pred.get("host_loop"):
+                continue
+            out.append(Point(r.variant.name, stage, devices, float(step), stats.median(samples), devices == 1))
+    return out
+
+
+def summarize(pts: Sequence[Point]) -> Summary | None:
+    """Scores over the gated points; None when there are none."""
+    gated = [p for p in pts if p.gated]
+    if not gated:
+        return None
+    pred, meas = [p.predicted_s for p in gated], [p.measured_s for p in gated]
+    return Summary(len(gated), stats.spearman(pred, meas), stats.median_abs_log_ratio(pred, meas))
