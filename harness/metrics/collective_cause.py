@@ -29,13 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.metrics.hlo_parse import Instruction, shape_dims
+from harness.metrics.replica_groups import device_groups
 
-_GROUPS = re.compile(r"\breplica_groups=\{(\{[^{}]*\}(?:,\s*\{[^{}]*\})*)?\}")
-# XLA's mesh form: replica_groups=mesh['a'=2,'b'=1,...], device_ids=([dims]T(perm)) {'a', ...}, device_ids optional
-_MESH_GROUPS = re.compile(r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?"
-                          r"\s*\{([^{}]*)\}")
-_IOTA_GROUPS = re.compile(r"\breplica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
-_PAIRS = re.compile(r"\bsource_target_pairs=\{(\{[^{}]*\}(?:,\s*\{[^{}]*\})*)\}")
 _DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
 
 
@@ -87,34 +82,11 @@ def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.replace("{", "").replace("}", "").split(",") if x.strip()]
 
 
-def _iota(dims: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
-    """XLA's iota tile assignment ``[dims]T(perm)``, flattened."""
-    order = np.arange(math.prod(dims)).reshape(dims)
-    return (order.transpose(perm) if perm else order).reshape(-1)
-
-
 def groups(attributes: str) -> list[list[int]] | None:
-    """The device groups of a collective: explicit ``{{0,4},...}``, iota ``[G,S]<=[dims]T(perm)``,
-    XLA's mesh form (``mesh[...], device_ids=(...) {axes}``, or ``mesh[...] {axes}`` over devices in
-    order) or ``source_target_pairs`` (each pair a group); ``[[]]`` for ``replica_groups={}`` (all
-    devices); None if the op names none."""
-    if m := _MESH_GROUPS.search(attributes):
-        axes = [(a.split("=")[0].strip("' "), int(a.split("=")[1])) for a in m.group(1).split(",")]
-        sizes = [n for _, n in axes]  # without device_ids, devices are numbered along the mesh in order
-        ids = _iota(_int_list(m.group(2)) if m.group(2) else sizes, _int_list(m.group(3)) if m.group(3) else None)
-        grid = ids.reshape([n for _, n in axes])
-        spanned = {a.strip("' ") for a in m.group(4).split(",") if a.strip()}
-        moving = [i for i, (a, _) in enumerate(axes) if a in spanned]
-        fixed = grid.transpose([i for i in range(len(axes)) if i not in moving] + moving)
-        return [[int(x) for x in g] for g in fixed.reshape(-1, math.prod(axes[i][1] for i in moving) or 1)]
-    if m := _IOTA_GROUPS.search(attributes):
-        ids = _iota(_int_list(m.group(3)), _int_list(m.group(4)) if m.group(4) else None)
-        return [[int(x) for x in g] for g in ids.reshape(int(m.group(1)), int(m.group(2)))]
-    if m := _GROUPS.search(attributes):
-        return [_int_list(g) for g in m.group(1).split("},")] if m.group(1) else [[]]
-    if m := _PAIRS.search(attributes):
-        return [_int_list(g) for g in m.group(1).split("},")]
-    return None
+    """The device groups of a collective (:func:`harness.metrics.replica_groups.device_groups`: every
+    printed form, mesh sub-axes included); ``[[]]`` for ``replica_groups={}`` (all devices); None if
+    the op names none."""
+    return device_groups(attributes)
 
 
 def spanned_axes(device_groups: Sequence[Sequence[int]], mesh: Sequence[tuple[str, int]]) -> tuple[str, ...]:

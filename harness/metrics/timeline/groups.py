@@ -25,86 +25,27 @@ GPU's NVLink bandwidth. CPU: a copy at ``link_bytes_per_s`` (the measured copy b
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.metrics.replica_groups import device_groups, pairs
 from harness.metrics.timeline.specs import TimelineSpec, Topology
 
 Groups = tuple[tuple[int, ...], ...]
 
-_EXPLICIT = re.compile(r"\breplica_groups=\{((?:\{[0-9,\s]*\},?\s*)*)\}")
-_IOTA = re.compile(r"\breplica_groups=\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?")
-_MESH = re.compile(r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([0-9,]+)\](?:T\(([0-9,]+)\))?\))?"
-                   r"\s*\{([^}]*)\}")  # fmt: skip
-_PAIRS = re.compile(r"\bsource_target_pairs=\{((?:\{[0-9,\s]*\},?\s*)*)\}")
-_INNER = re.compile(r"\{([0-9,\s]*)\}")
-_AXIS = re.compile(r"'([^']+)'=(\d+)")
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(",") if v.strip())
-
-
-def iota_ids(dims: Sequence[int], perm: Sequence[int] | None = None) -> list[int]:
-    """``iota(prod(dims)).reshape(dims).transpose(perm)``, flattened (pure Python)."""
-    n = math.prod(dims)
-    if not perm:
-        return list(range(n))
-    strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
-    out_dims = [dims[p] for p in perm]
-    out = []
-    for flat in range(n):
-        rest, src = flat, 0
-        for axis in reversed(range(len(out_dims))):
-            rest, idx = divmod(rest, out_dims[axis])
-            src += idx * strides[perm[axis]]
-        out.append(src)
-    return out
-
-
-def _mesh_groups(axes_text: str, ids_dims: str | None, ids_perm: str | None, selected: str) -> Groups:
-    axes = [(name, int(size)) for name, size in _AXIS.findall(axes_text)]
-    sizes = [s for _, s in axes]
-    devices = iota_ids(_ints(ids_dims), _ints(ids_perm or "") or None) if ids_dims else list(range(math.prod(sizes)))
-    chosen = {a.strip().strip("'") for a in selected.split(",") if a.strip()}
-    unknown = chosen - {name for name, _ in axes}
-    if unknown:
-        raise ValueError(f"replica_groups mesh[{axes_text}] names unknown axes {sorted(unknown)}")
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for flat, device in enumerate(devices):
-        rest, key = flat, []
-        for (name, size) in reversed(axes):
-            rest, idx = divmod(rest, size)
-            if name not in chosen:
-                key.append(idx)
-        groups.setdefault(tuple(key), []).append(device)
-    return tuple(tuple(g) for g in groups.values())
-
 
 def replica_groups(attributes: str, num_devices: int) -> Groups:
-    """The device groups of a collective's attributes (see the module docstring); one group of all
-    ``num_devices`` when the groups are empty or absent."""
-    if m := _IOTA.search(attributes):
-        shape, dims, perm = _ints(m.group(1)), _ints(m.group(2)), _ints(m.group(3) or "")
-        ids = iota_ids(dims, perm or None)
-        size = shape[-1]
-        return tuple(tuple(ids[i : i + size]) for i in range(0, len(ids), size))
-    if m := _MESH.search(attributes):
-        return _mesh_groups(m.group(1), m.group(2), m.group(3), m.group(4))
-    if m := _EXPLICIT.search(attributes):
-        groups = tuple(_ints(g) for g in _INNER.findall(m.group(1)))
-        if groups and any(groups):
-            return groups
-    return (tuple(range(num_devices)),)
+    """The device groups of a collective's attributes (:mod:`harness.metrics.replica_groups`); one
+    group of all ``num_devices`` when the groups are empty or absent."""
+    found = device_groups(attributes)
+    if not found or not any(found):
+        return (tuple(range(num_devices)),)
+    return tuple(tuple(g) for g in found)
 
 
 def permute_pairs(attributes: str) -> tuple[tuple[int, int], ...]:
     """``source_target_pairs`` of a collective-permute, as (source, target)."""
-    m = _PAIRS.search(attributes)
-    if not m:
-        return ()
-    return tuple((p[0], p[1]) for p in (_ints(g) for g in _INNER.findall(m.group(1))) if len(p) == 2)
+    return pairs(attributes)
 
 
 @dataclass(frozen=True)
