@@ -171,3 +171,12 @@ sharding.rules = { qkv_in = "fsdp", mlp_in = [] }
                                   '["fsdp"], "sharding.rules.mlp_in" = [] }'))  # fmt: skip
     (moved,) = load_sweep(same).variants
     assert moved.id == both.id
+
+
+def test_a_sharding_rule_can_be_a_matrix_axis(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(RULES.split("[[variants]]")[0] + '[matrix]\n"sharding.rules.mlp_in" = [[], ["context"]]\n')
+    replicated, context = load_sweep(path).variants
+    assert (replicated.name, context.name) == ("mlp_in=[]", 'mlp_in=["context"]') and replicated.id != context.id
+    assert build_config(context.preset, {"transformer.sharding": "naive", **context.config_overrides}) \
+        .transformer.sharding == "naive+mlp_in=context"
