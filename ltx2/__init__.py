@@ -12,7 +12,7 @@ from ltx2.config import TransformerConfig
 from ltx2.latents import Plan
 from ltx2.pipeline import LTX2Pipeline
 from ltx2.pipeline_config import PRESETS, PipelineConfig
-from ltx2.sharding import MESH_AXES, build_mesh, get_strategy, strategy_names
+from ltx2.sharding import MESH_AXES, build_mesh, get_strategy, strategy_names, with_overrides
 from ltx2.stages import STAGES, StageProgram, StageUnavailable, Workload, WorkloadError, build_stage, check_workload
 from ltx2.transformer import LTX2Transformer
 
@@ -38,4 +38,5 @@ __all__ = [
     "scopes",
     "stages",
     "strategy_names",
+    "with_overrides",
 ]

@@ -125,9 +125,9 @@ class Attention(nnx.Module):
             raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
         inner = heads * head_dim
         kw: dict[str, Any] = dict(dtype=param_dtype, rngs=rngs)
-        self.to_q = Linear(query_dim, inner, axes=("embed", "heads"), use_bias=bias, **kw)
-        self.to_k = Linear(context_dim, inner, axes=("embed", "heads"), use_bias=bias, **kw)
-        self.to_v = Linear(context_dim, inner, axes=("embed", "heads"), use_bias=bias, **kw)
+        self.to_q = Linear(query_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
+        self.to_k = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
+        self.to_v = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_out = Linear(inner, query_dim, axes=("heads", "embed"), use_bias=out_bias, **kw)
         self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads")
         self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")

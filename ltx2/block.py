@@ -59,7 +59,7 @@ class FeedForward(nnx.Module):
 
     def __init__(self, dim: int, *, bias: bool, param_dtype: jnp.dtype, rngs: nnx.Rngs):
         kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, rngs=rngs)
-        self.proj_in = Linear(dim, FF_MULT * dim, axes=("embed", "mlp"), **kw)
+        self.proj_in = Linear(dim, FF_MULT * dim, axes=("mlp_in", "mlp"), **kw)
         self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), **kw)
         scopes.label(self, scopes.FEED_FORWARD_CHILDREN)
 

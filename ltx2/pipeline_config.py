@@ -11,12 +11,14 @@ and names both ends when one breaks.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ltx2.config import TransformerConfig
 from ltx2.guidance import GuidanceConfig
 from ltx2.scheduler import SchedulerConfig
+from ltx2.sharding import register_overrides
 from ltx2.text.connectors import ConnectorsConfig
 from ltx2.text.gemma import TextEncoderConfig
 from ltx2.vae.audio import LATENT_DOWNSAMPLE_FACTOR, AudioVAEConfig
@@ -257,6 +259,20 @@ class PipelineConfig:
 
     def replace(self, **changes: Any) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
+
+    def with_sharding_rules(self, rules: Mapping[str, Sequence[str] | str | None]) -> PipelineConfig:
+        """This config with some rules of the transformer's strategy replaced (``{"mlp_in": []}``):
+        the derived strategy is registered under a name that spells the rules
+        (:func:`ltx2.sharding.register_overrides`, e.g. ``naive+mlp_in=-``) and every component
+        config that names the transformer's strategy names it instead. No rules: ``self``."""
+        if not rules:
+            return self
+        base = self.transformer.sharding
+        derived = register_overrides(base, rules).name
+        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        changes = {n: dataclasses.replace(c, sharding=derived) for n, c in named.items()
+                   if getattr(c, "sharding", None) == base}  # fmt: skip
+        return self.replace(**changes)
 
     # ---- presets -------------------------------------------------------------------------
     @classmethod

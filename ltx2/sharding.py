@@ -29,6 +29,8 @@ PARAM_AXES: frozenset[str] = frozenset(
     {
         "layers",  # stacked transformer blocks (scan axis)
         "embed",  # model width D (video or audio stream)
+        "mlp_in",  # contracted (input) dim D of the FFN input kernels (ff.proj_in); falls back to embed
+        "qkv_in",  # contracted (input) dim of the Q/K/V projection kernels; falls back to embed
         "heads",  # attention heads x head dim, fused (N*K)
         "kv",  # key/value projection output (N*K) of cross attention
         "mlp",  # feed-forward hidden width
@@ -56,6 +58,12 @@ ACTIVATION_AXES: frozenset[str] = frozenset(
 )
 LOGICAL_AXES: frozenset[str] = PARAM_AXES | ACTIVATION_AXES
 
+# Names that cut a finer piece out of another: a strategy that does not name one places it as
+# its parent, so a table written before the name existed lays the model out as it did then.
+# They let a rule target one kernel's contracted dim alone (the MaxDiffusion LTX-2 fixes:
+# FFN input kernels, then Q/K/V, no longer sharded on it over the sequence axis).
+FALLBACK_AXES: Mapping[str, str] = {"mlp_in": "embed", "qkv_in": "embed"}
+
 
 @dataclass(frozen=True)
 class Strategy:
@@ -78,7 +86,12 @@ class Strategy:
             )
 
     def mesh_axes(self, logical: str | None) -> MeshAxes:
-        return () if logical is None else tuple(self.rules.get(logical, ()))
+        """Mesh axes of one logical name: its rule, else its parent's (:data:`FALLBACK_AXES`), else ()."""
+        if logical is None:
+            return ()
+        if logical not in self.rules and logical in FALLBACK_AXES:
+            logical = FALLBACK_AXES[logical]
+        return tuple(self.rules.get(logical, ()))
 
     def spec(
         self,
@@ -200,24 +213,57 @@ def get_strategy(name: str) -> Strategy:
 
 
 def strategy_names() -> list[str]:
-    return sorted(_REGISTRY)
+    """The named strategies, without those derived from them (``<base>+<change>``: VAE layouts,
+    rule overrides), which are registered when derived, so the list would depend on what ran."""
+    return sorted(n for n in _REGISTRY if "+" not in n)
 
 
 def with_overrides(base: str | Strategy, overrides: Mapping[str, Sequence[str] | str | None]) -> Strategy:
-    """A strategy with some rules replaced, e.g. from a manifest's ``[sharding.rules]`` table.
+    """A strategy with some rules replaced, e.g. from a manifest's ``sharding.rules.*`` overrides.
 
-    Unknown logical names or mesh axes are errors that name them."""
+    Its name spells the overrides (:func:`overrides_name`); it is not registered (see
+    :func:`register_overrides`). Unknown logical names or mesh axes are errors that name them."""
     strat = get_strategy(base) if isinstance(base, str) else base
     rules = dict(strat.rules)
+    for logical, mesh_axes in normalize_overrides(overrides).items():
+        rules[logical] = mesh_axes
+    return Strategy(overrides_name(strat.name, overrides), rules, strat.description)
+
+
+def normalize_overrides(overrides: Mapping[str, Sequence[str] | str | None]) -> dict[str, MeshAxes]:
+    """``logical -> mesh axes`` with ``None`` / ``[]`` as ``()`` and a string as one axis, checked:
+    unknown logical names, unknown mesh axes and repeated axes are errors that name them."""
+    out: dict[str, MeshAxes] = {}
     for logical, axes in overrides.items():
         if logical not in LOGICAL_AXES:
             raise ValueError(f"override names unknown logical axis {logical!r}; known: {sorted(LOGICAL_AXES)}")
+        if not (axes is None or isinstance(axes, str) or
+                (isinstance(axes, Sequence) and all(isinstance(a, str) for a in axes))):  # fmt: skip
+            raise ValueError(f"override {logical!r}: expected a mesh axis name or a list of them, got {axes!r}")
         mesh_axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
         bad = [a for a in mesh_axes if a not in MESH_AXES]
         if bad:
             raise ValueError(f"override {logical!r} names unknown mesh axes {bad}; known: {list(MESH_AXES)}")
-        rules[logical] = mesh_axes
-    return Strategy(f"{strat.name}+overrides", rules, strat.description)
+        if len(set(mesh_axes)) != len(mesh_axes):
+            raise ValueError(f"override {logical!r} repeats a mesh axis: {list(mesh_axes)}")
+        out[logical] = mesh_axes
+    return out
+
+
+def overrides_name(base: str, overrides: Mapping[str, Sequence[str] | str | None]) -> str:
+    """``base`` with each overridden rule appended in sorted order: ``naive+mlp_in=-+qkv_in=-``
+    (``-``: replicated), ``naive+mlp_in=fsdp``, ``context+embed=fsdp,context``. Equal overrides
+    give equal names, whatever order they were written in."""
+    rules = normalize_overrides(overrides)
+    return base + "".join(f"+{k}={','.join(v) or '-'}" for k, v in sorted(rules.items()))
+
+
+def register_overrides(base: str, overrides: Mapping[str, Sequence[str] | str | None]) -> Strategy:
+    """:func:`with_overrides`, registered under its name so component configs can name it
+    (deriving twice gives the same object; no overrides give ``base`` itself)."""
+    if not overrides:
+        return get_strategy(base)
+    return register(with_overrides(base, overrides))
 
 
 # Logical names of the convolutional components (video / audio VAE, vocoders, latent upsampler).

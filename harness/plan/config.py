@@ -4,6 +4,12 @@
 replace re-validates that component, and :func:`build_config` checks the components together
 (linked fields such as latent channels must still agree). Test presets
 (:mod:`harness.testing`) take only ``test.*`` keys and have no config.
+
+``sharding.rules.<logical> = [mesh axes]`` (``[]``: replicated) replaces one rule of the
+transformer's strategy: the rules together derive a strategy registered under a name that spells
+them (``naive+mlp_in=-``), which every component naming the transformer's strategy then names
+(:meth:`ltx2.PipelineConfig.with_sharding_rules`). They are config overrides like any other, so
+they enter the variant id, the compile-cache key and the record.
 """
 
 from __future__ import annotations
@@ -15,8 +21,23 @@ from typing import Any
 
 from harness import testing
 from harness.plan.manifest import Workload
-from ltx2 import PRESETS, PipelineConfig, strategy_names
+from ltx2 import PRESETS, PipelineConfig, strategy_names, with_overrides
 from ltx2 import Workload as ModelWorkload
+
+RULES_PREFIX = "sharding.rules."
+
+
+def rules_of(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``sharding.rules.*`` overrides as ``logical -> mesh axes``."""
+    return {k.removeprefix(RULES_PREFIX): v for k, v in overrides.items() if k.startswith(RULES_PREFIX)}
+
+
+def check_rule(key: str, value: Any) -> list[str]:
+    """One ``sharding.rules.<logical>`` override checked (logical name, mesh axes, type): its mesh axes."""
+    logical = key.removeprefix(RULES_PREFIX)
+    if not isinstance(value, list | str):
+        raise TypeError(f"a rule is a list of mesh axes ([] replicates) or one axis name, got {value!r}")
+    return list(with_overrides("replicated", {logical: value}).rules[logical])
 
 
 def preset_names() -> list[str]:
@@ -81,6 +102,8 @@ def apply_overrides(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> 
     """Component configs with dotted overrides applied (each replace re-validates the component)."""
     out = dict(config)
     for key, value in overrides.items():
+        if key.startswith(RULES_PREFIX):
+            continue  # applied to the built config (build_config)
         component, *rest = key.split(".")
         if component not in out or not rest:
             raise KeyError(f"unknown config key {key!r} (components: {', '.join(out)})")
@@ -94,6 +117,10 @@ def check_override(preset: str, key: str, value: Any) -> Any:
     if testing.is_test_preset(preset):
         testing.check_override(key)
         return value
+    if key.startswith(RULES_PREFIX):
+        return check_rule(key, value)
+    if key.split(".", 1)[0] == "sharding":
+        raise KeyError(f"unknown key {key!r}: sharding rules are written {RULES_PREFIX}<logical axis> = [mesh axes]")
     config = apply_overrides(components(base_config(preset)), {key: value})
     component, *rest = key.split(".")
     obj = config[component]
@@ -103,8 +130,10 @@ def check_override(preset: str, key: str, value: Any) -> Any:
 
 
 def build_config(preset: str, overrides: Mapping[str, Any]) -> PipelineConfig:
-    """The preset's config with overrides applied, its components checked together."""
-    return PipelineConfig(**apply_overrides(components(base_config(preset)), overrides))
+    """The preset's config with overrides applied, its components checked together, and the
+    ``sharding.rules.*`` overrides applied to the transformer's strategy (registering the derived one)."""
+    cfg = PipelineConfig(**apply_overrides(components(base_config(preset)), overrides))
+    return cfg.with_sharding_rules(rules_of(overrides))
 
 
 def config_dict(cfg: PipelineConfig) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from typing import Any
 
 from harness import testing
 from harness.plan import manifest as mf
-from harness.plan.config import build_config, check_override, check_preset, model_workload
+from harness.plan.config import RULES_PREFIX, build_config, check_override, check_preset, model_workload
 from harness.plan.toml import Invalid, KeyPath, type_name
 from harness.results.metric_names import split_tolerance_key
 from ltx2 import MESH_AXES, STAGES, PipelineConfig, WorkloadError, check_workload
@@ -218,7 +218,8 @@ def _blame(overrides: Mapping[str, Any], where: KeyPath, e: WorkloadError) -> Ke
     dim that does not divide its shards, of the mesh or a strategy), else the [workload] field."""
     fields = {f"workload.{f}" for f in e.fields}
     for key in overrides:
-        if key in fields or (e.sharded and (key == "target.mesh" or key.endswith(".sharding"))):
+        if key in fields or (e.sharded and (key == "target.mesh" or key.endswith(".sharding")
+                                            or key.startswith(RULES_PREFIX))):
             return where + (key,)
     return ("workload", e.fields[0]) if e.fields else ("workload",)
 

@@ -280,9 +280,9 @@ class ConnectorAttention(nnx.Module):
         def lin(n_in: int, n_out: int, axes: tuple[str | None, str | None]) -> Linear:
             return Linear(n_in, n_out, axes=axes, dtype=param_dtype, rngs=rngs)
 
-        self.to_q = lin(dim, inner, ("embed", "heads"))
-        self.to_k = lin(dim, inner, ("embed", "heads"))
-        self.to_v = lin(dim, inner, ("embed", "heads"))
+        self.to_q = lin(dim, inner, ("qkv_in", "heads"))
+        self.to_k = lin(dim, inner, ("qkv_in", "heads"))
+        self.to_v = lin(dim, inner, ("qkv_in", "heads"))
         self.norm_q = RMSNorm(inner, eps=EPS)
         self.norm_k = RMSNorm(inner, eps=EPS)
         self.to_out = lin(inner, dim, ("heads", "embed"))
@@ -307,7 +307,7 @@ class FeedForward(nnx.Module):
     """diffusers ``FeedForward(dim, activation_fn="gelu-approximate")``: D -> 4D -> GELU(tanh) -> D."""
 
     def __init__(self, dim: int, *, param_dtype: jnp.dtype, rngs: nnx.Rngs):
-        self.proj_in = Linear(dim, FF_MULT * dim, axes=("embed", "mlp"), dtype=param_dtype, rngs=rngs)
+        self.proj_in = Linear(dim, FF_MULT * dim, axes=("mlp_in", "mlp"), dtype=param_dtype, rngs=rngs)
         self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:

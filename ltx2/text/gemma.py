@@ -41,12 +41,12 @@ HIDDEN_AXES: LogicalAxes = ("activation_batch", "activation_text_length", "activ
 # the first match wins. Gemma has no biases; rotary tables and the embedding scale stay whole.
 GEMMA_WEIGHT_AXES: tuple[tuple[str, LogicalAxes], ...] = (
     ("embed_tokens.weight", ("vocab", "embed")),
-    ("self_attn.q_proj.weight", ("heads", "embed")),
-    ("self_attn.k_proj.weight", ("kv", "embed")),
-    ("self_attn.v_proj.weight", ("kv", "embed")),
+    ("self_attn.q_proj.weight", ("heads", "qkv_in")),
+    ("self_attn.k_proj.weight", ("kv", "qkv_in")),
+    ("self_attn.v_proj.weight", ("kv", "qkv_in")),
     ("self_attn.o_proj.weight", ("embed", "heads")),
-    ("mlp.gate_proj.weight", ("mlp", "embed")),
-    ("mlp.up_proj.weight", ("mlp", "embed")),
+    ("mlp.gate_proj.weight", ("mlp", "mlp_in")),
+    ("mlp.up_proj.weight", ("mlp", "mlp_in")),
     ("mlp.down_proj.weight", ("embed", "mlp")),
     ("norm.weight", ("norm",)),  # every RMSNorm: per layer, q/k norms, the final norm
     ("layernorm.weight", ("norm",)),

@@ -109,7 +109,7 @@ def test_blocks_are_stacked_on_layers_axis() -> None:
     model = nnx.eval_shape(lambda: LTX2TextConnectors(ConnectorsConfig.tiny(), rngs=nnx.Rngs(0)))
     kernel = model.video_connector.transformer_blocks.attn1.to_q.kernel
     assert kernel.shape == (2, 24, 24)
-    assert logical_axes(kernel) == ("layers", "embed", "heads")
+    assert logical_axes(kernel) == ("layers", "qkv_in", "heads")
     assert model.audio_connector.transformer_blocks.ff.proj_in.kernel.shape == (1, 24, 96)
 
 

@@ -53,7 +53,13 @@ def mesh() -> Mesh:
 
 
 def _compile_and_run(fn: Callable[..., Any], *args: Any) -> Any:
-    return jax.jit(fn).lower(*args).compile(FAST_COMPILE)(*args)
+    return _compiled_and_run(fn, *args)[0]
+
+
+def _compiled_and_run(fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
+    """``fn(*args)`` and the optimised HLO text of the program that computed it."""
+    compiled = jax.jit(fn).lower(*args).compile(FAST_COMPILE)
+    return compiled(*args), compiled.as_text()
 
 
 def _build(make: Callable[[], nnx.Module], weights: nnx.State | None = None) -> nnx.Module:
@@ -134,19 +140,21 @@ def _reference_step(preset: str) -> tuple[nnx.State, np.ndarray, np.ndarray]:
     return state, np.asarray(out[0]), np.asarray(out[1])
 
 
-def _check_step(preset: str, strategy: str, mesh: Mesh, attention_impl: str = "xla") -> None:
+def _check_step(preset: str, strategy: str, mesh: Mesh, attention_impl: str = "xla") -> str:
+    """The step under ``strategy`` gives the replicated numbers; returns its compiled HLO."""
     cfg, grid = PRESETS[preset](sharding=strategy, attention_impl=attention_impl), GRIDS[preset]
     weights, *reference = _reference_step(preset)
     graphdef, state = _place(_build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights), strategy, mesh)
     host = _step_inputs(cfg, grid)
     inputs = {k: jax.device_put(v, sharding.input_sharding(_INPUT_AXES[k], strategy, mesh)) for k, v in host.items()}
     with jax.set_mesh(mesh):
-        x, a = _compile_and_run(_denoise_step(graphdef, grid), state, inputs)
+        (x, a), hlo = _compiled_and_run(_denoise_step(graphdef, grid), state, inputs)
     errors = [_error(ours, ref) for ours, ref in zip((x, a), reference, strict=True)]
     print(f"denoise step {preset} {strategy}: video {errors[0]:.2e}, audio {errors[1]:.2e}, x' {x.sharding.spec}")
     assert max(errors) <= TOL
-    if strategy in ("naive", "context"):  # tokens stay sequence-sharded through the step
+    if strategy.partition("+")[0] in ("naive", "context"):  # tokens stay sequence-sharded through the step
         assert x.sharding.spec[1] == ("context", "fsdp")
+    return hlo
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -165,6 +173,43 @@ def test_splash_attention_under_shard_map_equals_replicated(strategy: str, mesh:
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_denoise_step_small_equals_replicated(strategy: str, mesh: Mesh) -> None:
     _check_step("small", strategy, mesh)
+
+
+# ----------------------------------------------------------------------------- the layout ladder
+
+# MaxDiffusion's LTX-2 fixes in order (experiments/v6e.toml, v7x.toml): naive, then the FFN input
+# kernels no longer sharded on their contracted dim, then the Q/K/V projections as well.
+LADDER = ("naive", "naive+mlp_in=-", "naive+mlp_in=-+qkv_in=-")
+
+
+@pytest.fixture(scope="module")
+def ladder() -> tuple[str, ...]:
+    sharding.register_overrides("naive", {"mlp_in": []})
+    sharding.register_overrides("naive", {"mlp_in": [], "qkv_in": []})
+    return LADDER
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_ladder_step_tiny_equals_replicated(step: int, ladder: tuple[str, ...], mesh: Mesh) -> None:
+    _check_step("tiny", ladder[step], mesh)
+
+
+@pytest.mark.slow
+def test_ladder_small_equals_replicated_and_each_fix_gathers_fewer_bytes(ladder: tuple[str, ...], mesh: Mesh) -> None:
+    """The whole ``small`` denoising step of each ladder step: replicated numbers, and all-gather
+    bytes (what arrives per device) strictly down at each fix."""
+    gathered = [collective_stats(_check_step("small", s, mesh))["all-gather"].result_bytes for s in ladder]
+    print("all-gather bytes per step (small):", dict(zip(ladder, gathered, strict=True)))
+    assert gathered[0] > gathered[1] > gathered[2]
+
+
+def test_ladder_block_collectives(ladder: tuple[str, ...], mesh: Mesh) -> None:
+    """One ``small`` block: fixing the FFN input kernel, then Q/K/V, each removes all-gathered bytes."""
+    stats = {s: collective_stats(_block_hlo("small", s, mesh)) for s in ladder}
+    for name, st in stats.items():
+        print(f"{name:<26} all-gather {st['all-gather'].count} / {st['all-gather'].result_bytes:,} B")
+    gathered = [stats[s]["all-gather"].result_bytes for s in ladder]
+    assert gathered[0] > gathered[1] > gathered[2]
 
 
 # ----------------------------------------------------------------------------- decoders

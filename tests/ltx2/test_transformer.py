@@ -273,7 +273,7 @@ def test_stacked_params_carry_layer_axis() -> None:
     model = _abstract(TransformerConfig.tiny())
     kernel = model.transformer_blocks.attn1.to_q.kernel
     assert kernel.shape == (2, 32, 32)
-    assert logical_axes(kernel) == ("layers", "embed", "heads")
+    assert logical_axes(kernel) == ("layers", "qkv_in", "heads")
 
 
 def test_bfloat16_compute_runs_close_to_float32(torch_model: Callable, reference: Callable) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.plan.config import build_config
 from harness.plan.variants import ID_LENGTH, Variant, load_sweep, matrix_points, select, variant_id
 
 HEADER = """\
@@ -122,3 +123,60 @@ def test_select_by_name_or_id_prefix(tmp_path: Path) -> None:
     assert [v.name for v in select(variants, ["a=2", variants[2].id[:6]])] == ["a=2", "a=3"]
     with pytest.raises(KeyError, match="no variant named or with an id starting with zzz"):
         select(variants, ["zzz"])
+
+
+RULES = """\
+schema_version = 1
+[target]
+mesh = { data = 2, context = 2, tensor = 2 }
+[model]
+preset = "tiny"
+[workload]
+height = 64
+width = 64
+num_frames = 17
+batch = 2
+text_tokens = 16
+[[variants]]
+name = "naive"
+overrides = { "transformer.sharding" = "naive" }
+"""
+
+
+def test_sharding_rules_are_overrides_that_enter_the_id_and_the_built_config(tmp_path: Path) -> None:
+    body = RULES + """\
+[[variants]]
+name = "ffn"
+reference = "naive"
+[variants.overrides]
+"transformer.sharding" = "naive"
+"sharding.rules.mlp_in" = []
+[[variants]]
+name = "ffn-qkv"
+reference = "ffn"
+[variants.overrides]
+"transformer.sharding" = "naive"
+sharding.rules = { qkv_in = "fsdp", mlp_in = [] }
+"""
+    path = tmp_path / "rules.toml"
+    path.write_text(body)
+    naive, ffn, both = load_sweep(path).variants
+    assert dict(ffn.config_overrides) == {"transformer.sharding": "naive", "sharding.rules.mlp_in": []}
+    assert both.config_overrides["sharding.rules.qkv_in"] == ["fsdp"]  # one axis name, normalised to a list
+    assert len({naive.id, ffn.id, both.id}) == 3 and (ffn.reference, both.reference) == ("naive", "ffn")
+    assert build_config(both.preset, both.config_overrides).transformer.sharding == "naive+mlp_in=-+qkv_in=fsdp"
+    # the same rules written another way (list vs name, inline vs [model] overrides) are the same variant
+    same = tmp_path / "same.toml"
+    same.write_text(RULES.replace('preset = "tiny"', 'preset = "tiny"\noverrides = { "sharding.rules.qkv_in" = '
+                                  '["fsdp"], "sharding.rules.mlp_in" = [] }'))  # fmt: skip
+    (moved,) = load_sweep(same).variants
+    assert moved.id == both.id
+
+
+def test_a_sharding_rule_can_be_a_matrix_axis(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(RULES.split("[[variants]]")[0] + '[matrix]\n"sharding.rules.mlp_in" = [[], ["context"]]\n')
+    replicated, context = load_sweep(path).variants
+    assert (replicated.name, context.name) == ("mlp_in=[]", 'mlp_in=["context"]') and replicated.id != context.id
+    assert build_config(context.preset, {"transformer.sharding": "naive", **context.config_overrides}) \
+        .transformer.sharding == "naive+mlp_in=context"
