@@ -85,13 +85,14 @@ class Strategy:
                 f"{tuple(self.rules['activation_frames'])} cannot both be sharded (XLA miscompiles such convolutions)"
             )
 
+    def rule_name(self, logical: str) -> str:
+        """The logical name whose rule places ``logical``: itself, or its parent (:data:`FALLBACK_AXES`)
+        where this strategy has no rule of its own for it."""
+        return FALLBACK_AXES[logical] if logical not in self.rules and logical in FALLBACK_AXES else logical
+
     def mesh_axes(self, logical: str | None) -> MeshAxes:
         """Mesh axes of one logical name: its rule, else its parent's (:data:`FALLBACK_AXES`), else ()."""
-        if logical is None:
-            return ()
-        if logical not in self.rules and logical in FALLBACK_AXES:
-            logical = FALLBACK_AXES[logical]
-        return tuple(self.rules.get(logical, ()))
+        return () if logical is None else tuple(self.rules.get(self.rule_name(logical), ()))
 
     def spec(
         self,

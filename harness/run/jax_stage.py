@@ -151,9 +151,12 @@ def _axes(entry: Any) -> tuple[str, ...]:
 
 def sharding_facts(program: StageProgram, mesh: Mesh | None) -> ShardingFacts | None:
     """The mesh, the strategy's activation rules and every parameter of the program (path, shape,
-    logical axes from its metadata, mesh axes from its sharding): what names a collective's rule."""
+    logical axes from its metadata -- each named by the rule that places it, so a kernel's ``mlp_in``
+    reads ``embed`` under a strategy that leaves ``mlp_in`` to its parent -- mesh axes from its
+    sharding): what names a collective's rule."""
     if mesh is None:
         return None
+    strategy = get_strategy(program.strategy)
     params = []
     is_param = lambda x: hasattr(x, "get_metadata")  # noqa: E731 - an nnx Variable (value + logical axes)
     leaves, _ = jax.tree_util.tree_flatten_with_path(program.abstract_args, is_leaf=is_param)
@@ -166,7 +169,8 @@ def sharding_facts(program: StageProgram, mesh: Mesh | None) -> ShardingFacts | 
             continue
         axes = tuple(_axes(spec[i]) if i < len(spec) else () for i in range(len(value.shape)))
         name = jax.tree_util.keystr(path[1:], simple=True, separator=".")
-        params.append(ParamLayout(name, tuple(value.shape), tuple(logical), axes))
-    rules = {k: tuple(v) for k, v in get_strategy(program.strategy).rules.items() if k.startswith("activation_")}
+        named = tuple(None if n is None else strategy.rule_name(n) for n in logical)
+        params.append(ParamLayout(name, tuple(value.shape), named, axes))
+    rules = {k: tuple(v) for k, v in strategy.rules.items() if k.startswith("activation_")}
     return ShardingFacts(program.strategy, tuple((str(a), int(n)) for a, n in mesh.shape.items()), tuple(params),
                          rules, scopes.attributes())  # fmt: skip

@@ -117,3 +117,13 @@ def test_pipeline_config_rules_reach_every_component_of_the_strategy() -> None:
     assert vae_configs(ruled).video_vae.sharding == "naive+mlp_in=-+qkv_in=-+vae-replicated"
     assert ruled.replace(transformer=cfg.transformer, connectors=cfg.connectors) == cfg
 
+
+
+def test_a_kernel_is_named_by_the_rule_that_places_it() -> None:
+    """What a collective's cause quotes: ``mlp_in`` under a strategy that leaves it to ``embed`` is the
+    ``embed`` rule; once overridden it is its own."""
+    trillium = sharding.get_strategy("trillium")
+    assert trillium.rule_name("mlp_in") == trillium.rule_name("qkv_in") == "embed"
+    assert trillium.rule_name("mlp") == "mlp" and trillium.rule_name("activation_length") == "activation_length"
+    own = sharding.register_overrides("trillium", {"mlp_in": []})
+    assert own.rule_name("mlp_in") == "mlp_in" and own.rule_name("qkv_in") == "embed"

@@ -95,3 +95,23 @@ def test_worker_runs_the_tiny_transformer_in_process(tmp_path: Path) -> None:
     assert decode["status"] == "ok", decode["error"]
     assert decode["static"]["latent_grid"] == [9, 2, 2] and decode["measured"]["recompiles"]["count"] == 0
     assert out["status"] == "ok"
+
+
+@pytest.mark.parametrize(("rules", "named"), [({}, "embed"), ({"sharding.rules.mlp_in": ["fsdp"]}, "mlp_in")])
+def test_sharding_facts_name_each_kernel_by_the_rule_that_places_it(rules: dict[str, Any], named: str) -> None:
+    """A collective's cause quotes the rule a user can find in the strategy's table: ff.proj_in's
+    contracted dim is ``mlp_in``, placed by ``embed`` under trillium unless a manifest overrides it."""
+    import jax
+
+    from harness.plan.config import build_config, model_workload
+    from harness.run.jax_stage import sharding_facts
+    from ltx2 import build_mesh, build_stage
+
+    mesh = build_mesh({"fsdp": 2, "context": 2, "tensor": 2}, devices=jax.devices()[:8])
+    cfg = build_config("tiny", {"transformer.sharding": "trillium", **rules})
+    program = build_stage("denoise_step", cfg, model_workload(Workload(height=64)), mesh)
+    facts = sharding_facts(program, mesh)
+    assert facts is not None
+    by_path = {p.path: p for p in facts.params}
+    proj_in = next(p for path, p in by_path.items() if path.endswith("transformer_blocks.ff.proj_in.kernel"))
+    assert proj_in.logical == ("layers", named, "mlp") and proj_in.axes[1] == ("fsdp",)
