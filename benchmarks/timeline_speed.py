@@ -69,6 +69,26 @@ def dump(manifest: Path, variant_name: str, stage: str, out: Path, options: dict
     return base.with_suffix(".hlo")
 
 
+def collective_forms(program: Any) -> dict[str, dict[str, int]]:
+    """Collectives per step by kind: how many run ``sync`` and how many ``async`` (a start with its done:
+    ``*-start``, ``async-start`` or a TPU async collective fusion), loop bodies times their trip counts."""
+    out: dict[str, dict[str, int]] = {}
+
+    def walk(computation: str, times: int) -> None:
+        for op in program.ops.get(computation, []):
+            if op.cls in ("sync", "start"):
+                form = out.setdefault(op.kind, {"sync": 0, "async": 0})
+                form["sync" if op.cls == "sync" else "async"] += times
+            elif op.cls == "while" and len(op.callees) == 2:
+                walk(op.callees[1], times * (op.trip_count or 1))
+            elif op.cls in ("call", "conditional"):
+                for callee in op.callees[:1] if op.cls == "call" else op.callees:
+                    walk(callee, times)
+
+    walk(program.entry, 1)
+    return out
+
+
 def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[str, Any]:
     """Median wall time of predict() (and of sensitivity()) on a dumped HLO, and the prediction."""
     from harness.metrics import timeline
@@ -92,7 +112,9 @@ def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[s
                            "exposed_all_gather_fraction": out["exposed_all_gather_fraction"],
                            "wasted_fraction": out["wasted_fraction"],
                            "exposed_ns_by_kind": out["device"]["exposed_ns_by_kind"],
-                           "critical_path": out["critical_path"][:5]}  # fmt: skip
+                           "critical_path": out["critical_path"][:5],
+                           "collectives_per_step": collective_forms(timeline.build_program(text)),
+                           "compiler_options": meta.get("compiler_options", {})}  # fmt: skip
     if with_sensitivity:
         start = time.perf_counter()
         row["sensitivity"] = timeline.sensitivity(text, spec)

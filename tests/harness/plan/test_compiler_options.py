@@ -5,6 +5,7 @@ option is an error naming the key) and, for a measured run, put in the backend's
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 import jax
@@ -144,3 +145,48 @@ def test_experiment_variants_with_the_async_flags(tmp_path: Path) -> None:
         reference = select(sweep.variants, [ref])[0]
         assert resolved_settings(v.preset, v.config_overrides, dataclasses.replace(v.target, compiler_options=()),
                                  v.workload) == reference.settings()  # fmt: skip
+
+
+ASYNC_FLAGS_V6E = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from harness.metrics.hlo import collective_stats
+from harness.metrics.static import lower_and_compile
+from harness.targets import compile_devices
+mesh = Mesh(np.array(compile_devices("tpu", "v6e:2x4")).reshape(8), ("x",))
+w = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, P(None, "x")))
+x = jax.ShapeDtypeStruct((8192, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, P("x", None)))
+def f(x, w1, w2):  # four layers whose weights are all-gathered (FSDP-style)
+    for i in range(4):
+        x = jnp.tanh(x @ (w1 * (i + 1))) @ w2
+    return x
+fn = jax.jit(f, out_shardings=NamedSharding(mesh, P("x", None)))
+flags = {"xla_tpu_enable_async_collective_fusion": True, "xla_tpu_enable_async_collective_fusion_fuse_all_gather": True,
+         "xla_tpu_enable_async_collective_fusion_multiple_steps": True, "xla_tpu_overlap_compute_collective_tc": True,
+         "xla_enable_async_all_gather": True}
+for options in ({}, flags):
+    text = lower_and_compile(fn, x, w, w, compiler_options=options)[0].as_text()
+    print(text.count('"AsyncCollectiveStart"'), text.count('"AsyncCollectiveDone"'),
+          collective_stats(text)["all-gather"].count)
+"""
+
+
+@pytest.mark.aot
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs the [tpu-aot] extra (libtpu): nox -s aot")
+def test_async_collective_flags_reach_libtpu() -> None:
+    """Compile-only for v6e: without the flags every all-gather is sync; with them libtpu emits async
+    collective fusions (start / done pairs), and the collectives still count once each."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, **targets.compile_env("tpu"), "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-c", ASYNC_FLAGS_V6E], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (plain_starts, plain_dones, plain_ags), (starts, dones, ags) = (map(int, ln.split()) for ln in
+                                                                    done.stdout.splitlines())  # fmt: skip
+    assert plain_starts == plain_dones == 0
+    assert starts == dones > 0
+    assert ags == plain_ags
