@@ -24,7 +24,7 @@ from harness import targets
 from harness.metrics.attribution import Scopes, instruction_scopes, static_by_scope
 from harness.metrics.collective_cause import ParamLayout, ShardingFacts
 from harness.metrics.hlo import collective_instructions, matmul_flops, memory_traffic_bytes
-from harness.metrics.static import analyze_compiled, lower_and_compile
+from harness.metrics.static import CompilerOptionError, analyze_compiled, lower_and_compile
 from harness.plan.config import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
 from harness.run.spec import WorkerSpec
@@ -126,7 +126,7 @@ class ModelStages:
     mesh: Mesh
     machine: dict[str, Any]
     seed: int = 0
-    unavailable: tuple[type[BaseException], ...] = (StageUnavailable,)
+    unavailable: tuple[type[BaseException], ...] = (StageUnavailable, CompilerOptionError)  # the message says it all
     device_memory: tuple[int | None, str] = (None, "")  # bytes per device and where that comes from
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
