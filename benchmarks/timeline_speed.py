@@ -6,6 +6,9 @@ Two phases, so the minutes-long compile runs once:
     #    the scheduled HLO plus the mesh devices' coordinates (device-assignment order)
     /work/venvs/aot/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml \\
         --variant trillium --out /work/wt/hlo
+    #    with compiler options on top of the variant's (the naive layout with the async flags):
+    /work/venvs/aot/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml --variant naive \
+        --label naive-async --option xla_tpu_enable_async_collective_fusion=true ...
     # 2. time predict() (and sensitivity()) on the dump: median of --repeats runs
     python benchmarks/timeline_speed.py time /work/wt/hlo/v6e-trillium-denoise_step.hlo
 
@@ -27,8 +30,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def dump(manifest: Path, variant_name: str, stage: str, out: Path) -> Path:
-    """Compile ``stage`` of one variant as a compile-only worker would, and write its HLO and devices."""
+def dump(manifest: Path, variant_name: str, stage: str, out: Path, options: dict[str, Any] | None = None,
+         label: str = "") -> Path:
+    """Compile ``stage`` of one variant as a compile-only worker would (its ``target.compiler_options``
+    included, then ``options`` on top), and write its HLO and devices under ``label`` (default: the variant's name)."""
     from harness import targets
     from harness.plan.variants import load_sweep, select
     from harness.run.runner import worker_spec
@@ -45,14 +50,16 @@ def dump(manifest: Path, variant_name: str, stage: str, out: Path) -> Path:
     with model.context():
         program = model.build(stage).program
         start = time.perf_counter()
-        compiled, _ = lower_and_compile(program.fn, *program.abstract_args)
+        options = {**dict(variant.target.compiler_options), **(options or {})}
+        compiled, _ = lower_and_compile(program.fn, *program.abstract_args, compiler_options=options)
         compile_s = time.perf_counter() - start
     topology = variant.target.topology or "cpu"
-    base = out / f"{topology.replace(':', '-')}-{variant.name}-{stage}"
+    base = out / f"{topology.replace(':', '-')}-{label or variant.name}-{stage}"
     out.mkdir(parents=True, exist_ok=True)
     base.with_suffix(".hlo").write_text(compiled.as_text() or "")
     devices = list(model.mesh.devices.flat)
-    meta = {"topology": variant.target.topology, "platform": variant.target.platform, "variant": variant.name,
+    meta = {"topology": variant.target.topology, "platform": variant.target.platform, "variant": label or variant.name,
+            "compiler_options": options,
             "stage": stage, "mesh": dict(model.mesh.shape), "compile_s": compile_s,
             "device_coords": [list(getattr(d, "coords", ()) or ()) + [int(getattr(d, "core_on_chip", 0) or 0)]
                               for d in devices],
@@ -60,6 +67,26 @@ def dump(manifest: Path, variant_name: str, stage: str, out: Path) -> Path:
     base.with_suffix(".json").write_text(json.dumps(meta, indent=1))
     print(f"wrote {base}.hlo ({base.with_suffix('.hlo').stat().st_size / 2**20:.1f} MiB), compile {compile_s:.0f} s")
     return base.with_suffix(".hlo")
+
+
+def collective_forms(program: Any) -> dict[str, dict[str, int]]:
+    """Collectives per step by kind: how many run ``sync`` and how many ``async`` (a start with its done:
+    ``*-start``, ``async-start`` or a TPU async collective fusion), loop bodies times their trip counts."""
+    out: dict[str, dict[str, int]] = {}
+
+    def walk(computation: str, times: int) -> None:
+        for op in program.ops.get(computation, []):
+            if op.cls in ("sync", "start"):
+                form = out.setdefault(op.kind, {"sync": 0, "async": 0})
+                form["sync" if op.cls == "sync" else "async"] += times
+            elif op.cls == "while" and len(op.callees) == 2:
+                walk(op.callees[1], times * (op.trip_count or 1))
+            elif op.cls in ("call", "conditional"):
+                for callee in op.callees[:1] if op.cls == "call" else op.callees:
+                    walk(callee, times)
+
+    walk(program.entry, 1)
+    return out
 
 
 def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[str, Any]:
@@ -85,12 +112,27 @@ def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[s
                            "exposed_all_gather_fraction": out["exposed_all_gather_fraction"],
                            "wasted_fraction": out["wasted_fraction"],
                            "exposed_ns_by_kind": out["device"]["exposed_ns_by_kind"],
-                           "critical_path": out["critical_path"][:5]}  # fmt: skip
+                           "critical_path": out["critical_path"][:5],
+                           "collectives_per_step": collective_forms(timeline.build_program(text)),
+                           "compiler_options": meta.get("compiler_options", {})}  # fmt: skip
     if with_sensitivity:
         start = time.perf_counter()
         row["sensitivity"] = timeline.sensitivity(text, spec)
         row["sensitivity_s"] = time.perf_counter() - start
     return row
+
+
+def _option(text: str) -> tuple[str, Any]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--option {text!r}: expected NAME=VALUE")
+    value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
+    if isinstance(value, str):
+        try:
+            value = int(raw)
+        except ValueError:
+            pass
+    return name, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,13 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--variant", required=True)
     d.add_argument("--stage", default="denoise_step")
     d.add_argument("--out", type=Path, default=Path("/work/wt/hlo"))
+    d.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a compiler option on top of the variant's (true/false, a number or a string)")
+    d.add_argument("--label", default="", help="name of the dump (default: the variant's)")
     t = sub.add_parser("time", help="time predict() on dumped HLO files")
     t.add_argument("hlo", type=Path, nargs="+")
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--no-sensitivity", action="store_true")
     args = p.parse_args(argv)
     if args.cmd == "dump":
-        dump(args.manifest, args.variant, args.stage, args.out)
+        dump(args.manifest, args.variant, args.stage, args.out, dict(map(_option, args.option)), args.label)
         return 0
     for path in args.hlo:
         print(json.dumps(time_predict(path, args.repeats, not args.no_sensitivity), indent=1))

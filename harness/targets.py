@@ -43,6 +43,7 @@ import importlib.util
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,23 @@ def compile_env(platform: str) -> dict[str, str]:
     if platform == "tpu":
         env.update(TPU_ACCELERATOR_TYPE="v6e-8", TPU_WORKER_HOSTNAMES="localhost", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     return env
+
+
+def option_flag(name: str, value: bool | int | float | str) -> str:
+    """A compiler option as a command-line flag: ``--name=value`` (booleans as true / false)."""
+    return f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def run_flags_env(platform: str, options: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """The variables to set (on top of ``env``) so that every compile of a process that runs on the
+    hardware gets ``options`` too, not only the ones given ``compiler_options``: what the backend reads
+    once, before it loads -- ``LIBTPU_INIT_ARGS`` for TPU (libtpu's flags), ``XLA_FLAGS`` elsewhere.
+    The flags go after those already there (a later flag wins)."""
+    if not options:
+        return {}
+    var = "LIBTPU_INIT_ARGS" if platform == "tpu" else "XLA_FLAGS"
+    flags = [option_flag(k, v) for k, v in options.items()]
+    return {var: " ".join([*env.get(var, "").split(), *flags])}
 
 
 # --------------------------------------------------------------------------- roofline

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness import testing
+    from harness import targets, testing
     from harness.results.provenance import now
     from harness.run import distributed
     from harness.run.runner import context
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {args.spec}: not a worker spec ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
+    if not spec.compile_only:  # before JAX loads: the run's own compiles get the variant's compiler options
+        os.environ.update(targets.run_flags_env(spec.target.platform, dict(spec.target.compiler_options), os.environ))
     process = args.process or 0
     if spec.processes > 1 and not testing.is_test_preset(spec.preset):
         distributed.initialize(spec)

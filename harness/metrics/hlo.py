@@ -7,6 +7,8 @@ Numbers are per device, per call of the ENTRY computation:
 * on TPU a reduce-scatter is a fusion that calls a computation named
   `all-reduce-scatter*` (an all-reduce plus a dynamic-slice); it counts as one
   reduce-scatter with the fusion's own operand and result shapes;
+* a TPU async collective fusion (start, continuation and done fusions, each holding the collective:
+  :func:`async_collective_fusion`) counts once, in its start;
 * collectives inside a `while` body are multiplied by the loop's trip count, read
   from the `known_trip_count` backend config (CPU, GPU) or, failing that, from a
   `compare(i, constant)` in the loop condition (TPU; the induction variable is
@@ -57,6 +59,7 @@ _INT_LITERAL = re.compile(r"^\s*(-?\d+)\s*$")
 _REDUCE_SCATTER_COMPUTATION = "all-reduce-scatter"
 # Ops that only finish or advance an async op started elsewhere: never descend into them.
 _ASYNC_CONTINUATIONS = ("async-update", "async-done")
+_ASYNC_TARGET = re.compile(r'custom_call_target="AsyncCollective(Start|Done)"')  # TPU async collective fusions
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,31 @@ def _collective_kind(instr: Instruction) -> str | None:
         return "reduce-scatter"
     base = re.sub(r"-(start|done)$", "", instr.opcode)
     return base if base in KINDS else None
+
+
+@dataclass(frozen=True)
+class AsyncCollectiveFusion:
+    """A TPU async collective fusion: ``role`` ``start`` / ``done`` (its ROOT is the ``AsyncCollectiveStart`` /
+    ``-Done`` custom call) or ``continuation`` (a compute fusion with a ``continuation_config`` that also
+    advances the collective, its state passed through as aliased operands); ``collective``: the one inside."""
+
+    role: str
+    collective: Instruction | None
+
+
+def async_collective_fusion(instr: Instruction, module: _Module) -> AsyncCollectiveFusion | None:
+    """The async collective fusion an instruction is, else None (see :class:`AsyncCollectiveFusion`)."""
+    if instr.opcode != "fusion":
+        return None
+    role = "continuation" if '"continuation_config"' in instr.attributes else None
+    inner = None
+    for callee in _callees(instr):
+        body = module.computations.get(callee, [])
+        root = next((i for i in body if i.name == module.roots.get(callee)), body[-1] if body else None)
+        m = _ASYNC_TARGET.search(root.attributes) if root is not None and root.opcode == "custom-call" else None
+        role = m.group(1).lower() if m else role
+        inner = inner or next((i for i in body if _collective_kind(i) is not None), None)
+    return AsyncCollectiveFusion(role, inner) if role else None
 
 
 def _operand_bytes(instr: Instruction, shapes: Mapping[str, str]) -> int:
@@ -224,6 +252,8 @@ def _tally(module: _Module) -> _Tally:
                 continue
             if instr.opcode in _ASYNC_CONTINUATIONS:
                 continue
+            if (fused := async_collective_fusion(instr, module)) is not None and fused.role != "start":
+                continue  # the collective counts once, in its start fusion
             times = 1
             if instr.opcode == "while":
                 trip = while_trip_count(instr, module)
@@ -462,7 +492,8 @@ def memory_traffic_bytes(hlo_text: str) -> int:
     return visit(module.entry) if module.entry else 0
 
 
-__all__ = ["CONTROL_FLOW", "KINDS", "CollectiveCount", "CollectiveStats", "Instruction", "Module", "callees",
-           "collective_instructions", "collective_kind", "collective_stats", "computation_flops", "instruction_flops",
-           "instruction_traffic", "matmul_flops", "memory_traffic_bytes", "own_collective", "parse_instruction",
-           "parse_module", "shape_bytes", "shape_dims", "top_level_items", "while_trip_count"]  # fmt: skip
+__all__ = ["CONTROL_FLOW", "KINDS", "AsyncCollectiveFusion", "CollectiveCount", "CollectiveStats", "Instruction",
+           "Module", "async_collective_fusion", "callees", "collective_instructions", "collective_kind",
+           "collective_stats", "computation_flops", "instruction_flops", "instruction_traffic", "matmul_flops",
+           "memory_traffic_bytes", "own_collective", "parse_instruction", "parse_module", "shape_bytes", "shape_dims",
+           "top_level_items", "while_trip_count"]  # fmt: skip

@@ -98,6 +98,16 @@ def _split_top_level(text: str) -> tuple[str, str]:
     return text, ""
 
 
+_ALIASED_OPERAND = re.compile(r":\s*\((\d+),")
+_ALIASING = re.compile(r"\boutput_to_operand_aliasing=\{(.*?\))\}")
+
+
+def aliased_operands(instr: Instruction) -> list[int]:
+    """Operand numbers an op's ``output_to_operand_aliasing`` names (one per aliased output)."""
+    m = _ALIASING.search(instr.attributes)
+    return [int(n) for n in _ALIASED_OPERAND.findall(m.group(1))] if m else []
+
+
 def top_level_items(text: str) -> Iterator[str]:
     """Comma-separated items of ``text`` outside brackets (``a, (b, c), d`` -> a, (b, c), d)."""
     depth, start = 0, 0

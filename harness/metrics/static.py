@@ -15,6 +15,7 @@ Caveats the numbers carry (see shared/reference/profiling_toolchain.md, section 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -146,15 +147,37 @@ def analyze_compiled(compiled: jax.stages.Compiled) -> StaticMetrics:
     )
 
 
-def lower_and_compile(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[jax.stages.Compiled, CompileTiming]:
-    """Lower and compile `fn` (jitted, or wrapped here with `jax.jit`) on abstract or concrete args."""
+def lower_and_compile(fn: Callable[..., Any], *args: Any, compiler_options: Mapping[str, Any] | None = None,
+                      **kwargs: Any) -> tuple[jax.stages.Compiled, CompileTiming]:
+    """Lower and compile `fn` (jitted, or wrapped here with `jax.jit`) on abstract or concrete args.
+    ``compiler_options`` (XLA / libtpu option name -> value) go to `Lowered.compile`; the backend
+    rejects a name it does not know (`No such compile option`)."""
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     start = time.perf_counter()
     lowered = jitted.lower(*args, **kwargs)  # type: ignore[attr-defined]
     lowered_at = time.perf_counter()
-    compiled = lowered.compile()
+    compiled = _compile(lowered, compiler_options) if compiler_options else lowered.compile()
     done = time.perf_counter()
     return compiled, CompileTiming(lowered_at - start, done - lowered_at)
+
+
+class CompilerOptionError(ValueError):
+    """A compiler option the backend does not know: ``target.compiler_options.<name>: <reason>``."""
+
+
+_NO_SUCH_OPTION = re.compile(r"No such compile option: '([^']+)'")
+
+
+def _compile(lowered: jax.stages.Lowered, options: Mapping[str, Any]) -> jax.stages.Compiled:
+    try:
+        return lowered.compile(compiler_options=dict(options))
+    except Exception as e:
+        m = _NO_SUCH_OPTION.search(str(e))
+        if m is None:
+            raise
+        known = ", ".join(sorted(options))
+        raise CompilerOptionError(f"target.compiler_options.{m.group(1)}: the compiler of this target has no such "
+                                  f"option (options given: {known})") from e
 
 
 def compile_and_analyze(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> StaticMetrics:

@@ -50,6 +50,7 @@ from harness.plan.toml import (
     get,
     is_kind,
     locate,
+    option_table,
     positive,
     str_list,
     type_name,
@@ -106,6 +107,8 @@ class Target(_Section):
     topology: str | None = None  # what to compile for without the hardware: "v6e:2x4", "tpu7x:2x2x1", "h100:1x1x8"
     devices: int | None = None  # device count; on cpu the number of simulated devices
     processes: int = 1  # JAX processes of one variant (jax.distributed); each has devices / processes
+    # XLA / libtpu compile options (name -> value), sorted by name: given to every compile of the variant
+    compiler_options: tuple[tuple[str, bool | int | float | str], ...] = ()
 
     @property
     def mesh_shape(self) -> dict[str, int]:
@@ -120,12 +123,12 @@ class Target(_Section):
         return dataclasses.replace(self, mesh=tuple(self.mesh_shape.items()))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "mesh": dict(self.mesh)}
+        return {**super().to_dict(), "mesh": dict(self.mesh), "compiler_options": dict(self.compiler_options)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
         return cls(d["platform"], d["mode"], tuple(d["mesh"].items()), d.get("topology"), d.get("devices"),
-                   int(d.get("processes", 1)))
+                   int(d.get("processes", 1)), tuple(sorted((d.get("compiler_options") or {}).items())))
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,7 @@ def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:
 
 
 def parse_target(raw: Mapping[str, Any]) -> Target:
-    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices", "processes"))
+    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices", "processes", "compiler_options"))
     platform = choice(get(raw, "platform", "str", "cpu"), "platform", PLATFORMS, "platform")
     mode = choice(get(raw, "mode", "str", "auto"), "mode", MODES, "mode")
     mesh = _mesh(raw.get("mesh", {"data": -1}))
@@ -289,7 +292,9 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
     if processes > 1 and (devices is None or devices % processes):
         raise Invalid(("processes",), f"{processes} processes must split the target's devices evenly "
                       f"(devices = {devices}): each process gets devices / processes")
-    return Target(platform, mode, mesh, topology, devices, processes)
+    # whether the compiler knows an option is the compiler's to say: an unknown one fails the compile, naming it
+    options = option_table(raw.get("compiler_options", {}), "compiler_options")
+    return Target(platform, mode, mesh, topology, devices, processes, options)
 
 
 def parse_workload(raw: Mapping[str, Any]) -> Workload:

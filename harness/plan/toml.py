@@ -21,7 +21,7 @@ from typing import Any
 KeyPath = tuple[str | int, ...]
 
 # Override keys whose value is a table and must not be flattened further.
-TABLE_VALUED = frozenset({"target.mesh"})
+TABLE_VALUED = frozenset({"target.mesh", "target.compiler_options"})
 
 
 class Invalid(Exception):
@@ -119,6 +119,23 @@ def str_list(table: Mapping[str, Any], key: str, choices: tuple[str, ...] | None
     if len(set(values)) != len(values):
         raise Invalid((key,), "duplicate entries")
     return tuple(values)
+
+
+_OPTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # an XLA / libtpu flag name without its "--"
+
+
+def option_table(raw: Any, key: str) -> tuple[tuple[str, bool | int | float | str], ...]:
+    """A table of compiler options (``name = value``, names as ``Lowered.compile(compiler_options=...)``
+    takes them: no leading ``--``; values booleans, numbers or strings), sorted by name."""
+    if not isinstance(raw, dict):
+        raise Invalid((key,), f"expected a table of option = value, got {type_name(raw)}")
+    for name, value in raw.items():
+        if not _OPTION_NAME.match(name):
+            hint = " (write the name without the leading --)" if name.startswith("-") else ""
+            raise Invalid((key, name), f"not an XLA option name: a letter, then letters, digits and _{hint}")
+        if not any(is_kind(value, k) for k in ("bool", "int", "float", "str")):
+            raise Invalid((key, name), f"expected a boolean, number or string, got {type_name(value)} ({value!r})")
+    return tuple(sorted(raw.items()))
 
 
 def canonical(value: Any) -> str:

@@ -15,7 +15,8 @@ else ``[report] reference`` if that one runs the same preset and workload sizes,
 variant before it that does, else none; a name that is no variant is an error naming the key.
 
 Each variant gets a stable id: a short sha256 of the canonical JSON of its resolved
-settings (preset, merged config overrides, target with the mesh resolved, workload).
+settings (preset, merged config overrides, target with the mesh resolved and its compiler
+options, workload).
 Names, declaration order, key order and the manifest file do not enter the id, so
 the same settings have the same id in any manifest; ``target.mode`` and ``[run]``
 don't either (they change how a variant is measured, not what it is).
@@ -98,6 +99,8 @@ def resolved_settings(
             "devices": target.devices,
             # only when set: one process (the default) keeps the ids variants had before processes existed
             **({"processes": target.processes} if target.processes != 1 else {}),
+            # likewise only when set: what the compiler is told changes the program
+            **({"compiler_options": dict(target.compiler_options)} if target.compiler_options else {}),
         },
         "workload": wl.to_dict(),
     }

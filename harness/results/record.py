@@ -185,6 +185,7 @@ class TargetInfo:
     topology: str | None
     devices: int | None
     mode_used: str | None = None
+    compiler_options: Mapping[str, Any] | None = None  # only where the variant sets some
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,8 @@ class Record:
             out[name] = {k: _plain(v) for k, v in dataclasses.asdict(out[name]).items()}
         if out["variant"]["reference"] is None:  # as written by harnesses before references existed
             del out["variant"]["reference"]
+        if out["target"]["compiler_options"] is None:  # as written before compiler options existed
+            del out["target"]["compiler_options"]
         out["stages"] = {name: e.to_dict() for name, e in self.stages.items()}
         return {**out, "notes": list(self.notes), **self.extra}
 
@@ -334,7 +337,7 @@ def build_record(*, sweep_id: str, manifest: Manifest, variant: Variant, run: Ru
         config=RunConfig(variant.preset, dict(variant.config_overrides), result.get("config_resolved"),
                          variant.workload.to_dict(), run.to_dict()),
         target=TargetInfo(target.platform, target.mode, dict(target.mesh), target.topology, target.devices,
-                          result.get("mode_used")),
+                          result.get("mode_used"), dict(target.compiler_options) or None),
         machine={**context["machine"], **(result.get("machine") or {})},
         versions=dict(context["versions"]),
         git=dict(context["git"]),

@@ -4,7 +4,7 @@ A full-size compile for a TPU slice takes minutes on a CPU host; its result is a
 JSON dict. The key is a sha256 of everything that can change that dict:
 
 * what is compiled: preset, resolved config overrides, target (platform, topology,
-  resolved mesh), workload (minus the list of stages) and the stage name;
+  resolved mesh, compiler options), workload (minus the list of stages) and the stage name;
 * the compilers: versions of jax, jaxlib, flax, libtpu and the CUDA plugin;
 * the code: the source of the ``ltx2`` package (which builds the stages) and of the harness
   modules that compile and analyse them (:data:`CODE_FILES`).
@@ -62,7 +62,8 @@ def cache_key(spec: WorkerSpec, stage: str) -> str:
         "preset": spec.preset,
         "config": dict(sorted(spec.config_overrides.items())),
         "target": {"platform": target.platform, "topology": target.topology,
-                   "mesh": [[a, s] for a, s in target.mesh]},
+                   "mesh": [[a, s] for a, s in target.mesh],
+                   **({"compiler_options": dict(target.compiler_options)} if target.compiler_options else {})},
         "workload": {k: v for k, v in spec.workload.to_dict().items() if k != "stages"},
         "stage": stage,
         "versions": _versions(),

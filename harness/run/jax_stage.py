@@ -1,6 +1,8 @@
 """The worker's model side: a :class:`~harness.run.stage.Stage` over an :class:`ltx2.StageProgram`,
 and the variant's config, mesh and devices it is built on (:func:`open_model`).
 
+Every compile of a stage gets the variant's ``target.compiler_options`` (the run compiles with them too:
+the launcher puts them in the backend's flags, :func:`harness.run.launcher.worker_env`).
 A compiled stage keeps its optimized HLO text (:attr:`JaxStage.hlo_text`) for analyses that
 read the scheduled program: attribution of FLOPs, bytes and collectives to the model's named
 scopes (``static["attribution"]``), and the table that maps a trace's ops to scopes.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,7 @@ from harness import targets
 from harness.metrics.attribution import Scopes, instruction_scopes, static_by_scope
 from harness.metrics.collective_cause import ParamLayout, ShardingFacts
 from harness.metrics.hlo import collective_instructions, matmul_flops, memory_traffic_bytes
-from harness.metrics.static import analyze_compiled, lower_and_compile
+from harness.metrics.static import CompilerOptionError, analyze_compiled, lower_and_compile
 from harness.plan.config import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
 from harness.run.spec import WorkerSpec
@@ -38,6 +41,7 @@ class JaxStage:
     hlo_text: str | None = None  # the compiled program's optimized HLO, once compiled
     uses_jax: bool = True
     mesh: Mesh | None = None
+    compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the variant's target's
 
     @property
     def name(self) -> str:
@@ -56,7 +60,7 @@ class JaxStage:
         (matmul FLOPs with loop trip counts, memory traffic, analytic FLOPs, extra) and the
         attribution of FLOPs, bytes and collectives to model scopes."""
         p = self.program
-        compiled, timing = lower_and_compile(p.fn, *p.abstract_args)
+        compiled, timing = lower_and_compile(p.fn, *p.abstract_args, compiler_options=self.compiler_options)
         self.hlo_text = compiled.as_text() or ""
         out = dataclasses.replace(analyze_compiled(compiled), timing=timing).to_dict()
         attribution = static_by_scope(self.hlo_text, scopes.scope_path, sharding_facts(p, self.mesh))
@@ -68,7 +72,8 @@ class JaxStage:
         """HLO module name, collective instruction kinds and instruction scopes, to read this
         stage's ops from a trace (a host loop's ops are its step program's: the same module)."""
         if self.hlo_text is None:
-            compiled, _ = lower_and_compile(self.program.fn, *self.program.abstract_args)
+            compiled, _ = lower_and_compile(self.program.fn, *self.program.abstract_args,
+                                            compiler_options=self.compiler_options)
             self.hlo_text = compiled.as_text() or ""
         names = instruction_scopes(self.hlo_text, scopes.scope_path)
         return ({names.module} if names.module else None), collective_instructions(self.hlo_text), names
@@ -121,11 +126,13 @@ class ModelStages:
     mesh: Mesh
     machine: dict[str, Any]
     seed: int = 0
-    unavailable: tuple[type[BaseException], ...] = (StageUnavailable,)
+    unavailable: tuple[type[BaseException], ...] = (StageUnavailable, CompilerOptionError)  # the message says it all
     device_memory: tuple[int | None, str] = (None, "")  # bytes per device and where that comes from
+    compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def build(self, name: str) -> JaxStage:
-        return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed, mesh=self.mesh)
+        return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed, mesh=self.mesh,
+                        compiler_options=self.compiler_options)
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
         return jax.set_mesh(self.mesh)
@@ -139,7 +146,8 @@ def open_model(spec: WorkerSpec) -> ModelStages:
     mesh, machine = device_mesh(spec.target, spec.compile_only)
     cfg = build_config(spec.preset, spec.config_overrides)
     memory = (None, "") if spec.compile_only else targets.device_memory(jax.local_devices()[0], mesh.size)
-    return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory)
+    return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory,
+                       compiler_options=dict(spec.target.compiler_options))
 
 
 # --------------------------------------------------------------------------- sharding facts

@@ -4,10 +4,11 @@ A launcher takes a :class:`~harness.run.spec.WorkerSpec` and returns an :class:`
 worker's own result (``out.json``) and, when it did not finish by itself, how it died. The
 local launcher runs ``python -m harness.run.worker`` in its own process group, with the
 environment the variant needs set before JAX starts (``XLA_FLAGS`` simulated device count on
-CPU, ``JAX_PLATFORMS``); a worker that raises, exits non-zero, dies from a signal (the OOM
-killer) or runs past ``run.timeout_s`` (its whole process group is killed) becomes a failed
-outcome carrying the error text. A launcher for a cluster (one job per variant, several
-processes per job) implements the same :class:`Launcher` protocol.
+CPU, ``JAX_PLATFORMS``, a measured variant's compiler options as backend flags); a worker that
+raises, exits non-zero, dies from a signal (the OOM killer) or runs past ``run.timeout_s`` (its
+whole process group is killed) becomes a failed outcome carrying the error text. A launcher for
+a cluster (one job per variant, several processes per job) implements the same :class:`Launcher`
+protocol.
 
 Nothing outlives the launcher: if it is interrupted (SIGINT / SIGTERM become
 :class:`~harness.run.interrupt.Interrupted`, or any other exception) while a worker runs, it kills
@@ -77,6 +78,8 @@ def worker_env(spec: WorkerSpec, base: Mapping[str, str] | None = None) -> dict[
     else:
         env["JAX_PLATFORMS"] = _JAX_PLATFORM[target.platform]
     env["XLA_FLAGS"] = " ".join(flags)
+    if not spec.compile_only:  # the run's own compiles get the variant's options too (static's compile() has them)
+        env.update(targets.run_flags_env(target.platform, dict(target.compiler_options), env))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -20,7 +20,7 @@ from typing import Any
 from harness import targets, testing
 from harness.plan.manifest import Run, Target, Workload
 
-SPEC_VERSION = 3
+SPEC_VERSION = 4  # 4: target.compiler_options
 RUN_MODES = ("measure", "compile")
 
 

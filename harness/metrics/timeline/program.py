@@ -11,7 +11,12 @@ Classes of instruction:
   computations it calls; the splash kernel: :func:`harness.metrics.hlo.instruction_flops`) and
   the bytes it reads and writes (:func:`harness.metrics.hlo.instruction_traffic`);
 * ``sync`` / ``start`` / ``done``: collectives (a TPU reduce-scatter fusion is a sync
-  reduce-scatter; ``async-start`` calling a collective is that collective's start);
+  reduce-scatter; ``async-start`` calling a collective is that collective's start; a TPU async
+  collective fusion, :func:`harness.metrics.hlo.async_collective_fusion`, whose computation ends in
+  the ``AsyncCollectiveStart`` / ``-Done`` custom call, is a start / done);
+* ``continuation``: a TPU compute fusion that also advances an async collective fusion (libtpu's
+  ``xla_tpu_enable_async_collective_fusion_multiple_steps``): compute, priced by its own FLOPs and
+  bytes (the collective's state it passes through left out); the transfer runs from start to done;
 * ``while`` / ``call`` / ``conditional``: control flow, run by the simulator.
 
 Pure Python.
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 
 from harness.metrics import hlo
 from harness.metrics.aot import ring_wire_bytes
-from harness.metrics.hlo_parse import Instruction, Module, parse_module
+from harness.metrics.hlo_parse import Instruction, Module, aliased_operands, parse_module, shape_bytes
 from harness.metrics.timeline.groups import Groups, permute_pairs, replica_groups
 
 FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id",
@@ -109,6 +114,24 @@ def _fused_groups(instr: Instruction, module: Module) -> Instruction | None:
     return None
 
 
+def _async_fusion(instr: Instruction, role: str, collective: Instruction, shapes: Mapping[str, str], module: Module,
+                  devices: int, flops_of: Callable[[str], int]) -> Op:
+    """A TPU async collective fusion: its start issues the collective (groups from the one inside), its
+    done waits for it; a continuation is compute, priced without the collective's state it passes through
+    (aliased operands, read and written in place: the transfer's, not the compute's, bytes)."""
+    kind = hlo.collective_kind(collective) or ""
+    if role == "start":
+        return _collective(instr, "start", kind, shapes, module, devices, collective)
+    if role == "done":
+        return Op(instr, "done", kind=kind)
+    aliased = [i for i in aliased_operands(instr) if i < len(instr.operands)]
+    size = {i: shape_bytes(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in aliased}
+    state = sum(size.values()) + sum(size[i] for i in aliased)  # each state operand read, each aliased output written
+    flops = sum(flops_of(c) for c in hlo.callees(instr) if c in module.computations)
+    traffic = hlo.instruction_traffic(instr, shapes, module)
+    return Op(instr, "continuation", flops=float(flops), bytes=float(max(traffic - state, 0)), kind=kind)
+
+
 def classify(instr: Instruction, shapes: Mapping[str, str], module: Module, devices: int,
              flops_of: Callable[[str], int]) -> Op:
     """One instruction's :class:`Op` (see the module docstring)."""
@@ -126,6 +149,9 @@ def classify(instr: Instruction, shapes: Mapping[str, str], module: Module, devi
             return _collective(instr, "start", kind, shapes, module, devices, inner)
     if op == "async-done":
         return Op(instr, "done")
+    fused = hlo.async_collective_fusion(instr, module)
+    if fused is not None and fused.collective is not None:
+        return _async_fusion(instr, fused.role, fused.collective, shapes, module, devices, flops_of)
     kind = hlo.collective_kind(instr)
     if kind is not None:
         if op.endswith("-done"):

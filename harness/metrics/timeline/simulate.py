@@ -6,7 +6,9 @@ takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.t
 
 * a synchronous collective blocks the stream until its transfer ends;
 * an async ``*-start`` issues the transfer and the stream goes on; its ``*-done`` waits until the
-  transfer has ended (the wait is exposed time);
+  transfer has ended (the wait is exposed time). A TPU async collective fusion is the same: its
+  start fusion issues, the continuation fusions between are compute (the transfer runs beside
+  them: libtpu advances it in steps inside them, which this model does not split), its done waits;
 * transfers share the links through one FIFO queue per link set (a torus dimension, the chip's
   cores, NVLink, the host's memcpy): a transfer starts when it is issued and every link set it
   uses is free. Collectives on disjoint dimensions run side by side; two on the same links go one
@@ -236,10 +238,15 @@ class Simulator:
                 return tuple(env.get(o) for o in operands)
             if opcode == "get-tuple-element":
                 value = env.get(operands[0]) if operands else None
+                if isinstance(value, int):  # an element of an async op's state tuple: its token
+                    return value
                 return value[op.index] if isinstance(value, tuple) and 0 <= op.index < len(value) else None
             return env.get(operands[0]) if pass_through(op) and operands else None
         if cls == "compute":
             self._compute(op)
+        elif cls == "continuation":  # compute that passes an async collective's state (its token) on
+            self._compute(op)
+            return next((t for o in operands for t in _tokens(env.get(o)) if t in self.state.pending), None)
         elif cls == "sync":
             self._sync(op)
         elif cls == "start":

@@ -128,6 +128,12 @@ CASES: list[tuple[str, str, int, bytes, str, int | None, str]] = [
     ("tpu-gpu-topology", "tpu", 5, b'topology = "h100:1x1x8"', "target.topology", 5, "'h100' is a gpu target"),
     ("tpu-mesh-vs-topology", "tpu", 6, b"mesh = { data = 2, fsdp = 2 }", "target.mesh", 6, "spans 4 devices"),
     ("tpu-devices-vs-topology", "tpu", 4, b"devices = 4", "target.devices", 4, "has 8 devices, devices = 4"),
+    ("compiler-options-not-a-table", "tpu", 4, b'mode = "compile"\ncompiler_options = "--xla_foo=true"',
+     "target.compiler_options", 5, "expected a table of option = value"),
+    ("compiler-option-with-dashes", "tpu", 4, b'mode = "compile"\ncompiler_options = { "--xla_foo" = true }',
+     "target.compiler_options.--xla_foo", 5, "without the leading --"),
+    ("compiler-option-array", "tpu", 4, b'mode = "compile"\ncompiler_options = { xla_foo = [1] }',
+     "target.compiler_options.xla_foo", 5, "expected a boolean, number or string, got an array"),
     ("gpu-unknown-model", "gpu", 5, b'topology = "a100:1x1x8"', "target.topology", 5, "unknown GPU 'a100'"),
     ("gpu-topology-dims", "gpu", 5, b'topology = "h100:8"', "target.topology", 5, "<slices>x<hosts>x<gpus"),
     # --- [model]

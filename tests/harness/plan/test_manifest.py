@@ -45,7 +45,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
      "unknown key (allowed: schema_version, target, model, workload, run, gate, report, variants, matrix)"),
     ("no-model", BASE.replace('[model]\npreset = "tiny"\n', ""), "model", None, "missing required section"),
     ("unknown-target-key", BASE.replace("devices = 8", "device = 8"), "target.device", 3,
-     "unknown key (allowed: platform, mode, mesh, topology, devices, processes)"),
+     "unknown key (allowed: platform, mode, mesh, topology, devices, processes, compiler_options)"),
     ("devices-type", BASE.replace("devices = 8", 'devices = "8"'), "target.devices", 3,
      "expected an integer, got a string ('8')"),
     ("bad-platform", BASE.replace("[target]\n", '[target]\nplatform = "cuda"\n'), "target.platform", 3,
