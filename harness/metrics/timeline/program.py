@@ -13,7 +13,10 @@ Classes of instruction:
 * ``sync`` / ``start`` / ``done``: collectives (a TPU reduce-scatter fusion is a sync
   reduce-scatter; ``async-start`` calling a collective is that collective's start; a TPU async
   collective fusion, :func:`harness.metrics.hlo.async_collective_fusion`, whose computation ends in
-  the ``AsyncCollectiveStart`` / ``-Done`` custom call, is a start / done);
+  the ``AsyncCollectiveStart`` / ``-Done`` custom call, is a start / done; a ``call-start`` /
+  ``call-done`` pair running a collective on another execution thread -- libtpu 0.0.42.1 schedules
+  the tpu7x step's all-gathers and all-reduces this way, ``async_execution_thread="sparsecore"``
+  -- is that collective's start / done, and one running a copy there is free like ``copy-start``);
 * ``continuation``: a TPU compute fusion that also advances an async collective fusion (libtpu's
   ``xla_tpu_enable_async_collective_fusion_multiple_steps``): compute, priced by its own FLOPs and
   bytes (the collective's state it passes through left out); the transfer runs from start to done;
@@ -149,6 +152,14 @@ def classify(instr: Instruction, shapes: Mapping[str, str], module: Module, devi
             return _collective(instr, "start", kind, shapes, module, devices, inner)
     if op == "async-done":
         return Op(instr, "done")
+    if op == "call-start":  # TPU work offloaded to another execution thread (v7x: the SparseCore)
+        inner = _async_collective(instr, module)
+        kind = hlo.collective_kind(inner) if inner is not None else None
+        if inner is not None and kind is not None:
+            return _collective(instr, "start", kind, shapes, module, devices, inner)
+        return Op(instr, "free")  # an offloaded copy: a DMA beside compute, as copy-start
+    if op == "call-done":
+        return Op(instr, "done")  # build_program frees the dones of offloaded copies
     fused = hlo.async_collective_fusion(instr, module)
     if fused is not None and fused.collective is not None:
         return _async_fusion(instr, fused.role, fused.collective, shapes, module, devices, flops_of)
@@ -195,7 +206,10 @@ def build_program(hlo_text: str) -> Program:
     for name in _running(module):
         instrs = module.computations.get(name, [])
         shapes = {i.name: i.shape for i in instrs}
-        program.ops[name] = [classify(i, shapes, module, program.num_devices, flops_of) for i in instrs]
+        ops = [classify(i, shapes, module, program.num_devices, flops_of) for i in instrs]
+        collective_calls = {o.name for o in ops if o.cls == "start" and o.instr.opcode == "call-start"}
+        program.ops[name] = [Op(o.instr, "free") if o.instr.opcode == "call-done"
+                             and not set(o.instr.operands) & collective_calls else o for o in ops]  # fmt: skip
         program.unknown_trip_counts += [o.name for o in program.ops[name] if o.cls == "while" and o.trip_count is None]
     return program
 

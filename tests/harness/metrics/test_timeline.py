@@ -267,3 +267,44 @@ def test_timeline_and_chrome_reader_import_no_jax():
             "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'ltx2') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# libtpu 0.0.42.1's tpu7x step: collectives offloaded to the SparseCore as call-start/call-done of a
+# computation holding the collective (async_execution_thread="sparsecore"), copies offloaded the same way.
+SC = 'async_execution_thread="sparsecore"'
+AGC = "((f32[1000]{0}, token[]), f32[4000]{0})"
+CPC = "((f32[8000]{0}), f32[8000]{0})"
+SPARSECORE = _module(
+    "ENTRY %main (p: f32[1000], q: f32[500], c: f32[8000]) -> f32[4000] {\n"
+    "  %p = f32[1000]{0} parameter(0)\n"
+    "  %q = f32[500]{0} parameter(1)\n"
+    "  %c = f32[8000]{0} parameter(2)\n"
+    "  %tok = token[] after-all()\n"
+    f"  %ag.call-start = {AGC} call-start(f32[1000]{{0}} %p, token[] %tok), {SC}, to_apply=%sc_gather\n"
+    f"  %cp.call-start = {CPC} call-start(f32[8000]{{0}} %c), {SC}, to_apply=%sc_copy\n"
+    "  %a = f32[500]{0} add(f32[500]{0} %q, f32[500]{0} %q)\n"
+    f"  %cp.call-done = f32[8000]{{0}} call-done({CPC} %cp.call-start)\n"
+    f"  ROOT %ag.call-done = f32[4000]{{0}} call-done({AGC} %ag.call-start)\n"
+    "}",
+    """%sc_gather (x: f32[1000], t: token[]) -> f32[4000] {
+  %x = f32[1000]{0} parameter(0)
+  %t = token[] parameter(1)
+  ROOT %ag = f32[4000]{0} all-gather(f32[1000]{0} %x), replica_groups={{0,1,2,3}}, dimensions={0}
+}, execution_thread="sparsecore\"""",
+    """%sc_copy (y: f32[8000]) -> f32[8000] {
+  %y = f32[8000]{0} parameter(0)
+  ROOT %yc = f32[8000]{0} copy(f32[8000]{0} %y)
+}, execution_thread="sparsecore\"""",
+)
+
+
+def test_a_collective_offloaded_by_call_start_runs_beside_compute_and_an_offloaded_copy_is_free():
+    spec = _spec()
+    t = gather_ns(1000, spec)
+    assert add_ns(500, spec) == pytest.approx(t / 2)
+    p = timeline.predict(SPARSECORE, spec)
+    # the all-gather runs from its call-start to its call-done, half hidden by the add; the copy's
+    # call-done waits for nothing (without the fix: no all-gather at all, and the step is the add)
+    assert p.step_ns == pytest.approx(t, rel=1e-12)
+    assert p.device["collective_ns_by_kind"] == {"all-gather": pytest.approx(t, rel=1e-12)}
+    assert p.device["exposed_ns_by_kind"] == {"all-gather": pytest.approx(t / 2, rel=1e-12)}
