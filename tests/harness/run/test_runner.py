@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.plan.variants import load_sweep
 from harness.results.store import load_records
-from harness.run.launcher import DEVICE_COUNT_FLAG, LocalLauncher, worker_env
+from harness.run.launcher import DEVICE_COUNT_FLAG, LocalLauncher, worker_env, worker_preexec
 from harness.run.runner import SweepOptions, run_sweep, worker_spec
 
 ISOLATION = """\
@@ -114,6 +114,23 @@ def test_worker_env_sets_devices_and_platform(tmp_path: Path) -> None:
     env = worker_env(spec, {"XLA_FLAGS": f"--xla_foo {DEVICE_COUNT_FLAG}=8", "PYTHONPATH": "/x"})
     assert env["XLA_FLAGS"] == f"--xla_foo {DEVICE_COUNT_FLAG}=4"
     assert env["JAX_PLATFORMS"] == "cpu" and env["PYTHONPATH"].endswith(":/x")
+
+
+def test_a_tpu_worker_starts_with_the_stack_limit_raised_to_the_hard_one(tmp_path: Path) -> None:
+    """libtpu overflows the default 8 MiB stack compiling the 19B tpu7x step; a TPU worker's child
+    raises its soft limit to the hard one before exec, other workers keep theirs."""
+    import dataclasses
+    import resource
+
+    (variant,) = load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).variants
+    spec = worker_spec(variant, load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).manifest.run,
+                       tmp_path / "traces")  # fmt: skip
+    assert worker_preexec(spec) is None
+    tpu = dataclasses.replace(spec, target=dataclasses.replace(spec.target, platform="tpu"))
+    probe = [sys.executable, "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_STACK))"]
+    soft, hard = subprocess.run(probe, preexec_fn=worker_preexec(tpu), capture_output=True, text=True,
+                                check=True).stdout.split()  # fmt: skip
+    assert soft == hard == str(resource.getrlimit(resource.RLIMIT_STACK)[1])
 
 
 def test_a_test_preset_worker_loads_neither_jax_nor_the_model(tmp_path: Path) -> None:
