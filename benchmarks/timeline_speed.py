@@ -4,13 +4,13 @@ Two phases, so the minutes-long compile runs once:
 
     # 1. compile a manifest variant's stage for its target (compile-only: libtpu, no TPU) and dump
     #    the scheduled HLO plus the mesh devices' coordinates (device-assignment order)
-    /work/venvs/aot/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml \\
-        --variant trillium --out /work/wt/hlo
+    <venv with the [tpu-aot] extra>/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml \\
+        --variant trillium --out /tmp/hlo
     #    with compiler options on top of the variant's (the naive layout with the async flags):
-    /work/venvs/aot/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml --variant naive \
+    <venv with the [tpu-aot] extra>/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml --variant naive \
         --label naive-async --option xla_tpu_enable_async_collective_fusion=true ...
     # 2. time predict() (and sensitivity()) on the dump: median of --repeats runs
-    python benchmarks/timeline_speed.py time /work/wt/hlo/v6e-trillium-denoise_step.hlo
+    python benchmarks/timeline_speed.py time /tmp/hlo/v6e-2x4-trillium-denoise_step.hlo
 
 The dump is ``<out>/<topology>-<variant>-<stage>.hlo`` and a ``.json`` beside it (topology,
 platform, device coords); keep dumps out of git (tens of MB).
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("manifest", type=Path)
     d.add_argument("--variant", required=True)
     d.add_argument("--stage", default="denoise_step")
-    d.add_argument("--out", type=Path, default=Path("/work/wt/hlo"))
+    d.add_argument("--out", type=Path, default=Path("/tmp/hlo"))
     d.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a compiler option on top of the variant's (true/false, a number or a string)")
     d.add_argument("--label", default="", help="name of the dump (default: the variant's)")
