@@ -25,14 +25,13 @@ import contextlib
 import dataclasses
 import json
 import os
-import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -86,17 +85,14 @@ def worker_env(spec: WorkerSpec, base: Mapping[str, str] | None = None) -> dict[
     return env
 
 
-def raise_stack_limit() -> None:
-    """The worker's soft stack limit raised to the hard one (run in the child before exec). libtpu
-    0.0.42.1 overflows an 8 MiB stack compiling the 19B step for tpu7x (SIGSEGV deep in its
-    convolution cost model; the same compile finishes under ``ulimit -s unlimited``)."""
-    _, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
-
-
-def worker_preexec(spec: WorkerSpec) -> Callable[[], None] | None:
-    """What the worker's child runs before exec: a TPU worker gets the raised stack limit."""
-    return raise_stack_limit if spec.target.platform == "tpu" else None
+def worker_command(spec: WorkerSpec, python: str, spec_path: Path, out_path: Path) -> list[str]:
+    """The worker's command line; a TPU worker's goes through :mod:`harness.run.stack_limit` (its soft
+    stack limit raised to the hard one before the interpreter starts: libtpu overflows 8 MiB
+    compiling the 19B tpu7x step)."""
+    command = [python, "-m", "harness.run.worker", str(spec_path), str(out_path)]
+    if spec.target.platform == "tpu":
+        return [python, "-m", "harness.run.stack_limit", *command]
+    return command
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace_s: float,
@@ -228,14 +224,13 @@ class LocalLauncher:
         return False  # a local run finishes (or fails) before the next starts
 
     def _start(self, spec: WorkerSpec, w: _Worker, log: Any) -> subprocess.Popen[bytes]:
-        command = [self.python, "-m", "harness.run.worker", str(w.spec_path), str(w.out_path)]
+        command = worker_command(spec, self.python, w.spec_path, w.out_path)
         log.write(f"{LOG_MARK} {now()} {spec.variant_name} ({spec.variant_id})"
                   f"{f' process {w.process_id} of {spec.processes}' if spec.processes > 1 else ''}: "
                   f"{' '.join(command)}\n".encode())  # fmt: skip
         log.flush()
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=worker_env(spec, self.env), start_new_session=True,
-                                preexec_fn=worker_preexec(spec))  # fmt: skip
+                                env=worker_env(spec, self.env), start_new_session=True)  # fmt: skip
 
     def run(self, spec: WorkerSpec, *, log_path: Path, progress: Progress | None = None) -> Outcome:
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from harness.plan.variants import load_sweep
 from harness.results.store import load_records
-from harness.run.launcher import DEVICE_COUNT_FLAG, LocalLauncher, worker_env, worker_preexec
+from harness.run.launcher import DEVICE_COUNT_FLAG, LocalLauncher, worker_command, worker_env
 from harness.run.runner import SweepOptions, run_sweep, worker_spec
+
+REPO = Path(__file__).parents[3]
 
 ISOLATION = """\
 schema_version = 1
@@ -117,19 +119,22 @@ def test_worker_env_sets_devices_and_platform(tmp_path: Path) -> None:
 
 
 def test_a_tpu_worker_starts_with_the_stack_limit_raised_to_the_hard_one(tmp_path: Path) -> None:
-    """libtpu overflows the default 8 MiB stack compiling the 19B tpu7x step; a TPU worker's child
-    raises its soft limit to the hard one before exec, other workers keep theirs."""
+    """libtpu overflows the default 8 MiB stack compiling the 19B tpu7x step; a TPU worker starts
+    through harness.run.stack_limit (soft limit raised to the hard one, then exec), other workers
+    as they are. Run with the real command line, its worker swapped for a probe."""
     import dataclasses
     import resource
 
     (variant,) = load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).variants
     spec = worker_spec(variant, load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).manifest.run,
                        tmp_path / "traces")  # fmt: skip
-    assert worker_preexec(spec) is None
+    worker = [sys.executable, "-m", "harness.run.worker", "s.json", "o.json"]
+    assert worker_command(spec, sys.executable, Path("s.json"), Path("o.json")) == worker
     tpu = dataclasses.replace(spec, target=dataclasses.replace(spec.target, platform="tpu"))
-    probe = [sys.executable, "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_STACK))"]
-    soft, hard = subprocess.run(probe, preexec_fn=worker_preexec(tpu), capture_output=True, text=True,
-                                check=True).stdout.split()  # fmt: skip
+    command = worker_command(tpu, sys.executable, Path("s.json"), Path("o.json"))
+    assert command[:3] == [sys.executable, "-m", "harness.run.stack_limit"] and command[3:] == worker
+    probe = [*command[:3], sys.executable, "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_STACK))"]
+    soft, hard = subprocess.run(probe, capture_output=True, text=True, check=True, cwd=REPO).stdout.split()
     assert soft == hard == str(resource.getrlimit(resource.RLIMIT_STACK)[1])
 
 
