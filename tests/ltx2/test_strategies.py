@@ -177,15 +177,18 @@ def test_denoise_step_small_equals_replicated(strategy: str, mesh: Mesh) -> None
 
 # ----------------------------------------------------------------------------- the layout ladder
 
-# MaxDiffusion's LTX-2 fixes in order (experiments/v6e.toml, v7x.toml): naive, then the FFN input
-# kernels no longer sharded on their contracted dim, then the Q/K/V projections as well.
-LADDER = ("naive", "naive+mlp_in=-", "naive+mlp_in=-+qkv_in=-")
+# MaxDiffusion's LTX-2 fixes in order (experiments/v6e.toml, v7x.toml): naive, then the FFN
+# kernels whole on their contracted dim and split on their hidden dim over tensor, then the Q/K/V
+# kernels likewise (heads over tensor).
+FFN_FIXED = {"mlp_in": [], "mlp": ["tensor"]}
+FFN_QKV_FIXED = {**FFN_FIXED, "qkv_in": [], "heads": ["tensor"]}
+LADDER = ("naive", "naive+mlp=tensor+mlp_in=-", "naive+heads=tensor+mlp=tensor+mlp_in=-+qkv_in=-")
 
 
 @pytest.fixture(scope="module")
 def ladder() -> tuple[str, ...]:
-    sharding.register_overrides("naive", {"mlp_in": []})
-    sharding.register_overrides("naive", {"mlp_in": [], "qkv_in": []})
+    names = tuple(sharding.register_overrides("naive", o).name for o in ({}, FFN_FIXED, FFN_QKV_FIXED))
+    assert names == LADDER
     return LADDER
 
 

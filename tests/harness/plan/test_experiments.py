@@ -33,10 +33,11 @@ def test_cpu_manifest_runs_every_strategy_once() -> None:
 
 @pytest.mark.parametrize("name", ["v6e.toml", "v7x.toml"])
 def test_tpu_manifests_climb_the_layout_ladder(name: str) -> None:
-    """naive, then its FFN input kernels' contracted dim whole, then Q/K/V's too (issue 14)."""
+    """naive, then its FFN kernels whole on the contracted dim and split on the hidden dim over
+    tensor, then Q/K/V's likewise (issue 14)."""
     variants = {v.name: v for v in load_sweep(Path(__file__).parents[3] / "experiments" / name).variants}
     ladder = [variants[n] for n in ("naive", "naive-ffn-fixed", "naive-ffn-qkv-fixed")]
     assert [v.reference for v in ladder[1:]] == ["naive", "naive-ffn-fixed"]
     assert [build_config(v.preset, v.config_overrides).transformer.sharding for v in ladder] == \
-        ["naive", "naive+mlp_in=-", "naive+mlp_in=-+qkv_in=-"]
+        ["naive", "naive+mlp=tensor+mlp_in=-", "naive+heads=tensor+mlp=tensor+mlp_in=-+qkv_in=-"]
     assert len({v.target.mesh for v in ladder}) == 1  # the same chips and mesh: only the rules change
