@@ -69,8 +69,8 @@ def mesh_groups(axes_text: str, ids_dims: str | None, ids_perm: str | None, sele
     factors: list[tuple[int, bool]] = []  # (size, spanned) major-to-minor over the mesh
     for name, size in axes:
         if name in chosen:
-            pre, part = chosen[name]
-            factors += [(pre, False), (part, True), (size // (pre * part), False)]
+            pre, span = chosen[name]
+            factors += [(pre, False), (span, True), (size // (pre * span), False)]
         else:
             factors.append((size, False))
     total = math.prod(n for _, n in axes)
