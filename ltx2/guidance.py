@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ltx2 import scopes
 
@@ -86,10 +87,16 @@ class GuidanceConfig:
         )
 
     def scales(self) -> AVGuidanceScales:
-        """The scales as float32 arrays, to pass into compiled functions."""
+        """The scales as float32 device arrays, to pass into compiled functions."""
+        return jax.tree.map(jnp.asarray, self.host_scales())
+
+    def host_scales(self) -> AVGuidanceScales:
+        """The scales as float32 numpy scalars: no device is touched, so a compile-only stage (whose
+        default backend may be a TPU topology with no device to run on) can take their shapes."""
 
         def s(*values: float) -> GuidanceScales:
-            return GuidanceScales(*(jnp.asarray(v, jnp.float32) for v in values))
+            host: list[Any] = [np.asarray(v, np.float32) for v in values]  # jax.Array once passed to a jit
+            return GuidanceScales(*host)
 
         return AVGuidanceScales(
             video=s(self.guidance_scale, self.stg_scale, self.modality_scale, self.guidance_rescale),

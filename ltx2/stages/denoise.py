@@ -162,8 +162,11 @@ def _loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> _Loop:
     strategy = t.sharding
     graphdef, state = abstract_state(lambda: LTX2Transformer(t, rngs=nnx.Rngs(0)), strategy, mesh)
     dt = jnp.dtype(t.dtype)
-    latents = Latents(sds((s.videos, plan.video_tokens, t.in_channels), dt, SEQ, strategy, mesh),
-                      sds((s.videos, plan.audio_frames, t.audio_in_channels), dt, SEQ, strategy, mesh))  # fmt: skip
+    # Latents are float32 whatever the model's dtype, as LTX2Pipeline.prepare_latents makes them (and
+    # diffusers): the scheduler's update stays in float32 and the scan's carry keeps one dtype.
+    f32 = jnp.float32
+    latents = Latents(sds((s.videos, plan.video_tokens, t.in_channels), f32, SEQ, strategy, mesh),
+                      sds((s.videos, plan.audio_frames, t.audio_in_channels), f32, SEQ, strategy, mesh))  # fmt: skip
     rows, S = s.videos * (2 if plan.passes.cfg else 1), wl.text_tokens
     dv, da = _text_widths(t)
     embeds = TextEmbeddings(sds((rows, S, dv), dt, TEXT, strategy, mesh), sds((rows, S, da), dt, TEXT, strategy, mesh),
@@ -174,7 +177,7 @@ def _loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> _Loop:
     host_sigmas: Any = np.asarray(sigmas, np.float32)
     host_timesteps: Any = np.asarray(timesteps(sched, sigmas), np.float32)
     schedule = Schedule(host_sigmas, host_timesteps)
-    scales = jax.tree.map(np.asarray, c.guidance.scales())
+    scales = c.guidance.host_scales()  # host values: a compile-only backend has no device to make them on
     kv = jax.eval_shape(lambda st, e: text_kv_once(graphdef, st, e, plan=plan), state, embeds)
     kv_abs = None if kv is None else jax.tree.map(lambda a: sds(a.shape, a.dtype, TEXT_KV, strategy, mesh), kv)
     return _Loop(s, graphdef, state, latents, embeds, schedule, scales, replicated_like(schedule, mesh),

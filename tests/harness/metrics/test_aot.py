@@ -291,3 +291,28 @@ def test_splash_attention_compiles_for_v6e_without_the_score_matrix() -> None:
     got = {impl: (int(temp), int(calls)) for impl, temp, calls in (ln.split() for ln in done.stdout.splitlines())}
     assert got["xla"][1] == 0 and got["splash"][1] == 1
     assert got["xla"][0] >= 512 * 2**20 and got["splash"][0] < got["xla"][0] / 16, got
+
+
+GUIDED_V6E = SMALL_V6E.replace('stages = ["denoise_step"]', 'stages = ["guided_step", "denoise_loop"]').replace(
+    '"transformer.sharding" = ["replicated", "trillium", "context"]', '"transformer.sharding" = ["trillium"]')
+
+
+@pytest.mark.aot
+@needs_libtpu
+def test_guided_stages_compile_for_v6e(tmp_path: Path) -> None:
+    """The guided step and loop build for a TPU target with no TPU: their inputs' shapes come from host
+    values (the guidance scales were made with jnp on the default backend, a compile-only TPU topology
+    that cannot run anything: every guided variant of v6e.toml failed building its stage)."""
+    manifest = tmp_path / "guided_v6e.toml"
+    manifest.write_text(GUIDED_V6E)
+    cmd = [sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(tmp_path / "reports"),
+           "--no-report"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = [json.loads(ln) for ln in (tmp_path / "reports/guided_v6e/results.jsonl").read_text().splitlines()]
+    assert record["status"] == "ok" and record["target"]["mode_used"] == "compile"
+    for stage in ("guided_step", "denoise_loop"):
+        target = record["stages"][stage]["static"]["target"]
+        assert target["fits"] is True and target["flops_per_device"] > 0, stage
+    loop, step = (record["stages"][s]["static"]["target"]["flops_per_device"] for s in ("denoise_loop", "guided_step"))
+    assert loop > 4 * step  # the loop runs the guided step 8 times (the text K/V made once per video are extra)
