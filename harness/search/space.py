@@ -1,0 +1,113 @@
+"""Layout candidates: the points of a ``[search]`` space, normalised to the mesh they run on, and
+the model's reasons to drop one before anything compiles.
+
+A :class:`Candidate` is one mesh, one attention kernel and one mesh-axes list per searched logical
+axis. Normalising drops mesh axes the candidate's mesh does not have (a rule naming ``context`` on
+a mesh without it places nothing there), so two points that lay the model out alike are one
+candidate. :func:`prune_reason` says why a candidate cannot be the layout it spells:
+
+- its mesh does not span the target's devices;
+- the strategy rejects it (XLA miscompiles a convolution sharded on both ``conv_in`` and
+  ``activation_frames``: :class:`ltx2.sharding.Strategy`);
+- one array would use a mesh axis on two of its dims (``PartitionSpec`` keeps the first, so the
+  rule would silently not hold);
+- a dim does not divide over its mesh axes (parameters would silently keep a dividing prefix;
+  heads, tokens and batch would not place).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.plan.search_space import AxesOption, MeshShape, SearchSpace
+from harness.search.facts import ModelFacts
+
+RULES_PREFIX = "sharding.rules."
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout: a mesh (axis order kept: it is the device layout), a kernel, the searched rules."""
+
+    mesh: MeshShape
+    attention: str
+    rules: tuple[tuple[str, AxesOption], ...]
+
+    @property
+    def name(self) -> str:
+        """``fsdp2xtensor4/xla/heads=tensor,embed=-`` (``-``: replicated)."""
+        mesh = "x".join(f"{a}{s}" for a, s in self.mesh)
+        rules = ",".join(f"{k}={'.'.join(v) or '-'}" for k, v in self.rules)
+        return f"{mesh}/{self.attention}/{rules}"
+
+    def overrides(self, base: str) -> dict[str, Any]:
+        """The variant overrides that run this layout: base strategy, every searched rule, mesh, kernel."""
+        return {"transformer.sharding": base, **{RULES_PREFIX + k: list(v) for k, v in self.rules},
+                "target.mesh": dict(self.mesh), "transformer.attention_impl": self.attention}  # fmt: skip
+
+    def replace_rule(self, logical: str, axes: AxesOption) -> Candidate:
+        return Candidate(self.mesh, self.attention, tuple((k, axes if k == logical else v) for k, v in self.rules))
+
+
+def normalise(mesh: MeshShape, attention: str, rules: Sequence[tuple[str, AxesOption]]) -> Candidate:
+    """The candidate with each rule's mesh axes cut to those the mesh has."""
+    present = {a for a, _ in mesh}
+    return Candidate(mesh, attention, tuple((k, tuple(a for a in v if a in present)) for k, v in rules))
+
+
+def enumerate_space(space: SearchSpace) -> Iterator[Candidate]:
+    """Every point of the declared product, normalised, each distinct candidate once."""
+    seen: set[Candidate] = set()
+    names = [k for k, _ in space.rules]
+    for mesh, attention in itertools.product(space.meshes, space.attention):
+        for combo in itertools.product(*(options for _, options in space.rules)):
+            c = normalise(mesh, attention, list(zip(names, combo, strict=True)))
+            if c not in seen:
+                seen.add(c)
+                yield c
+
+
+def neighbours(c: Candidate, space: SearchSpace) -> list[Candidate]:
+    """Candidates one move away: another option of one rule, another mesh or another kernel."""
+    out: list[Candidate] = []
+    for logical, options in space.rules:
+        out += [normalise(c.mesh, c.attention, c.replace_rule(logical, o).rules) for o in options]
+    out += [normalise(m, c.attention, c.rules) for m in space.meshes]
+    out += [Candidate(c.mesh, a, c.rules) for a in space.attention]
+    return list(dict.fromkeys(x for x in out if x != c))
+
+
+def dim_axes(facts: ModelFacts, c: Candidate, names: Sequence[str | None]) -> list[tuple[str, ...]]:
+    """Mesh axes (present in the mesh) each dim of an array with these logical names asks for."""
+    strategy = facts.strategy(c.rules)
+    present = {a for a, _ in c.mesh}
+    return [tuple(a for a in strategy.mesh_axes(n) if a in present) for n in names]
+
+
+def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> str | None:
+    """Why ``c`` cannot be the layout it spells (None: it can); see the module docstring."""
+    shape = dict(c.mesh)
+    if math.prod(shape.values()) != devices:
+        return f"mesh {shape} spans {math.prod(shape.values())} devices, the target has {devices}"
+    try:
+        facts.strategy(c.rules)
+    except ValueError as e:
+        return f"strategy: {e}"
+    for array in facts.arrays:
+        axes = dim_axes(facts, c, array.names)
+        flat = [a for dim in axes for a in dim]
+        if len(set(flat)) != len(flat):
+            return f"{array.what} {array.names} would use a mesh axis twice: {axes}"
+        for name, size, dim in zip(array.names, array.shape, axes, strict=True):
+            shards = math.prod(shape[a] for a in dim)
+            if size % shards:
+                return f"{array.what}: {name} ({size}) does not divide over {' x '.join(dim)} ({shards})"
+    return None
+
+
+def rules_table(c: Candidate) -> Mapping[str, list[str]]:
+    return {k: list(v) for k, v in c.rules}

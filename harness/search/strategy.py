@@ -1,0 +1,140 @@
+"""The search itself: prune, rank analytically, then a budgeted local search over compiled scores.
+
+1. Every point of the space is normalised and pruned (:mod:`harness.search.space`); candidates whose
+   weights alone exceed the device's memory (:mod:`harness.search.analytic`) are pruned too.
+2. The survivors are ordered by the analytic estimate. The best one is compiled first (at the proxy
+   depth when the space has one); while none of the compiled ones fits, the next ones are.
+3. Local search: the neighbours of the current best (one rule, the mesh or the kernel changed),
+   best analytic estimate first, are compiled ``round_size`` at a time; the best compiled one
+   becomes current when it beats it. It stops when the current one has no uncompiled neighbour
+   left, or when the budget is spent.
+4. The ``confirm`` best proxy results are compiled at full depth (these count against the budget).
+
+``--budget N`` counts evaluations, compiled now or read from the store; a re-run with the same
+budget takes the same path (everything deterministic) and finds every evaluation stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from harness.plan.search_space import SearchSpace
+from harness.search.analytic import Estimate, Hardware, estimate
+from harness.search.facts import ModelFacts
+from harness.search.space import Candidate, enumerate_space, neighbours, prune_reason
+
+ROUND_SIZE = 4
+
+
+@dataclass(frozen=True)
+class Score:
+    """A compiled candidate: predicted step at full depth (a proxy's scaled per block), fit, collectives."""
+
+    status: str  # "ok" | "does-not-fit" | "failed"
+    step_s: float | None = None
+    depth: int = 0  # transformer blocks compiled
+    fits: bool | None = None
+    memory_bytes: float | None = None  # per device, at full depth (a proxy's scaled)
+    exposed_all_gather: float | None = None
+    exposed_collective_s: float | None = None
+    wasted: float | None = None
+    variant_id: str = ""
+    error: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "ok" and self.fits is not False and self.step_s is not None
+
+
+Evaluate = Callable[[Sequence[Candidate], bool], Mapping[Candidate, Score]]
+"""``(candidates, full_depth) -> score per candidate``."""
+
+
+@dataclass
+class SearchResult:
+    proxy: dict[Candidate, Score] = field(default_factory=dict)  # in evaluation order
+    confirmed: dict[Candidate, Score] = field(default_factory=dict)
+    estimates: dict[Candidate, Estimate] = field(default_factory=dict)
+    pruned: dict[str, list[Candidate]] = field(default_factory=dict)  # reason -> candidates
+    declared: int = 0
+
+    def ranked(self) -> list[tuple[Candidate, Score]]:
+        """Confirmed candidates by full-depth step, then the other usable proxies, then the rest."""
+        def key(item: tuple[Candidate, Score]) -> tuple[int, float]:
+            c, s = item
+            return (0 if c in self.confirmed else 1 if s.usable else 2, s.step_s if s.usable else 0.0)
+
+        rest = [(c, s) for c, s in self.proxy.items() if c not in self.confirmed]
+        return sorted([*self.confirmed.items(), *rest], key=key)
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.proxy) + len(self.confirmed)
+
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(":", 1)[0] if ":" in reason else reason
+
+
+def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware,
+               result: SearchResult) -> list[Candidate]:  # fmt: skip
+    """The pruned space ordered by the analytic estimate (prunings and estimates noted in ``result``)."""
+    kept = []
+    for c in enumerate_space(space):
+        result.declared += 1
+        reason = prune_reason(facts, c, devices)
+        if reason is None:
+            est = estimate(facts, c, hw)
+            if hw.hbm_bytes is not None and est.weight_bytes > hw.hbm_bytes:
+                reason = f"weights: {est.weight_bytes / 2**30:.1f} GiB per device exceed the device's memory"
+            else:
+                result.estimates[c] = est
+                kept.append(c)
+                continue
+        result.pruned.setdefault(_reason_kind(reason), []).append(c)
+    order = {c: i for i, c in enumerate(kept)}
+    return sorted(kept, key=lambda c: (result.estimates[c].step_s, order[c]))
+
+
+def _best(scores: Mapping[Candidate, Score]) -> Candidate | None:
+    usable = [(s.step_s, i, c) for i, (c, s) in enumerate(scores.items()) if s.usable]
+    return min(usable)[2] if usable else None
+
+
+def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, evaluate: Evaluate,
+           budget: int, round_size: int = ROUND_SIZE) -> SearchResult:  # fmt: skip
+    """Run the search (module docstring) within ``budget`` evaluations."""
+    result = SearchResult()
+    ranked = candidates(space, facts, devices, hw, result)
+    proxied = space.proxy_layers is not None and space.proxy_layers < facts.num_layers
+    confirm = min(space.confirm, budget // 2) if proxied else 0
+    left = budget - confirm
+
+    def run(batch: Sequence[Candidate]) -> None:
+        nonlocal left
+        batch = list(batch)[:left]
+        left -= len(batch)
+        if batch:
+            result.proxy.update(evaluate(batch, not proxied))
+
+    queue = iter(ranked)
+    while left > 0 and _best(result.proxy) is None:  # a first candidate that compiles and fits
+        batch = [c for _, c in zip(range(1 if not result.proxy else round_size), queue, strict=False)]
+        if not batch:
+            break
+        run(batch)
+    current = _best(result.proxy)
+    valid = set(ranked)
+    while current is not None and left > 0:
+        todo = [c for c in neighbours(current, space) if c in valid and c not in result.proxy]
+        if not todo:
+            break
+        run(sorted(todo, key=lambda c: result.estimates[c].step_s)[:round_size])
+        current = _best(result.proxy)
+    if confirm:
+        finalists = sorted((s.step_s, i, c) for i, (c, s) in enumerate(result.proxy.items()) if s.usable)
+        chosen = [c for _, _, c in finalists[:confirm]]
+        if chosen:
+            result.confirmed.update(evaluate(chosen, True))
+    return result
