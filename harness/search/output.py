@@ -34,7 +34,9 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
 
 
 def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1e3:.0f}"
+    if v is None:
+        return "-"
+    return f"{v * 1e3:.1f}" if v < 0.1 else f"{v * 1e3:.0f}"
 
 
 def _pct(v: float | None) -> str:

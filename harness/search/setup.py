@@ -78,8 +78,8 @@ def load_search(path: Path, reports: Path, sweep_id: str | None = None) -> Searc
     if m.search is None:
         raise m.error((), "has no [search] table: declare the layout space to search (see harness/plan/search_space.py)")
     space = m.search
+    check_space(m, space, m.model.preset)
     base = resolve(m, "search-base", {"transformer.sharding": space.base}, ("search", "base"))
-    check_space(m, space, base.preset)
     cfg = build_config(base.preset, base.config_overrides)
     facts = model_facts(cfg, model_workload(base.workload), space.base)
     proxy = space.proxy_layers if space.proxy_layers is not None and space.proxy_layers < facts.num_layers else None

@@ -88,24 +88,37 @@ def dim_axes(facts: ModelFacts, c: Candidate, names: Sequence[str | None]) -> li
     return [tuple(a for a in strategy.mesh_axes(n) if a in present) for n in names]
 
 
-def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> str | None:
+@dataclass(frozen=True)
+class Pruned:
+    """Why a candidate was dropped: a short kind (what the counts group by) and the details."""
+
+    kind: str  # MESH_SIZE | STRATEGY | AXIS_TWICE | NOT_DIVISIBLE | WEIGHTS
+    detail: str
+
+
+MESH_SIZE, STRATEGY, AXIS_TWICE = "mesh size != devices", "strategy rejects it", "mesh axis twice in one array"
+NOT_DIVISIBLE, WEIGHTS = "dim does not divide", "weights exceed memory"
+
+
+def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> Pruned | None:
     """Why ``c`` cannot be the layout it spells (None: it can); see the module docstring."""
     shape = dict(c.mesh)
     if math.prod(shape.values()) != devices:
-        return f"mesh {shape} spans {math.prod(shape.values())} devices, the target has {devices}"
+        return Pruned(MESH_SIZE, f"mesh {shape} spans {math.prod(shape.values())} devices, the target has {devices}")
     try:
         facts.strategy(c.rules)
     except ValueError as e:
-        return f"strategy: {e}"
+        return Pruned(STRATEGY, str(e))
     for array in facts.arrays:
         axes = dim_axes(facts, c, array.names)
         flat = [a for dim in axes for a in dim]
         if len(set(flat)) != len(flat):
-            return f"{array.what} {array.names} would use a mesh axis twice: {axes}"
+            return Pruned(AXIS_TWICE, f"{array.what} {array.names} would use a mesh axis twice: {axes}")
         for name, size, dim in zip(array.names, array.shape, axes, strict=True):
             shards = math.prod(shape[a] for a in dim)
             if size % shards:
-                return f"{array.what}: {name} ({size}) does not divide over {' x '.join(dim)} ({shards})"
+                return Pruned(NOT_DIVISIBLE, f"{array.what} {array.names} {array.shape}: {name} ({size}) does not "
+                              f"divide over {' x '.join(dim)} ({shards})")  # fmt: skip
     return None
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from harness.plan.search_space import SearchSpace
 from harness.search.analytic import Estimate, Hardware, estimate
 from harness.search.facts import ModelFacts
-from harness.search.space import Candidate, enumerate_space, neighbours, prune_reason
+from harness.search.space import WEIGHTS, Candidate, Pruned, enumerate_space, neighbours, prune_reason
 
 ROUND_SIZE = 4
 
@@ -56,7 +56,7 @@ class SearchResult:
     proxy: dict[Candidate, Score] = field(default_factory=dict)  # in evaluation order
     confirmed: dict[Candidate, Score] = field(default_factory=dict)
     estimates: dict[Candidate, Estimate] = field(default_factory=dict)
-    pruned: dict[str, list[Candidate]] = field(default_factory=dict)  # reason -> candidates
+    pruned: dict[str, list[tuple[Candidate, Pruned]]] = field(default_factory=dict)  # kind -> candidates
     declared: int = 0
 
     def ranked(self) -> list[tuple[Candidate, Score]]:
@@ -73,10 +73,6 @@ class SearchResult:
         return len(self.proxy) + len(self.confirmed)
 
 
-def _reason_kind(reason: str) -> str:
-    return reason.split(":", 1)[0] if ":" in reason else reason
-
-
 def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware,
                result: SearchResult) -> list[Candidate]:  # fmt: skip
     """The pruned space ordered by the analytic estimate (prunings and estimates noted in ``result``)."""
@@ -87,14 +83,20 @@ def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware
         if reason is None:
             est = estimate(facts, c, hw)
             if hw.hbm_bytes is not None and est.weight_bytes > hw.hbm_bytes:
-                reason = f"weights: {est.weight_bytes / 2**30:.1f} GiB per device exceed the device's memory"
+                reason = Pruned(WEIGHTS, f"{est.weight_bytes / 2**30:.1f} GiB of weights per device, the device "
+                                f"has {hw.hbm_bytes / 2**30:.1f} GiB")  # fmt: skip
             else:
                 result.estimates[c] = est
                 kept.append(c)
                 continue
-        result.pruned.setdefault(_reason_kind(reason), []).append(c)
+        result.pruned.setdefault(reason.kind, []).append((c, reason))
     order = {c: i for i, c in enumerate(kept)}
-    return sorted(kept, key=lambda c: (result.estimates[c].step_s, order[c]))
+    return sorted(kept, key=lambda c: _rank_key(result.estimates[c], order[c]))
+
+
+def _rank_key(est: Estimate, order: int) -> tuple[float, float, int]:
+    """Analytic step, then less weight memory per device, then declaration order."""
+    return (est.step_s, est.weight_bytes, order)
 
 
 def _best(scores: Mapping[Candidate, Score]) -> Candidate | None:
@@ -130,7 +132,8 @@ def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, ev
         todo = [c for c in neighbours(current, space) if c in valid and c not in result.proxy]
         if not todo:
             break
-        run(sorted(todo, key=lambda c: result.estimates[c].step_s)[:round_size])
+        order = {c: i for i, c in enumerate(todo)}
+        run(sorted(todo, key=lambda c: _rank_key(result.estimates[c], order[c]))[:round_size])
         current = _best(result.proxy)
     if confirm:
         finalists = sorted((s.step_s, i, c) for i, (c, s) in enumerate(result.proxy.items()) if s.usable)
