@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.results import store
     from harness.search.evaluate import score_of
-    from harness.search.output import console_table, write_outputs
+    from harness.search.output import console_table, rows, write_outputs
     from harness.search.setup import load_search
     from harness.search.strategy import search
 
@@ -46,14 +46,12 @@ def run(args: argparse.Namespace) -> int:
     path = s.evaluator.results_path
     before = len(store.load_records(path))
     result = search(s.space, s.facts, s.devices, s.hardware, s.evaluator, args.budget)
-    references = _references(s, score_of)
     compiled = len(store.load_records(path)) - before
+    references = _references(s, score_of)
     pruned = ", ".join(f"{k}: {len(v)}" for k, v in result.pruned.items()) or "none"
     print(f"{result.declared} candidates declared, pruned {pruned}; {result.evaluations} evaluated "
-          f"({compiled} compiled now, the rest read from {path})")  # fmt: skip
+          f"({compiled} compiled now, the rest read from {path}); {len(references)} references")  # fmt: skip
     paths = write_outputs(path.parent, s.manifest, result, s.space.base, args.winners, references)
-    from harness.search.output import rows
-
     print(console_table(rows(result), references))
     print(f"search: {paths['html']}\nwinners: {paths['winners']}\nwall time {time.monotonic() - started:.0f} s")
     return 0 if any(sc.usable for sc in [*result.proxy.values(), *result.confirmed.values()]) else 1

@@ -76,7 +76,8 @@ def load_search(path: Path, reports: Path, sweep_id: str | None = None) -> Searc
     sweep = load_sweep(path)
     m = sweep.manifest
     if m.search is None:
-        raise m.error((), "has no [search] table: declare the layout space to search (see harness/plan/search_space.py)")
+        raise m.error((), "has no [search] table: declare the layout space to search "
+                      "(harness/plan/search_space.py)")
     space = m.search
     check_space(m, space, m.model.preset)
     base = resolve(m, "search-base", {"transformer.sharding": space.base}, ("search", "base"))

@@ -63,7 +63,7 @@ class SearchResult:
         """Confirmed candidates by full-depth step, then the other usable proxies, then the rest."""
         def key(item: tuple[Candidate, Score]) -> tuple[int, float]:
             c, s = item
-            return (0 if c in self.confirmed else 1 if s.usable else 2, s.step_s if s.usable else 0.0)
+            return (0 if c in self.confirmed else 1 if s.usable else 2, s.step_s if s.step_s is not None else 0.0)
 
         rest = [(c, s) for c, s in self.proxy.items() if c not in self.confirmed]
         return sorted([*self.confirmed.items(), *rest], key=key)
