@@ -4,7 +4,10 @@ lays out (logical names and shape), the workload's FLOPs and token counts.
 Parameters come from an abstract build of the transformer (``nnx.eval_shape``: no memory, any
 size), each distinct (names, shape) once with how many there are. Activations are the ones the
 transformer constrains: ``(batch, length, embed)`` of both streams at block boundaries
-(``ltx2.transformer.ACTIVATION``) and ``(batch, heads, length, head_dim)`` inside the splash kernel.
+(``ltx2.transformer.ACTIVATION``) and ``(batch, heads, length, head_dim)`` inside the splash kernel
+(only there), and the denoising step's text input ``(batch, text_length, caption)``
+(``ltx2.stages.denoise.TEXT``). Logical names none of these carry (``kv``: the text encoder's) do not
+change the denoising step's program.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class ArraySig:
     shape: tuple[int, ...]
     itemsize: int
     count: int = 1  # parameters with this signature
+    kernel: str | None = None  # laid out only under this attention_impl (None: always)
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,11 @@ def model_facts(cfg: PipelineConfig, wl: ModelWorkload, base: str) -> ModelFacts
         ArraySig("activation", ("activation_batch", "activation_length", "activation_embed"),
                  (B, A, t.audio_inner_dim), act),
         ArraySig("activation", ("activation_batch", "activation_heads", None, None),
-                 (B, t.num_attention_heads, L, t.head_dim), act),
+                 (B, t.num_attention_heads, L, t.head_dim), act, kernel="splash"),
         ArraySig("activation", ("activation_batch", "activation_heads", None, None),
-                 (B, t.audio_num_attention_heads, A, t.audio_head_dim), act),
+                 (B, t.audio_num_attention_heads, A, t.audio_head_dim), act, kernel="splash"),
+        ArraySig("input", ("activation_batch", "activation_text_length", None), (B, wl.text_tokens, t.caption_channels),
+                 act),
     ]  # fmt: skip
     return ModelFacts(
         base=base, arrays=tuple(_param_sigs(cfg) + acts),

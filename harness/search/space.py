@@ -12,7 +12,10 @@ candidate. :func:`prune_reason` says why a candidate cannot be the layout it spe
 - one array would use a mesh axis on two of its dims (``PartitionSpec`` keeps the first, so the
   rule would silently not hold);
 - a dim does not divide over its mesh axes (parameters would silently keep a dividing prefix;
-  heads, tokens and batch would not place).
+  heads, tokens and batch would not place);
+- it lays out every array of the step as an earlier candidate does (:func:`layout_key`: a rule of a
+  logical axis the step does not use, such as ``kv``, or ``activation_heads`` without the splash
+  kernel): the same program, compiled once.
 """
 
 from __future__ import annotations
@@ -97,7 +100,13 @@ class Pruned:
 
 
 MESH_SIZE, STRATEGY, AXIS_TWICE = "mesh size != devices", "strategy rejects it", "mesh axis twice in one array"
-NOT_DIVISIBLE, WEIGHTS = "dim does not divide", "weights exceed memory"
+NOT_DIVISIBLE, WEIGHTS, SAME = "dim does not divide", "weights exceed memory", "same layout as another"
+
+
+def layout_key(facts: ModelFacts, c: Candidate) -> tuple[object, ...]:
+    """What the compiled step depends on: mesh, kernel and the mesh axes of every array it lays out."""
+    arrays = tuple(tuple(dim_axes(facts, c, a.names)) for a in facts.arrays if a.kernel in (None, c.attention))
+    return (c.mesh, c.attention, arrays)
 
 
 def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> Pruned | None:
@@ -110,6 +119,8 @@ def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> Pruned | None
     except ValueError as e:
         return Pruned(STRATEGY, str(e))
     for array in facts.arrays:
+        if array.kernel not in (None, c.attention):
+            continue
         axes = dim_axes(facts, c, array.names)
         flat = [a for dim in axes for a in dim]
         if len(set(flat)) != len(flat):

@@ -1,7 +1,8 @@
 """The search itself: prune, rank analytically, then a budgeted local search over compiled scores.
 
-1. Every point of the space is normalised and pruned (:mod:`harness.search.space`); candidates whose
-   weights alone exceed the device's memory (:mod:`harness.search.analytic`) are pruned too.
+1. Every point of the space is normalised and pruned (:mod:`harness.search.space`), the same layout
+   kept once; candidates whose weights alone exceed the device's memory
+   (:mod:`harness.search.analytic`) are pruned too.
 2. The survivors are ordered by the analytic estimate. The best one is compiled first (at the proxy
    depth when the space has one); while none of the compiled ones fits, the next ones are.
 3. Local search: the neighbours of the current best (one rule, the mesh or the kernel changed),
@@ -22,7 +23,16 @@ from dataclasses import dataclass, field
 from harness.plan.search_space import SearchSpace
 from harness.search.analytic import Estimate, Hardware, estimate
 from harness.search.facts import ModelFacts
-from harness.search.space import WEIGHTS, Candidate, Pruned, enumerate_space, neighbours, prune_reason
+from harness.search.space import (
+    SAME,
+    WEIGHTS,
+    Candidate,
+    Pruned,
+    enumerate_space,
+    layout_key,
+    neighbours,
+    prune_reason,
+)
 
 ROUND_SIZE = 4
 
@@ -77,9 +87,12 @@ def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware
                result: SearchResult) -> list[Candidate]:  # fmt: skip
     """The pruned space ordered by the analytic estimate (prunings and estimates noted in ``result``)."""
     kept = []
+    layouts: dict[tuple[object, ...], Candidate] = {}
     for c in enumerate_space(space):
         result.declared += 1
         reason = prune_reason(facts, c, devices)
+        if reason is None and (twin := layouts.setdefault(layout_key(facts, c), c)) != c:
+            reason = Pruned(SAME, f"lays out every array of the step as {twin.name}")
         if reason is None:
             est = estimate(facts, c, hw)
             if hw.hbm_bytes is not None and est.weight_bytes > hw.hbm_bytes:

@@ -8,21 +8,26 @@ import functools
 import pytest
 
 from harness.plan.search_space import SearchSpace
+from harness.search.analytic import Hardware
 from harness.search.facts import ModelFacts, model_facts
 from harness.search.space import (
     AXIS_TWICE,
     MESH_SIZE,
     NOT_DIVISIBLE,
+    SAME,
     STRATEGY,
     Candidate,
     enumerate_space,
+    layout_key,
     neighbours,
     normalise,
     prune_reason,
 )
+from harness.search.strategy import SearchResult, candidates
 from ltx2 import PipelineConfig, Workload
 
 MESH = (("data", 2), ("context", 2), ("tensor", 2))
+HW = Hardware(peak_flops=1e11, link_bytes_per_s=1e10, hbm_bytes=None)
 
 
 @functools.cache
@@ -31,8 +36,8 @@ def tiny_facts(base: str = "replicated") -> ModelFacts:
     return model_facts(PipelineConfig.preset("tiny"), wl, base)
 
 
-def _c(mesh: tuple[tuple[str, int], ...] = MESH, **rules: list[str]) -> Candidate:
-    return normalise(mesh, "xla", [(k, tuple(v)) for k, v in rules.items()])
+def _c(mesh: tuple[tuple[str, int], ...] = MESH, attention: str = "xla", **rules: list[str]) -> Candidate:
+    return normalise(mesh, attention, [(k, tuple(v)) for k, v in rules.items()])
 
 
 def test_tiny_facts_list_the_layers_kernels_and_the_block_activations() -> None:
@@ -90,8 +95,33 @@ def test_one_mesh_axis_on_two_dims_of_an_array_is_pruned() -> None:
     ({"activation_batch": ["data", "context"]}, "activation_batch (2) does not divide over data x context (4)"),
 ])  # fmt: skip
 def test_a_dim_that_does_not_divide_over_its_axes_is_pruned(rules: dict[str, list[str]], what: str) -> None:
-    reason = prune_reason(tiny_facts(), _c(**rules), 8)
+    reason = prune_reason(tiny_facts(), _c(attention="splash", **rules), 8)
     assert reason is not None and reason.kind == NOT_DIVISIBLE and what in reason.detail
+
+
+def test_heads_activations_are_laid_out_only_by_the_splash_kernel() -> None:
+    c = _c(activation_heads=["context", "tensor"])
+    assert prune_reason(tiny_facts(), c, 8) is None  # xla attention never constrains them
+
+
+def test_rules_the_step_does_not_use_give_the_same_layout() -> None:
+    facts = tiny_facts()
+    base = _c(heads=["tensor"], kv=[], activation_heads=[])
+    unused = _c(heads=["tensor"], kv=["tensor"], activation_heads=["tensor"])
+    assert layout_key(facts, base) == layout_key(facts, unused)
+    assert layout_key(facts, base) != layout_key(facts, _c(heads=[], kv=[], activation_heads=[]))
+    splash = _c(attention="splash", heads=["tensor"], kv=[], activation_heads=[])
+    assert layout_key(facts, splash) != layout_key(facts, _c(attention="splash", heads=["tensor"], kv=[],
+                                                              activation_heads=["tensor"]))  # fmt: skip
+
+
+def test_the_search_compiles_one_layout_once() -> None:
+    space = SearchSpace(rules=(("heads", (("tensor",), ())), ("kv", (("tensor",), ()))), meshes=(MESH,))
+    result = SearchResult()
+    kept = candidates(space, tiny_facts(), 8, HW, result)
+    assert [c.name for c in kept] == ["data2xcontext2xtensor2/xla/heads=tensor,kv=tensor",
+                                      "data2xcontext2xtensor2/xla/heads=-,kv=tensor"]  # fmt: skip
+    assert {k: len(v) for k, v in result.pruned.items()} == {SAME: 2}
 
 
 def test_candidate_overrides_spell_every_searched_rule_the_mesh_and_the_kernel() -> None:

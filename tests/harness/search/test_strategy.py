@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from harness.plan.search_space import SearchSpace
-from harness.search.analytic import Hardware
 from harness.search.space import Candidate
 from harness.search.strategy import Score, search
-from tests.harness.search.test_space import MESH, tiny_facts
+from tests.harness.search.test_space import HW, MESH, tiny_facts
 
-HW = Hardware(peak_flops=1e11, link_bytes_per_s=1e10, hbm_bytes=None)
 SPACE = SearchSpace(
     rules=(("heads", (("tensor",), ())), ("mlp", (("tensor",), ())), ("activation_batch", (("data",), ())),
            ("activation_length", (("context",), ()))),
