@@ -21,7 +21,7 @@ def _pct(v: float | None) -> str:
 
 def _row(r: Mapping[str, Any], rank: str) -> str:
     fits = {True: "yes", False: '<span class="no">no</span>', None: "?"}[r["fits"]]
-    depth = f"{r['depth']}{' (confirmed)' if r.get('confirmed') else ' (proxy, scaled)'}"
+    depth = f"{r['depth']}{'' if r.get('full_depth', True) else ' (proxy, scaled)'}"
     rules = r.get("label") or " ".join(f"{k}={','.join(v) or '-'}" for k, v in r["rules"].items())
     mesh = " x ".join(f"{a}={s}" for a, s in r["mesh"].items())
     error = f'<br><span class="no">{html.escape(str(r["error"]))[:300]}</span>' if r.get("error") else ""

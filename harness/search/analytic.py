@@ -12,7 +12,11 @@ Per device and per transformer forward (one denoising step of the workload's bat
   attention and FFN outputs are all-reduced (4 per block per stream: self, text and cross
   attention, FFN), ``2 (T-1)/T`` of the activation's bytes each;
 - sequence split: self-attention gathers the other shards' keys and values;
-- the collectives' bytes at the device's interconnect bandwidth, added to compute (no overlap);
+- attention logits: the ``xla`` kernel writes and reads the ``[B, N, Lq, Lk]`` fp32 scores of every
+  self- and cross-attention through memory (4 passes: logits out, softmax in and out, values in),
+  split over the axes that split batch, query tokens and heads; ``splash`` keeps them on chip;
+- the collectives' bytes at the device's interconnect bandwidth and the logits' at its memory
+  bandwidth, added to compute (no overlap);
 - weight memory: every parameter's bytes over the product of its dims' shard counts.
 """
 
@@ -32,12 +36,14 @@ class Hardware:
     peak_flops: float
     link_bytes_per_s: float
     hbm_bytes: float | None
+    hbm_bytes_per_s: float
 
 
 @dataclass(frozen=True)
 class Estimate:
     compute_s: float
     collective_bytes: float
+    logits_bytes: float  # attention scores through memory (xla kernel)
     step_s: float
     weight_bytes: float  # per device
 
@@ -66,5 +72,13 @@ def estimate(facts: ModelFacts, c: Candidate, hw: Hardware) -> Estimate:
     reduced = 4 * act / _size(mesh, data) * 2 * (t - 1) / t * facts.num_layers
     kv = 2 * act / _size(mesh, data | model) * (s - 1) * facts.num_layers
     collective = gathered + reduced + kv
-    step = compute_s + collective / hw.link_bytes_per_s
-    return Estimate(compute_s, collective, step, weights)
+    logits = 0.0 if c.attention == "splash" else _logits_bytes(facts) / _size(mesh, data | model) * facts.num_layers
+    step = compute_s + collective / hw.link_bytes_per_s + logits / hw.hbm_bytes_per_s
+    return Estimate(compute_s, collective, logits, step, weights)
+
+
+def _logits_bytes(facts: ModelFacts) -> float:
+    """fp32 scores of one block's attentions (self, text and cross of both streams), 4 passes each."""
+    L, A, S = facts.video_tokens, facts.audio_tokens, facts.text_tokens
+    pairs = L * L * facts.heads + A * A * facts.audio_heads + (L + A) * S * facts.heads + 2 * L * A * facts.audio_heads
+    return 4.0 * 4 * facts.batch * pairs

@@ -50,6 +50,9 @@ class ModelFacts:
     inner_dim: int
     audio_inner_dim: int
     act_itemsize: int
+    text_tokens: int = 0
+    heads: int = 1
+    audio_heads: int = 1
 
     def strategy(self, rules: Sequence[tuple[str, AxesOption]]) -> Any:
         """The base strategy with ``rules`` in place (ValueError where the strategy rejects them)."""
@@ -99,5 +102,6 @@ def model_facts(cfg: PipelineConfig, wl: ModelWorkload, base: str) -> ModelFacts
         base=base, arrays=tuple(_param_sigs(cfg) + acts),
         forward_flops=float(t.forward_flops(L, A, wl.text_tokens, B)), num_layers=t.num_layers,
         video_tokens=L, audio_tokens=A, batch=B, inner_dim=t.inner_dim, audio_inner_dim=t.audio_inner_dim,
-        act_itemsize=act,
+        act_itemsize=act, text_tokens=wl.text_tokens, heads=t.num_attention_heads,
+        audio_heads=t.audio_num_attention_heads,
     )  # fmt: skip

@@ -24,7 +24,7 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
         est = result.estimates.get(c)
         out.append({
             "rank": rank, "name": c.name, "mesh": dict(c.mesh), "attention": c.attention,
-            "rules": {k: list(v) for k, v in c.rules}, "depth": s.depth, "confirmed": c in result.confirmed,
+            "rules": {k: list(v) for k, v in c.rules}, "depth": s.depth, "confirmed": c in result.confirmed, "full_depth": s.depth == result.full_layers,
             "status": s.status, "step_s": s.step_s, "exposed_all_gather": s.exposed_all_gather,
             "exposed_collective_s": s.exposed_collective_s, "wasted": s.wasted, "memory_bytes": s.memory_bytes,
             "fits": s.fits, "variant_id": s.variant_id, "error": s.error,
@@ -54,14 +54,14 @@ def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mappi
     for r in [*table, *references]:
         mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
         rank = str(r.get("rank", "ref"))
-        lines.append((rank, _ms(r["step_s"]), f"{r['depth']}{'*' if r.get('confirmed') else ''}",
+        lines.append((rank, _ms(r["step_s"]), f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
                       _pct(r["exposed_all_gather"]), _ms(r["exposed_collective_s"]), _pct(r["wasted"]), mem,
                       {True: "yes", False: "no", None: "?"}[r["fits"]],
                       "x".join(f"{a}{s}" for a, s in r["mesh"].items()), r["attention"],
                       r.get("label") or _rules(r)))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
-    return "\n".join(text) + "\n(depth*: confirmed at full depth; other steps are proxies scaled per block)"
+    return "\n".join(text) + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth)"
 
 
 # --------------------------------------------------------------------------- winners manifest

@@ -21,7 +21,7 @@ from ltx2 import MESH_AXES, strategy_names, with_overrides
 
 # A CPU target has no peak numbers of its own here; these only order candidates (the ratio of
 # compute to interconnect time is what matters), the compiled programs decide.
-CPU_HARDWARE = Hardware(peak_flops=1e11, link_bytes_per_s=1e10, hbm_bytes=None)
+CPU_HARDWARE = Hardware(peak_flops=1e11, link_bytes_per_s=1e10, hbm_bytes=None, hbm_bytes_per_s=2e10)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def hardware(target: Any) -> Hardware:
     if target.platform == "cpu" or not target.topology:
         return CPU_HARDWARE
     spec = targets.spec_for(target.topology)
-    return Hardware(spec.peak_bf16_flops, spec.interconnect_bytes_per_s, float(spec.hbm_bytes))
+    return Hardware(spec.peak_bf16_flops, spec.interconnect_bytes_per_s, float(spec.hbm_bytes), spec.hbm_bytes_per_s)
 
 
 def proxy_overrides(cfg: Any, layers: int) -> dict[str, Any]:

@@ -68,6 +68,7 @@ class SearchResult:
     estimates: dict[Candidate, Estimate] = field(default_factory=dict)
     pruned: dict[str, list[tuple[Candidate, Pruned]]] = field(default_factory=dict)  # kind -> candidates
     declared: int = 0
+    full_layers: int = 0  # the model's depth: a score at another depth is a proxy's, scaled
 
     def ranked(self) -> list[tuple[Candidate, Score]]:
         """Confirmed candidates by full-depth step, then the other usable proxies, then the rest."""
@@ -120,7 +121,7 @@ def _best(scores: Mapping[Candidate, Score]) -> Candidate | None:
 def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, evaluate: Evaluate,
            budget: int, round_size: int = ROUND_SIZE) -> SearchResult:  # fmt: skip
     """Run the search (module docstring) within ``budget`` evaluations."""
-    result = SearchResult()
+    result = SearchResult(full_layers=facts.num_layers)
     ranked = candidates(space, facts, devices, hw, result)
     proxied = space.proxy_layers is not None and space.proxy_layers < facts.num_layers
     confirm = min(space.confirm, budget // 2) if proxied else 0

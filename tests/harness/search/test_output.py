@@ -52,5 +52,5 @@ def test_the_console_table_ranks_best_first() -> None:
     result = search(SPACE, tiny_facts(), 8, HW, Known(), budget=12)
     lines = console_table(rows(result)).splitlines()
     assert lines[0].split()[:2] == ["#", "step"]
-    assert lines[1].split()[:3] == ["1", "10.0", "2*"]
+    assert lines[1].split()[:3] == ["1", "10.0", "2"]
     assert "heads=tensor mlp=- activation_batch=data activation_length=context" in lines[1]

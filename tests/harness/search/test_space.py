@@ -27,7 +27,7 @@ from harness.search.strategy import SearchResult, candidates
 from ltx2 import PipelineConfig, Workload
 
 MESH = (("data", 2), ("context", 2), ("tensor", 2))
-HW = Hardware(peak_flops=1e11, link_bytes_per_s=1e10, hbm_bytes=None)
+HW = Hardware(peak_flops=1e11, link_bytes_per_s=1e10, hbm_bytes=None, hbm_bytes_per_s=2e10)
 
 
 @functools.cache

@@ -58,7 +58,7 @@ def test_a_layout_that_does_not_fit_never_wins() -> None:
     result = search(SPACE, tiny_facts(), 8, HW, Known(no_fit=best), budget=12)
     assert best in result.proxy and not result.proxy[best].usable
     winner, score = result.ranked()[0]
-    assert winner != best and score.usable and score.step_s == 0.011
+    assert winner != best and score.usable and score.step_s == 0.0105  # the same rules with splash: next best
 
 
 def test_a_rerun_takes_the_same_path() -> None:
