@@ -79,7 +79,8 @@ def _references(s: Any, score_of: Any) -> list[dict[str, Any]]:
                       s.hardware.hbm_bytes)  # fmt: skip
         out.append({"label": f"reference {v.name}", "name": v.name, "mesh": v.target.mesh_shape,
                     "attention": v.config_overrides.get("transformer.attention_impl", "(config)"), "rules": {},
-                    "depth": s.facts.num_layers, "confirmed": True, "full_depth": True, "status": sc.status, "step_s": sc.step_s,
+                    "depth": s.facts.num_layers, "confirmed": True, "full_depth": True, "status": sc.status,
+                    "step_s": sc.step_s,
                     "exposed_all_gather": sc.exposed_all_gather, "exposed_collective_s": sc.exposed_collective_s,
                     "wasted": sc.wasted, "memory_bytes": sc.memory_bytes, "fits": sc.fits,
                     "variant_id": v.id, "error": sc.error})  # fmt: skip

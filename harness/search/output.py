@@ -24,7 +24,8 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
         est = result.estimates.get(c)
         out.append({
             "rank": rank, "name": c.name, "mesh": dict(c.mesh), "attention": c.attention,
-            "rules": {k: list(v) for k, v in c.rules}, "depth": s.depth, "confirmed": c in result.confirmed, "full_depth": s.depth == result.full_layers,
+            "rules": {k: list(v) for k, v in c.rules}, "depth": s.depth, "confirmed": c in result.confirmed,
+            "full_depth": s.depth == result.full_layers,
             "status": s.status, "step_s": s.step_s, "exposed_all_gather": s.exposed_all_gather,
             "exposed_collective_s": s.exposed_collective_s, "wasted": s.wasted, "memory_bytes": s.memory_bytes,
             "fits": s.fits, "variant_id": s.variant_id, "error": s.error,
