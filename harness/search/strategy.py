@@ -66,6 +66,7 @@ class SearchResult:
     proxy: dict[Candidate, Score] = field(default_factory=dict)  # in evaluation order
     confirmed: dict[Candidate, Score] = field(default_factory=dict)
     estimates: dict[Candidate, Estimate] = field(default_factory=dict)
+    layouts: dict[tuple[object, ...], Candidate] = field(default_factory=dict)  # layout -> its candidate
     pruned: dict[str, list[tuple[Candidate, Pruned]]] = field(default_factory=dict)  # kind -> candidates
     declared: int = 0
     full_layers: int = 0  # the model's depth: a score at another depth is a proxy's, scaled
@@ -88,7 +89,7 @@ def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware
                result: SearchResult) -> list[Candidate]:  # fmt: skip
     """The pruned space ordered by the analytic estimate (prunings and estimates noted in ``result``)."""
     kept = []
-    layouts: dict[tuple[object, ...], Candidate] = {}
+    layouts = result.layouts
     for c in enumerate_space(space):
         result.declared += 1
         reason = prune_reason(facts, c, devices)
@@ -111,6 +112,14 @@ def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware
 def _rank_key(est: Estimate, order: int) -> tuple[float, float, int]:
     """Analytic step, then less weight memory per device, then declaration order."""
     return (est.step_s, est.weight_bytes, order)
+
+
+def _twin(result: SearchResult, facts: ModelFacts, c: Candidate) -> Candidate:
+    """The kept candidate that lays the step out as ``c`` does (``c`` itself when none, or when pruned)."""
+    try:
+        return result.layouts.get(layout_key(facts, c), c)
+    except ValueError:  # a strategy the rules cannot make: pruned, never compiled
+        return c
 
 
 def _best(scores: Mapping[Candidate, Score]) -> Candidate | None:
@@ -143,7 +152,8 @@ def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, ev
     current = _best(result.proxy)
     valid = set(ranked)
     while current is not None and left > 0:
-        todo = [c for c in neighbours(current, space) if c in valid and c not in result.proxy]
+        twins = (_twin(result, facts, n) for n in neighbours(current, space))
+        todo = list(dict.fromkeys(c for c in twins if c in valid and c not in result.proxy))
         if not todo:
             break
         order = {c: i for i, c in enumerate(todo)}

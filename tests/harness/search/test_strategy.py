@@ -73,3 +73,22 @@ def test_without_a_proxy_nothing_is_confirmed_and_every_compile_is_full_depth() 
     known = Known()
     result = search(space, tiny_facts(), 8, HW, known, budget=6)
     assert not result.confirmed and all(full for _, full in known.calls)
+
+
+def test_a_move_onto_a_twin_layout_compiles_the_kept_candidate() -> None:
+    """With xla attention ``activation_heads`` lays nothing out: from splash with it replicated, the move
+    to xla is the kept xla candidate (activation_heads over tensor, declared first), compiled once."""
+    space = SearchSpace(rules=(("activation_heads", (("tensor",), ())), ("heads", (("tensor",), ()))),
+                        meshes=(MESH,), attention=("splash", "xla"), base="replicated")  # fmt: skip
+
+    class SplashFirst(Known):
+        def step(self, c: Candidate) -> float:
+            return {"splash": 0.010, "xla": 0.020}[c.attention] + 0.001 * (dict(c.rules)["activation_heads"] != ())
+
+    known = SplashFirst()
+    result = search(space, tiny_facts(), 8, HW, known, budget=10)
+    names = [n for batch, _ in known.calls for n in batch]
+    assert len(names) == len(set(names))
+    assert "data2xcontext2xtensor2/xla/activation_heads=tensor,heads=tensor" in names
+    assert "data2xcontext2xtensor2/xla/activation_heads=-,heads=tensor" not in names  # its twin
+    assert result.ranked()[0][0].name == "data2xcontext2xtensor2/splash/activation_heads=-,heads=tensor"
