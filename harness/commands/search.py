@@ -5,7 +5,8 @@ Candidates are pruned before compiling (mesh size, axis used twice in one array,
 convolution rule, weights that cannot fit), ordered by an analytic estimate, then compiled
 compile-only through the sweep machinery -- at the space's proxy depth, scaled per block -- in a
 local search of at most --budget evaluations, the best ``confirm`` again at full depth. The
-manifest's own [[variants]] (hand-written layouts) are compiled at full depth as references.
+manifest's own [[variants]] (hand-written layouts) are compiled at full depth as references, and
+those the space can express are where the search starts (with the best analytic candidate).
 Everything is stored in <reports>/<sweep id>/results.jsonl: a re-run reads it and compiles only
 what is new. Written next to it: search.json, search.html (the ranked table) and winners.toml (the
 best layouts as variants with per-rule overrides: `nox -s sweep -- <winners.toml>` runs them).
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     s = load_search(args.manifest, args.reports, args.sweep_id)
     path = s.evaluator.results_path
     before = len(store.load_records(path))
-    result = search(s.space, s.facts, s.devices, s.hardware, s.evaluator, args.budget)
+    result = search(s.space, s.facts, s.devices, s.hardware, s.evaluator, args.budget, seeds=s.seeds)
     compiled = len(store.load_records(path)) - before
     references = _references(s, score_of)
     pruned = ", ".join(f"{k}: {len(v)}" for k, v in result.pruned.items()) or "none"

@@ -17,7 +17,8 @@ from harness.results.store import check_sweep_id
 from harness.search.analytic import Hardware
 from harness.search.evaluate import SweepEvaluator
 from harness.search.facts import ModelFacts, model_facts
-from ltx2 import MESH_AXES, strategy_names, with_overrides
+from harness.search.space import Candidate, as_candidate
+from ltx2 import MESH_AXES, get_strategy, strategy_names, with_overrides
 
 # A CPU target has no peak numbers of its own here; these only order candidates (the ratio of
 # compute to interconnect time is what matters), the compiled programs decide.
@@ -33,6 +34,7 @@ class SearchSetup:
     devices: int
     hardware: Hardware
     evaluator: SweepEvaluator
+    seeds: tuple[Candidate, ...] = ()  # the manifest's [[variants]] the space can express
 
 
 def check_space(m: Manifest, space: SearchSpace, preset: str) -> None:
@@ -90,4 +92,18 @@ def load_search(path: Path, reports: Path, sweep_id: str | None = None) -> Searc
         proxy=proxy_overrides(cfg, proxy) if proxy else {}, proxy_layers=proxy or facts.num_layers,
         reports_dir=reports, sweep_id=check_sweep_id(sweep_id or m.name), hbm_bytes=hw.hbm_bytes,
     )  # fmt: skip
-    return SearchSetup(m, sweep, space, facts, base.target.devices or 1, hw, evaluator)
+    return SearchSetup(m, sweep, space, facts, base.target.devices or 1, hw, evaluator, seeds(sweep, space, facts))
+
+
+def seeds(sweep: Sweep, space: SearchSpace, facts: ModelFacts) -> tuple[Candidate, ...]:
+    """The manifest's declared [[variants]] as points of the space, where it can express them."""
+    declared = {spec.name for spec in sweep.manifest.variants}
+    out = []
+    for v in sweep.variants:
+        if v.name in declared:
+            t = build_config(v.preset, v.config_overrides).transformer
+            mesh = tuple(v.target.mesh_shape.items())
+            c = as_candidate(facts, space, get_strategy(t.sharding), mesh, t.attention_impl)
+            if c is not None:
+                out.append(c)
+    return tuple(out)

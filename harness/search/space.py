@@ -86,9 +86,31 @@ def neighbours(c: Candidate, space: SearchSpace) -> list[Candidate]:
 
 def dim_axes(facts: ModelFacts, c: Candidate, names: Sequence[str | None]) -> list[tuple[str, ...]]:
     """Mesh axes (present in the mesh) each dim of an array with these logical names asks for."""
-    strategy = facts.strategy(c.rules)
-    present = {a for a, _ in c.mesh}
+    return strategy_axes(facts.strategy(c.rules), c.mesh, names)
+
+
+def strategy_axes(strategy: Any, mesh: MeshShape, names: Sequence[str | None]) -> list[tuple[str, ...]]:
+    present = {a for a, _ in mesh}
     return [tuple(a for a in strategy.mesh_axes(n) if a in present) for n in names]
+
+
+def as_candidate(facts: ModelFacts, space: SearchSpace, strategy: Any, mesh: MeshShape,
+                 attention: str) -> Candidate | None:  # fmt: skip
+    """A hand-written layout (a strategy on a mesh) as a point of ``space``: its rule for every searched
+    axis, when each is one of the declared options and the result lays out every array of the step as
+    ``strategy`` does; None when the space cannot express it."""
+    if mesh not in space.meshes or attention not in space.attention:
+        return None
+    c = normalise(mesh, attention, [(k, tuple(strategy.mesh_axes(k))) for k, _ in space.rules])
+    declared = {k: {normalise(mesh, attention, [(k, o)]).rules[0][1] for o in opts} for k, opts in space.rules}
+    if any(v not in declared[k] for k, v in c.rules):
+        return None
+    try:
+        same = all(strategy_axes(strategy, mesh, a.names) == dim_axes(facts, c, a.names)
+                   for a in facts.arrays if a.kernel in (None, attention))  # fmt: skip
+    except ValueError:
+        return None
+    return c if same else None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
    kept once; candidates whose weights alone exceed the device's memory
    (:mod:`harness.search.analytic`) are pruned too.
 2. The survivors are ordered by the analytic estimate. The best one is compiled first (at the proxy
-   depth when the space has one); while none of the compiled ones fits, the next ones are.
+   depth when the space has one), with the seeds (the manifest's hand-written layouts the space can
+   express): the search starts from the best of them; while none of the compiled ones fits, the
+   next ones are.
 3. Local search: the neighbours of the current best (one rule, the mesh or the kernel changed),
    best analytic estimate first, are compiled ``round_size`` at a time; the best compiled one
    becomes current when it beats it. It stops when the current one has no uncompiled neighbour
@@ -128,10 +130,14 @@ def _best(scores: Mapping[Candidate, Score]) -> Candidate | None:
 
 
 def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, evaluate: Evaluate,
-           budget: int, round_size: int = ROUND_SIZE) -> SearchResult:  # fmt: skip
-    """Run the search (module docstring) within ``budget`` evaluations."""
+           budget: int, round_size: int = ROUND_SIZE, seeds: Sequence[Candidate] = ()) -> SearchResult:  # fmt: skip
+    """Run the search (module docstring) within ``budget`` evaluations; ``seeds`` (hand-written layouts
+    the space expresses) are compiled first, with the best analytic candidate."""
     result = SearchResult(full_layers=facts.num_layers)
     ranked = candidates(space, facts, devices, hw, result)
+    kept = set(ranked)
+    seeds = [t for t in dict.fromkeys(_twin(result, facts, s) for s in seeds) if t in kept]
+    ranked = [*seeds, *(c for c in ranked if c not in seeds)]
     proxied = space.proxy_layers is not None and space.proxy_layers < facts.num_layers
     confirm = min(space.confirm, budget // 2) if proxied else 0
     left = budget - confirm
@@ -145,7 +151,8 @@ def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, ev
 
     queue = iter(ranked)
     while left > 0 and _best(result.proxy) is None:  # a first candidate that compiles and fits
-        batch = [c for _, c in zip(range(1 if not result.proxy else round_size), queue, strict=False)]
+        first = len(seeds) + 1 if not result.proxy else round_size
+        batch = [c for _, c in zip(range(first), queue, strict=False)]
         if not batch:
             break
         run(batch)

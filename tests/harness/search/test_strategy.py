@@ -92,3 +92,27 @@ def test_a_move_onto_a_twin_layout_compiles_the_kept_candidate() -> None:
     assert "data2xcontext2xtensor2/xla/activation_heads=tensor,heads=tensor" in names
     assert "data2xcontext2xtensor2/xla/activation_heads=-,heads=tensor" not in names  # its twin
     assert result.ranked()[0][0].name == "data2xcontext2xtensor2/splash/activation_heads=-,heads=tensor"
+
+
+def test_the_search_starts_from_a_seed() -> None:
+    """A seed (a hand-written layout) is compiled with the best analytic candidate, and the local search
+    moves on from the better of the two."""
+    seed = Candidate(MESH, "splash", (("heads", ()), ("mlp", ("tensor",)), ("activation_batch", ()),
+                                      ("activation_length", ())))  # fmt: skip
+    known = Known()
+    search(SPACE, tiny_facts(), 8, HW, known, budget=12, seeds=[seed])
+    assert seed.name in known.calls[0][0] and len(known.calls[0][0]) == 2
+
+
+def test_a_strategy_the_space_expresses_is_a_candidate() -> None:
+    from harness.search.space import as_candidate
+    from ltx2 import with_overrides
+
+    facts = tiny_facts()
+    strategy = with_overrides("replicated", {"heads": ["tensor"], "activation_batch": ["data"]})
+    c = as_candidate(facts, SPACE, strategy, MESH, "xla")
+    assert c is not None and dict(c.rules) == {"heads": ("tensor",), "mlp": (), "activation_batch": ("data",),
+                                               "activation_length": ()}  # fmt: skip
+    assert as_candidate(facts, SPACE, with_overrides("replicated", {"embed": ["tensor"]}), MESH, "xla") is None
+    assert as_candidate(facts, SPACE, strategy, (("tensor", 8),), "xla") is None  # a mesh it does not search
+    assert as_candidate(facts, SPACE, with_overrides("replicated", {"mlp": ["data"]}), MESH, "xla") is None
