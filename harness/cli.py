@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "baseline": "harness.commands.baseline",
     "diff": "harness.commands.diff",
     "collect": "harness.commands.collect",
+    "search": "harness.commands.search",
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)

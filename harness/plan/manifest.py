@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets
+from harness.plan.search_space import SearchSpace, parse_search
 from harness.plan.toml import (
     Invalid,
     KeyPath,
@@ -215,6 +216,7 @@ class Manifest:
     variants: tuple[VariantSpec, ...] = ()
     report: Report = field(default_factory=Report)
     matrix: Matrix | None = None
+    search: SearchSpace | None = None  # the layout space of `harness search` (harness/plan/search_space.py)
     schema_version: int = SCHEMA_VERSION
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     source: str = field(default="", repr=False, compare=False)
@@ -416,7 +418,8 @@ def _parse_model(raw: Mapping[str, Any], origins: dict[KeyPath, KeyPath]) -> Mod
 
 # --------------------------------------------------------------------------- loading
 
-_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "report", "variants", "matrix")
+_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "report", "variants", "matrix",
+             "search")
 
 
 def parse_report(raw: Mapping[str, Any]) -> Report:
@@ -484,6 +487,7 @@ def _build(raw: dict[str, Any], path: Path, text: str, sha256: str, origins: dic
         report=_section(raw, "report", parse_report),
         variants=_parse_variants(raw["variants"], origins) if "variants" in raw else (),
         matrix=_parse_matrix(raw["matrix"], origins) if "matrix" in raw else None,
+        search=_section(raw, "search", parse_search) if "search" in raw else None,
         raw=raw,
         source=text,
         origins=origins,

@@ -42,7 +42,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
     ("schema-version-type", BASE.replace("schema_version = 1", 'schema_version = "1"'), "schema_version", 1,
      "expected an integer, got a string ('1')"),
     ("unknown-section", BASE + "[targets]\nplatform = 'cpu'\n", "targets", 12,
-     "unknown key (allowed: schema_version, target, model, workload, run, gate, report, variants, matrix)"),
+     "unknown key (allowed: schema_version, target, model, workload, run, gate, report, variants, matrix, search)"),
     ("no-model", BASE.replace('[model]\npreset = "tiny"\n', ""), "model", None, "missing required section"),
     ("unknown-target-key", BASE.replace("devices = 8", "device = 8"), "target.device", 3,
      "unknown key (allowed: platform, mode, mesh, topology, devices, processes, compiler_options)"),

@@ -1,0 +1,126 @@
+"""What a search hands back: ranked rows (console table, ``search.json``, the HTML page) and the
+winners as a manifest of variants with per-rule overrides that ``harness sweep`` runs as is."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.plan.manifest import Manifest
+from harness.search.space import Candidate
+from harness.search.strategy import SearchResult
+
+GiB = 2**30
+# The manifest sections a winners manifest copies as written (everything but the variants and the space).
+COPIED = ("target", "model", "workload", "run", "gate")
+
+
+def rows(result: SearchResult) -> list[dict[str, Any]]:
+    """One JSON-friendly row per evaluated candidate, best first (:meth:`SearchResult.ranked`)."""
+    out = []
+    for rank, (c, s) in enumerate(result.ranked(), start=1):
+        est = result.estimates.get(c)
+        out.append({
+            "rank": rank, "name": c.name, "mesh": dict(c.mesh), "attention": c.attention,
+            "rules": {k: list(v) for k, v in c.rules}, "depth": s.depth, "confirmed": c in result.confirmed,
+            "full_depth": s.depth == result.full_layers,
+            "status": s.status, "step_s": s.step_s, "exposed_all_gather": s.exposed_all_gather,
+            "exposed_collective_s": s.exposed_collective_s, "wasted": s.wasted, "memory_bytes": s.memory_bytes,
+            "fits": s.fits, "variant_id": s.variant_id, "error": s.error,
+            "analytic_step_s": None if est is None else est.step_s,
+        })  # fmt: skip
+    return out
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1e3:.1f}" if v < 0.1 else f"{v * 1e3:.0f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _rules(r: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={','.join(v) or '-'}" for k, v in r["rules"].items())
+
+
+def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Ranked candidates (and hand-written references) as plain text."""
+    head = ("#", "step ms", "depth", "exp AG", "exp coll ms", "wasted", "mem GiB", "fits", "mesh", "attn", "rules")
+    lines = [head]
+    for r in [*table, *references]:
+        mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
+        rank = str(r.get("rank", "ref"))
+        lines.append((rank, _ms(r["step_s"]), f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
+                      _pct(r["exposed_all_gather"]), _ms(r["exposed_collective_s"]), _pct(r["wasted"]), mem,
+                      {True: "yes", False: "no", None: "?"}[r["fits"]],
+                      "x".join(f"{a}{s}" for a, s in r["mesh"].items()), r["attention"],
+                      r.get("label") or _rules(r)))  # fmt: skip
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
+    text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
+    return "\n".join(text) + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth)"
+
+
+# --------------------------------------------------------------------------- winners manifest
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value (strings, booleans, numbers, arrays, inline tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML form for {type(value).__name__} ({value!r})")
+
+
+def toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _table(name: str, table: Mapping[str, Any]) -> list[str]:
+    return [f"[{name}]", *(f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()), ""]
+
+
+def winners_manifest(manifest: Manifest, winners: Sequence[tuple[Candidate, Mapping[str, Any]]], base: str) -> str:
+    """A manifest of the winners (full depth: the search's settings, none of its proxy overrides), in
+    rank order, named ``search-1``, ``search-2``...; ``winners`` pairs each candidate with its row."""
+    lines = [f"# Written by `python -m harness search {manifest.path}`: its best layouts, best first.",
+             "# Run them as they are: nox -s sweep -- <this file>", "schema_version = 1", ""]
+    for section in COPIED:
+        if section in manifest.raw:
+            lines += _table(section, manifest.raw[section])
+    for i, (c, row) in enumerate(winners, start=1):
+        step = "-" if row["step_s"] is None else f"{row['step_s'] * 1e3:.1f} ms"
+        about = f"layout search rank {i}: predicted {step} per step (compiled at depth {row['depth']})"
+        lines += ["[[variants]]", f"name = \"search-{i}\"", f"description = {toml_value(about)}",
+                  "[variants.overrides]", *(f"{toml_key(k)} = {toml_value(v)}" for k, v in c.overrides(base).items()),
+                  ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_outputs(folder: Path, manifest: Manifest, result: SearchResult, base: str, winners: int,
+                  references: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:  # fmt: skip
+    """``search.json`` (rows), ``search.html`` (the page) and ``winners.toml`` in ``folder``."""
+    from harness.report.search import search_page
+
+    table = rows(result)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "search.json", "html": folder / "search.html", "winners": folder / "winners.toml"}
+    summary = {"declared": result.declared, "pruned": {k: len(v) for k, v in result.pruned.items()},
+               "evaluations": result.evaluations, "rows": table, "references": list(references)}  # fmt: skip
+    paths["json"].write_text(json.dumps(summary, indent=1, sort_keys=True))
+    paths["html"].write_text(search_page(summary, title=f"Layout search: {manifest.name}"))
+    by_name = {c.name: c for c in [*result.proxy, *result.confirmed]}
+    best = [(by_name[r["name"]], r) for r in table if r["status"] == "ok" and r["step_s"] is not None][:winners]
+    paths["winners"].write_text(winners_manifest(manifest, best, base))
+    return paths

@@ -1,0 +1,56 @@
+"""What a search writes: the winners manifest loads as a sweep whose variants carry the winners'
+rules, mesh and kernel at full depth; search.json and search.html rank them; the console table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.plan.config import build_config, rules_of
+from harness.plan.manifest import load_manifest
+from harness.plan.variants import load_sweep
+from harness.search.output import console_table, rows, toml_value, write_outputs
+from harness.search.strategy import search
+from tests.harness.search.test_search_manifest import HEAD
+from tests.harness.search.test_space import MESH, tiny_facts
+from tests.harness.search.test_strategy import BEST, HW, SPACE, Known
+
+
+def test_toml_values() -> None:
+    assert toml_value({"a": [1, "x", True], "b.c": 0.5}) == '{ a = [1, "x", true], "b.c" = 0.5 }'
+
+
+def test_the_winners_manifest_runs_the_winners_as_they_are(tmp_path: Path) -> None:
+    source = tmp_path / "space.toml"
+    source.write_text(HEAD + '[run]\nmetrics = ["static"]\n')
+    manifest = load_manifest(source)
+    result = search(SPACE, tiny_facts(), 8, HW, Known(), budget=12)
+    paths = write_outputs(tmp_path / "out", manifest, result, SPACE.base, winners=2)
+
+    sweep = load_sweep(paths["winners"])
+    assert [v.name for v in sweep.variants] == ["search-1", "search-2"]
+    ranked = result.ranked()
+    for variant, (cand, _) in zip(sweep.variants, ranked, strict=False):
+        assert {k: tuple(v) for k, v in rules_of(variant.config_overrides).items()} == dict(cand.rules)
+        assert variant.target.mesh == MESH
+        assert variant.config_overrides["transformer.attention_impl"] == cand.attention
+        assert "transformer.num_layers" not in variant.config_overrides  # full depth
+    first = build_config(sweep.variants[0].preset, sweep.variants[0].config_overrides)
+    assert first.transformer.sharding == "replicated+" + "+".join(
+        f"{k}={','.join(v) or '-'}" for k, v in sorted(BEST.items()))
+    assert sweep.manifest.workload == manifest.workload and sweep.manifest.run == manifest.run
+
+    summary = json.loads(paths["json"].read_text())
+    assert summary["declared"] == 32 and summary["evaluations"] == result.evaluations
+    assert summary["rows"][0]["rules"] == {k: list(v) for k, v in BEST.items()}
+    assert summary["rows"][0]["step_s"] == 0.010 and summary["rows"][0]["confirmed"] is True
+    page = paths["html"].read_text()
+    assert page.startswith("<!doctype html>") and summary["rows"][0]["variant_id"] in page
+
+
+def test_the_console_table_ranks_best_first() -> None:
+    result = search(SPACE, tiny_facts(), 8, HW, Known(), budget=12)
+    lines = console_table(rows(result)).splitlines()
+    assert lines[0].split()[:2] == ["#", "step"]
+    assert lines[1].split()[:3] == ["1", "10.0", "2"]
+    assert "heads=tensor mlp=- activation_batch=data activation_length=context" in lines[1]
