@@ -21,17 +21,13 @@ from harness.metrics.attribution import UNATTRIBUTED, label
 from harness.report import interactive as ui
 from harness.report import predicted
 from harness.report.charts import bar_chart
-from harness.report.fmt import fmt_bytes, fmt_num, fmt_time
+from harness.report.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_time
 from harness.report.tables import XPROF_PORT
 from harness.results.diff import Delta, StageDiff
 from harness.results.record import Record, StageEntry
 
 e = html.escape
 TOP_SCOPES = 14  # bars per time-by-scope chart
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
 
 
 def _ms_ns(ns: float | None) -> str:
@@ -67,9 +63,9 @@ def coverage_line(entry: StageEntry) -> str:
     cov = attribution.get("coverage") or {}
     by_scope = trace.get("by_scope") or {}
     rest = by_scope.get(UNATTRIBUTED)
-    return (f'<p class="coverage">Attributed to a model scope: traced op time {_pct(trace.get("scope_coverage"))}'
-            f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {_pct(cov.get('flops'))}, "
-            f"bytes {_pct(cov.get('bytes'))}, collective bytes {_pct(cov.get('collective_bytes'))}.</p>")
+    return (f'<p class="coverage">Attributed to a model scope: traced op time {fmt_pct(trace.get("scope_coverage"))}'
+            f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {fmt_pct(cov.get('flops'))}, "
+            f"bytes {fmt_pct(cov.get('bytes'))}, collective bytes {fmt_pct(cov.get('collective_bytes'))}.</p>")
 
 
 def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], table_id: str, what: str) -> str:
@@ -85,7 +81,7 @@ def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], t
         count = sum(c.get("count", 0) for c in colls.values())
         nbytes = sum(c.get("bytes", 0) for c in colls.values())
         rows.append("<tr>" + ui.cell(label(s), left=True) + ui.cell(_ms_ns(ns), ns or 0)
-                    + ui.cell(_pct(ns / total if ns is not None and total else None), ns or 0)
+                    + ui.cell(fmt_pct(ns / total if ns is not None and total else None), ns or 0)
                     + ui.cell(fmt_num(st.get("flops")), st.get("flops") or 0)
                     + ui.cell(fmt_bytes(st.get("bytes")), st.get("bytes") or 0)
                     + ui.cell(fmt_num(count) if colls else "-", count)
@@ -128,7 +124,7 @@ def _delta_row(d: Delta, name: str) -> str:
     sig = '<span class="sig">yes</span>' if d.significant else "no"
     return ("<tr>" + ui.cell(name, left=True) + ui.cell(_ms_ns(d.base_ns), d.base_ns)
             + ui.cell(_ms_ns(d.head_ns), d.head_ns) + ui.cell(_ms_ns(d.delta_ns), d.delta_ns) + ui.cell(ci)
-            + ui.cell(_pct(d.share), d.share if d.share is not None else 0) + ui.cell(sig, raw=True) + "</tr>")
+            + ui.cell(fmt_pct(d.share), d.share if d.share is not None else 0) + ui.cell(sig, raw=True) + "</tr>")
 
 
 def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
@@ -209,7 +205,7 @@ def coverage_section(records: Sequence[Record]) -> str:
             rest = (trace.get("by_scope") or {}).get(UNATTRIBUTED)
             values = [trace.get("scope_coverage"), cov.get("flops"), cov.get("bytes"), cov.get("collective_bytes")]
             rows.append(f'<tr data-variant="{e(r.variant.name)}">' + ui.cell(r.variant.name, left=True)
-                        + ui.cell(stage, left=True) + "".join(ui.cell(_pct(v), v if v is not None else -1)
+                        + ui.cell(stage, left=True) + "".join(ui.cell(fmt_pct(v), v if v is not None else -1)
                                                               for v in values)
                         + ui.cell(_ms_ns(rest) if rest else "-", rest or 0) + "</tr>")
     if not rows:

@@ -26,13 +26,17 @@ def fmt_num(x: float | None) -> str:
     return f"{int(x)}" if x == int(x) and abs(x) < 1e15 else f"{x:.4g}"
 
 
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def fmt_unit(x: float | None, unit: str) -> str:
     if unit == "s":
         return fmt_time(x)
     if unit == "bytes":
         return fmt_bytes(x)
     if unit == "fraction":
-        return "-" if x is None else f"{x:.1%}"
+        return fmt_pct(x)
     return fmt_num(x)
 
 
@@ -42,4 +46,4 @@ def fmt_ratio(r: float | None) -> str:
     return "new (from 0)" if math.isinf(r) else f"{r:.3f}x"
 
 
-__all__ = ["fmt_bytes", "fmt_num", "fmt_ratio", "fmt_time", "fmt_unit"]
+__all__ = ["fmt_bytes", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_time", "fmt_unit"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import interactive as ui
-from harness.report.fmt import fmt_time
+from harness.report.fmt import fmt_pct, fmt_time
 from harness.results import calibration
 from harness.results.record import Record, StageEntry
 
@@ -77,10 +77,6 @@ def predicted_rows(records: Sequence[Record]) -> list[PredictedRow]:
     return rows
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
 def _bracket(roof: tuple[float | None, float | None]) -> str:
     lo, hi = roof
     if lo is None:
@@ -106,8 +102,8 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
             f'<tr data-variant="{e(r.variant)}">' + ui.cell(r.variant, left=True) + ui.cell(r.stage, left=True)
             + ui.cell(r.spec, left=True) + ui.cell(fmt_time(r.step_s), r.step_s if r.step_s is not None else -1)
             + ui.cell(f"{fmt_time(r.video_s)} <span class=note>x{r.calls_per_video}</span>", r.video_s or -1, raw=True)
-            + ui.cell(_pct(r.exposed_all_gather_fraction), r.exposed_all_gather_fraction or 0)
-            + ui.cell(_pct(r.wasted_fraction), r.wasted_fraction or 0)
+            + ui.cell(fmt_pct(r.exposed_all_gather_fraction), r.exposed_all_gather_fraction or 0)
+            + ui.cell(fmt_pct(r.wasted_fraction), r.wasted_fraction or 0)
             + ui.cell(_bracket(r.roofline), r.roofline[0] or -1) + ui.cell(fmt_time(r.measured_s), r.measured_s or -1)
             + ui.cell(r.sensitivity or "-", left=True) + ui.cell(link, left=True, raw=True) + "</tr>")
     head = ["variant", "stage", "spec", "predicted step", "per video", "exposed all-gather", "wasted",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.report.fmt import fmt_bytes, fmt_time
+from harness.report.fmt import fmt_bytes, fmt_pct, fmt_time
 
 _STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
           "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
@@ -15,18 +15,19 @@ _HEAD = ("#", "predicted step", "depth", "exposed all-gather", "exposed collecti
          "fits HBM", "mesh", "attention", "rules", "variant id")  # fmt: skip
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
+def rules_text(rules: Mapping[str, Sequence[str]]) -> str:
+    """``heads=tensor embed=context,fsdp mlp_in=-`` (``-``: replicated)."""
+    return " ".join(f"{k}={','.join(v) or '-'}" for k, v in rules.items())
 
 
 def _row(r: Mapping[str, Any], rank: str) -> str:
     fits = {True: "yes", False: '<span class="no">no</span>', None: "?"}[r["fits"]]
     depth = f"{r['depth']}{'' if r.get('full_depth', True) else ' (proxy, scaled)'}"
-    rules = r.get("label") or " ".join(f"{k}={','.join(v) or '-'}" for k, v in r["rules"].items())
+    rules = r.get("label") or rules_text(r["rules"])
     mesh = " x ".join(f"{a}={s}" for a, s in r["mesh"].items())
     error = f'<br><span class="no">{html.escape(str(r["error"]))[:300]}</span>' if r.get("error") else ""
-    cells = [rank, fmt_time(r["step_s"]), depth, _pct(r["exposed_all_gather"]), fmt_time(r["exposed_collective_s"]),
-             _pct(r["wasted"]), fmt_bytes(r["memory_bytes"]), fits]  # fmt: skip
+    cells = [rank, fmt_time(r["step_s"]), depth, fmt_pct(r["exposed_all_gather"]), fmt_time(r["exposed_collective_s"]),
+             fmt_pct(r["wasted"]), fmt_bytes(r["memory_bytes"]), fits]  # fmt: skip
     left = [html.escape(mesh), html.escape(r["attention"]), html.escape(rules) + error, html.escape(r["variant_id"])]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "".join(f'<td class="l">{c}</td>' for c in left) + "</tr>"
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.plan.manifest import Manifest
+from harness.report.fmt import fmt_pct
+from harness.report.search import rules_text, search_page
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
 
@@ -40,14 +42,6 @@ def _ms(v: float | None) -> str:
     return f"{v * 1e3:.1f}" if v < 0.1 else f"{v * 1e3:.0f}"
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
-def _rules(r: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={','.join(v) or '-'}" for k, v in r["rules"].items())
-
-
 def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]] = ()) -> str:
     """Ranked candidates (and hand-written references) as plain text."""
     head = ("#", "step ms", "depth", "exp AG", "exp coll ms", "wasted", "mem GiB", "fits", "mesh", "attn", "rules")
@@ -56,10 +50,10 @@ def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mappi
         mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
         rank = str(r.get("rank", "ref"))
         lines.append((rank, _ms(r["step_s"]), f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
-                      _pct(r["exposed_all_gather"]), _ms(r["exposed_collective_s"]), _pct(r["wasted"]), mem,
+                      fmt_pct(r["exposed_all_gather"]), _ms(r["exposed_collective_s"]), fmt_pct(r["wasted"]), mem,
                       {True: "yes", False: "no", None: "?"}[r["fits"]],
                       "x".join(f"{a}{s}" for a, s in r["mesh"].items()), r["attention"],
-                      r.get("label") or _rules(r)))  # fmt: skip
+                      r.get("label") or rules_text(r["rules"])))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
     return "\n".join(text) + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth)"
@@ -111,8 +105,6 @@ def winners_manifest(manifest: Manifest, winners: Sequence[tuple[Candidate, Mapp
 def write_outputs(folder: Path, manifest: Manifest, result: SearchResult, base: str, winners: int,
                   references: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:  # fmt: skip
     """``search.json`` (rows), ``search.html`` (the page) and ``winners.toml`` in ``folder``."""
-    from harness.report.search import search_page
-
     table = rows(result)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": folder / "search.json", "html": folder / "search.html", "winners": folder / "winners.toml"}
