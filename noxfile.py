@@ -53,9 +53,12 @@ def slow(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff (style, imports), mypy (public signatures) and the CI workflows against GitHub's schema."""
+    """ruff (style, imports; `ruff format` owns the layout), mypy (public signatures) and the CI
+    workflows against GitHub's schema."""
     _install(session, "lint")
-    session.run("ruff", "check", "ltx2", "harness", "tests", "noxfile.py", *session.posargs)
+    paths = ("ltx2", "harness", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", *paths)
+    session.run("ruff", "check", *paths, *session.posargs)
     session.run("mypy", "ltx2", "harness")
     # The schema ships inside check-jsonschema (vendored), so this works offline.
     workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))

@@ -167,10 +167,20 @@ def run_jax(args: argparse.Namespace) -> dict[str, Any]:
     def step(state: Any, x: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
         lat, alat = x["latents"], x["audio_latents"]
         v, va = nnx.merge(graphdef, state)(
-            jnp.concatenate([lat, lat]), jnp.concatenate([alat, alat]), x["text"], x.get("audio_text", x["text"]),
-            jnp.full((2,), T), sigma=sigma, encoder_attention_mask=x["mask"], audio_encoder_attention_mask=x["mask"],
-            num_frames=F, height=H, width=W, fps=args.fps, audio_num_frames=w.audio_frames,
-        )  # fmt: skip
+            jnp.concatenate([lat, lat]),
+            jnp.concatenate([alat, alat]),
+            x["text"],
+            x.get("audio_text", x["text"]),
+            jnp.full((2,), T),
+            sigma=sigma,
+            encoder_attention_mask=x["mask"],
+            audio_encoder_attention_mask=x["mask"],
+            num_frames=F,
+            height=H,
+            width=W,
+            fps=args.fps,
+            audio_num_frames=w.audio_frames,
+        )
         return mix(lat, v), mix(alat, va)
 
     t0 = time.perf_counter()
@@ -199,8 +209,10 @@ def run_torch(args: argparse.Namespace, compiled: bool) -> dict[str, Any]:
     w = workload(args)
     F, H, W = w.grid
     text_dim = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.cross_attention_dim
-    x = {k: torch.from_numpy(v).to(device) for k, v in _inputs(args, (cfg.in_channels, cfg.audio_in_channels,
-                                                                       text_dim)).items()}  # fmt: skip
+    x = {
+        k: torch.from_numpy(v).to(device)
+        for k, v in _inputs(args, (cfg.in_channels, cfg.audio_in_channels, text_dim)).items()
+    }
     audio_text = x["text"] if cfg.use_prompt_embeddings else x["text"][..., : cfg.audio_cross_attention_dim]
     sigma = torch.full((2,), T, device=device) if cfg.prompt_modulation else None
     forward = torch.compile(model) if compiled else model
@@ -213,12 +225,21 @@ def run_torch(args: argparse.Namespace, compiled: bool) -> dict[str, Any]:
         with torch.inference_mode():
             lat, alat = x["latents"], x["audio_latents"]
             v, va = forward(
-                hidden_states=torch.cat([lat, lat]).to(dtype), audio_hidden_states=torch.cat([alat, alat]).to(dtype),
-                encoder_hidden_states=x["text"].to(dtype), audio_encoder_hidden_states=audio_text.to(dtype),
-                timestep=torch.full((2,), T, device=device, dtype=dtype), sigma=sigma,
-                encoder_attention_mask=x["mask"], audio_encoder_attention_mask=x["mask"],
-                num_frames=F, height=H, width=W, fps=args.fps, audio_num_frames=w.audio_frames, return_dict=False,
-            )  # fmt: skip
+                hidden_states=torch.cat([lat, lat]).to(dtype),
+                audio_hidden_states=torch.cat([alat, alat]).to(dtype),
+                encoder_hidden_states=x["text"].to(dtype),
+                audio_encoder_hidden_states=audio_text.to(dtype),
+                timestep=torch.full((2,), T, device=device, dtype=dtype),
+                sigma=sigma,
+                encoder_attention_mask=x["mask"],
+                audio_encoder_attention_mask=x["mask"],
+                num_frames=F,
+                height=H,
+                width=W,
+                fps=args.fps,
+                audio_num_frames=w.audio_frames,
+                return_dict=False,
+            )
             return mix(lat, v), mix(alat, va)
 
     sync = (lambda _: torch.cuda.synchronize()) if device == "cuda" else (lambda _: None)
@@ -236,8 +257,10 @@ def _spawn(impl: str, argv: list[str]) -> dict[str, Any]:
     """One implementation in a fresh interpreter; its last ``RESULT`` line is the answer."""
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), *argv, "--worker", impl],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not lines:
         return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
@@ -257,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         _worker(args)
         return 0
     w, flops = workload(args), step_flops(args)
-    print(f"{args.preset} {args.dtype}: {args.frames}x{args.height}x{args.width} px -> grid {w.grid}, "
-          f"{w.video_tokens} video + {w.audio_frames} audio + {w.text_tokens} text tokens, batch 2 (CFG); "
-          f"{flops / 1e12:.3g} analytic TFLOP per step")  # fmt: skip
+    print(
+        f"{args.preset} {args.dtype}: {args.frames}x{args.height}x{args.width} px -> grid {w.grid}, "
+        f"{w.video_tokens} video + {w.audio_frames} audio + {w.text_tokens} text tokens, batch 2 (CFG); "
+        f"{flops / 1e12:.3g} analytic TFLOP per step"
+    )
     results: dict[str, Any] = {}
     for impl in args.impls.split(","):
         r = results[impl] = _spawn(impl, argv)
@@ -269,8 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         r["median_s"] = statistics.median(r["samples_s"])
         r["tflops"], r["mfu"] = mfu(flops, r["median_s"], _peak(args, r["device"]))
         util = "n/a (pass --peak-tflops)" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        print(f"  {impl:10s} median {r['median_s'] * 1e3:9.2f} ms  compile/warm-up {r['compile_s']:7.1f} s  "
-              f"{r['tflops']:8.3g} TFLOP/s  MFU {util}  [{r['device']}]")  # fmt: skip
+        print(
+            f"  {impl:10s} median {r['median_s'] * 1e3:9.2f} ms  compile/warm-up {r['compile_s']:7.1f} s  "
+            f"{r['tflops']:8.3g} TFLOP/s  MFU {util}  [{r['device']}]"
+        )
     if "jax" in results and "median_s" in results["jax"]:
         for other in ("diffusers", "compile"):
             if "median_s" in results.get(other, {}):

@@ -70,8 +70,14 @@ def loop_calls(preset: str, names: list[str]) -> dict[str, Callable[[], Any]]:
     for name in names:
         batching, fork, kv = VARIANTS[name]
         c = cfg.replace(pipeline=cfg.pipeline.replace(guidance_batching=batching, stg_fork=fork, text_kv_cache=kv))
-        pipe = LTX2Pipeline(c, transformer=base.transformer, connectors=base.connectors, video_vae=base.video_vae,
-                            audio_vae=base.audio_vae, vocoder=base.vocoder)  # fmt: skip
+        pipe = LTX2Pipeline(
+            c,
+            transformer=base.transformer,
+            connectors=base.connectors,
+            video_vae=base.video_vae,
+            audio_vae=base.audio_vae,
+            vocoder=base.vocoder,
+        )
         plan = pipe.plan()
         x0, schedule, scales = pipe.prepare_latents(plan, key=jax.random.key(0)), pipe.schedule(plan), pipe.scales()
         calls[name] = lambda p=pipe, plan=plan, x0=x0, sch=schedule, sc=scales: p.denoise(x0, text, sch, sc, plan)
@@ -101,12 +107,27 @@ def step_calls(preset: str, names: list[str]) -> dict[str, Callable[[], Any]]:
     calls = {}
     for name in names:
         batching, fork, kv = VARIANTS[name]
-        plan = Plan(batch=1, frames=F, height=H, width=W, audio_frames=A, latent_mel_bins=16, fps=24.0,
-                    passes=GuidancePasses(True, True, True), stg_blocks=(1,), use_cross_timestep=True, patch_size=1,
-                    patch_size_t=1, guidance_batching=batching, stg_fork=fork, text_kv_cache=kv)  # fmt: skip
+        plan = Plan(
+            batch=1,
+            frames=F,
+            height=H,
+            width=W,
+            audio_frames=A,
+            latent_mel_bins=16,
+            fps=24.0,
+            passes=GuidancePasses(True, True, True),
+            stg_blocks=(1,),
+            use_cross_timestep=True,
+            patch_size=1,
+            patch_size_t=1,
+            guidance_batching=batching,
+            stg_fork=fork,
+            text_kv_cache=kv,
+        )
         cache = jax.block_until_ready(text_kv_once(graphdef, state, text, plan=plan))
-        calls[name] = lambda plan=plan, cache=cache: denoise_step(graphdef, state, x, text, *scalars, scales, cache,
-                                                                   plan=plan)  # fmt: skip
+        calls[name] = lambda plan=plan, cache=cache: denoise_step(
+            graphdef, state, x, text, *scalars, scales, cache, plan=plan
+        )
     return calls
 
 
@@ -133,11 +154,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| variant | knobs | median ms | time / {ref} (paired median) | min-max ratio |\n|---|---|---:|---:|---:|")
     for name in names:
         ratios = [a / b for a, b in zip(samples[name], samples[ref], strict=True)]
-        print(f"| {name} | {'/'.join(map(str, VARIANTS[name]))} | {statistics.median(samples[name]) * 1e3:.1f} "
-              f"| {statistics.median(ratios):.3f} | {min(ratios):.2f}-{max(ratios):.2f} |")  # fmt: skip
+        print(
+            f"| {name} | {'/'.join(map(str, VARIANTS[name]))} | {statistics.median(samples[name]) * 1e3:.1f} "
+            f"| {statistics.median(ratios):.3f} | {min(ratios):.2f}-{max(ratios):.2f} |"
+        )
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else "?"
-    print(f"\n{args.what} at {args.preset}, {args.rounds} rounds, load average {' '.join(load)}, "
-          f"{jax.device_count()} JAX device(s)")
+    print(
+        f"\n{args.what} at {args.preset}, {args.rounds} rounds, load average {' '.join(load)}, "
+        f"{jax.device_count()} JAX device(s)"
+    )
 
 
 if __name__ == "__main__":

@@ -95,21 +95,29 @@ def _abstract_inputs(cfg: Any, plan: Any, mesh: Any) -> tuple[Any, ...]:
     seq, text = ("activation_batch", "activation_length", None), ("activation_batch", "activation_text_length", None)
     rows = 2 * plan.batch if plan.passes.cfg else plan.batch
     dv, da = (t.caption_channels,) * 2 if t.use_prompt_embeddings else (t.inner_dim, t.audio_inner_dim)
-    latents = Latents(sds((plan.batch, plan.video_tokens, t.in_channels), jnp.float32, seq),
-                      sds((plan.batch, plan.audio_frames, t.audio_in_channels), jnp.float32, seq))  # fmt: skip
-    embeds = TextEmbeddings(sds((rows, S, dv), dt, text), sds((rows, S, da), dt, text),
-                            sds((rows, S), jnp.int32, ("activation_batch", None)))  # fmt: skip
+    latents = Latents(
+        sds((plan.batch, plan.video_tokens, t.in_channels), jnp.float32, seq),
+        sds((plan.batch, plan.audio_frames, t.audio_in_channels), jnp.float32, seq),
+    )
+    embeds = TextEmbeddings(
+        sds((rows, S, dv), dt, text),
+        sds((rows, S, da), dt, text),
+        sds((rows, S), jnp.int32, ("activation_batch", None)),
+    )
     scalar = sds((), jnp.float32, ())
     scales = jax.tree.map(lambda _: scalar, cfg.guidance.scales())
     return latents, embeds, scalar, scales
 
 
 def _static(compiled: Any, hlo: str) -> dict[str, Any]:
-    from harness.metrics.hlo import matmul_flops, memory_traffic_bytes
+    from harness.metrics.hlo_cost import matmul_flops, memory_traffic_bytes
     from harness.metrics.static import analyze_compiled
 
-    return {**analyze_compiled(compiled).to_dict(), "matmul_flops": matmul_flops(hlo),
-            "memory_traffic_bytes": memory_traffic_bytes(hlo)}  # fmt: skip
+    return {
+        **analyze_compiled(compiled).to_dict(),
+        "matmul_flops": matmul_flops(hlo),
+        "memory_traffic_bytes": memory_traffic_bytes(hlo),
+    }
 
 
 def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[str, Any]:
@@ -140,14 +148,18 @@ def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[s
         kv_static = None
         if kv_shape is not None:
             names = (None, "activation_batch", "activation_text_length", "activation_heads")
-            place = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=None if mesh is None else  # noqa: E731
-                                                   input_sharding(names, strategy, mesh, a.shape))
+
+            def place(a):
+                sharding = None if mesh is None else input_sharding(names, strategy, mesh, a.shape)
+                return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+
             kv_shape = jax.tree.map(place, kv_shape)
             kv_compiled = text_kv_once.lower(graphdef, state, embeds, plan=plan).compile()
             kv_static = _static(kv_compiled, kv_compiled.as_text() or "")
         start = time.perf_counter()
-        lowered = denoise_step.lower(graphdef, state, latents, embeds, scalar, scalar, scalar, scales, kv_shape,
-                                     plan=plan)  # fmt: skip
+        lowered = denoise_step.lower(
+            graphdef, state, latents, embeds, scalar, scalar, scalar, scales, kv_shape, plan=plan
+        )
         compiled = lowered.compile()
         compile_s = time.perf_counter() - start
     static = _static(compiled, compiled.as_text() or "")
@@ -155,18 +167,27 @@ def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[s
     target = analyze(static, spec, plan_steps(cfg), devices)
     memory = static.get("memory") or {}
     row = {
-        "variant": name, "knobs": dict(zip(("guidance_batching", "stg_fork", "text_kv_cache"), VARIANTS[name],
-                                            strict=True)),
-        "preset": args.preset, "topology": args.topology or "cpu", "sharding": strategy, "mesh": args.mesh,
-        "dtype": cfg.transformer.dtype, "video_tokens": plan.video_tokens, "audio_tokens": plan.audio_frames,
-        "text_tokens": cfg.text_encoder.max_sequence_length, "steps": plan_steps(cfg), "compile_s": compile_s,
-        "matmul_flops": static["matmul_flops"], "memory_traffic_bytes": static["memory_traffic_bytes"],
-        "temp_bytes": memory.get("temp_bytes"), "argument_bytes": memory.get("argument_bytes"),
+        "variant": name,
+        "knobs": dict(zip(("guidance_batching", "stg_fork", "text_kv_cache"), VARIANTS[name], strict=True)),
+        "preset": args.preset,
+        "topology": args.topology or "cpu",
+        "sharding": strategy,
+        "mesh": args.mesh,
+        "dtype": cfg.transformer.dtype,
+        "video_tokens": plan.video_tokens,
+        "audio_tokens": plan.audio_frames,
+        "text_tokens": cfg.text_encoder.max_sequence_length,
+        "steps": plan_steps(cfg),
+        "compile_s": compile_s,
+        "matmul_flops": static["matmul_flops"],
+        "memory_traffic_bytes": static["memory_traffic_bytes"],
+        "temp_bytes": memory.get("temp_bytes"),
+        "argument_bytes": memory.get("argument_bytes"),
         "collective_wire_bytes": sum(c["wire_bytes"] for c in target["collectives_per_call"].values()),
         "roofline_step_s": (target.get("roofline") or {}).get("step_s"),
         "roofline_bound_by": (target.get("roofline") or {}).get("bound_by"),
         "text_kv_per_video_matmul_flops": None if kv_static is None else kv_static["matmul_flops"],
-    }  # fmt: skip
+    }
     return row
 
 
@@ -177,9 +198,11 @@ def plan_steps(cfg: Any) -> int:
 def markdown(rows: list[dict[str, Any]]) -> str:
     """One table, each variant against the first (``old`` by default)."""
     base = rows[0]
-    head = ("| variant | batching | fork | text K/V | matmul GFLOP/device | vs first | HBM GB | temp GiB | "
-            "args GiB | collective GB | roofline step s | text K/V per video GFLOP |\n"
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")  # fmt: skip
+    head = (
+        "| variant | batching | fork | text K/V | matmul GFLOP/device | vs first | HBM GB | temp GiB | "
+        "args GiB | collective GB | roofline step s | text K/V per video GFLOP |\n"
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
     out = []
     for r in rows:
         k = r["knobs"]
@@ -187,14 +210,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         roof = "-" if r["roofline_step_s"] is None else f"{r['roofline_step_s']:.3f} ({r['roofline_bound_by']})"
         kv = "-" if r["text_kv_per_video_matmul_flops"] is None else f"{r['text_kv_per_video_matmul_flops'] / 1e9:.4g}"
         gib = lambda v: "-" if v is None else f"{v / 2**30:.4g}"  # noqa: E731
-        out.append(f"| {r['variant']} | {k['guidance_batching']} | {k['stg_fork']} | {k['text_kv_cache']} "
-                   f"| {r['matmul_flops'] / 1e9:.4g} | {rel:+.1%} | {r['memory_traffic_bytes'] / 1e9:.4g} "
-                   f"| {gib(r['temp_bytes'])} | {gib(r['argument_bytes'])} | {r['collective_wire_bytes'] / 1e9:.4g} "
-                   f"| {roof} | {kv} |")  # fmt: skip
+        out.append(
+            f"| {r['variant']} | {k['guidance_batching']} | {k['stg_fork']} | {k['text_kv_cache']} "
+            f"| {r['matmul_flops'] / 1e9:.4g} | {rel:+.1%} | {r['memory_traffic_bytes'] / 1e9:.4g} "
+            f"| {gib(r['temp_bytes'])} | {gib(r['argument_bytes'])} | {r['collective_wire_bytes'] / 1e9:.4g} "
+            f"| {roof} | {kv} |"
+        )
     r = rows[0]
-    note = (f"\n{r['preset']} on {r['topology']} ({r['sharding']}, mesh {r['mesh'] or 'one device'}, {r['dtype']}): "
-            f"{r['video_tokens']} video / {r['audio_tokens']} audio / {r['text_tokens']} text tokens, one video, "
-            f"per device per step.\n")  # fmt: skip
+    note = (
+        f"\n{r['preset']} on {r['topology']} ({r['sharding']}, mesh {r['mesh'] or 'one device'}, {r['dtype']}): "
+        f"{r['video_tokens']} video / {r['audio_tokens']} audio / {r['text_tokens']} text tokens, one video, "
+        f"per device per step.\n"
+    )
     return head + "\n".join(out) + "\n" + note
 
 
@@ -222,8 +249,11 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name in args.variants.split(","):
         rows.append(measure(args, name, mesh, spec))
-        print(f"{name}: {rows[-1]['matmul_flops'] / 1e9:.1f} GFLOP, compiled in {rows[-1]['compile_s']:.0f} s",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{name}: {rows[-1]['matmul_flops'] / 1e9:.1f} GFLOP, compiled in {rows[-1]['compile_s']:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
     print(markdown(rows))

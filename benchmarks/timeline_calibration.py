@@ -42,15 +42,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, help="a calibration sweep's results.jsonl (default: run the sweep)")
     p.add_argument("--also", type=Path, action="append", default=[], help="more results.jsonl files to tabulate")
     p.add_argument("--reports", type=Path, default=ROOT / "reports", help="where the sweep writes (default reports/)")
-    p.add_argument("--out", type=Path, help="the markdown file (default benchmarks/results/timeline-calibration-"
-                                            "<date>.md)")  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, help="the markdown file (default benchmarks/results/timeline-calibration-<date>.md)"
+    )
     return p.parse_args(argv)
 
 
 def run_sweep(reports: Path) -> Path:
     """Run the calibration manifest (its variants re-run: a fresh measurement) and return its results file."""
-    cmd = [sys.executable, "-m", "harness", "sweep", str(MANIFEST), "--reports", str(reports),
-           "--sweep-id", "timeline-calibration", "--rerun"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        str(MANIFEST),
+        "--reports",
+        str(reports),
+        "--sweep-id",
+        "timeline-calibration",
+        "--rerun",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     return reports / "timeline-calibration" / "results.jsonl"
@@ -60,29 +71,47 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3g}"
 
 
-def markdown(points: Sequence[calibration.Point], summary: calibration.Summary | None,
-             constants: dict[str, Any] | None, sources: Sequence[str]) -> str:  # fmt: skip
-    lines = [f"# Timeline simulator against CPU measurements ({datetime.date.today().isoformat()})", "",
-             f"Results: {', '.join(sources)}. One call of each compiled program; predicted = "
-             "`harness.metrics.timeline.predict` on the `cpu` spec built from constants measured in the same sweep "
-             "(`harness/metrics/timeline/cpu_calibrate.py`), never fitted to these numbers.", ""]  # fmt: skip
+def markdown(
+    points: Sequence[calibration.Point],
+    summary: calibration.Summary | None,
+    constants: dict[str, Any] | None,
+    sources: Sequence[str],
+) -> str:
+    lines = [
+        f"# Timeline simulator against CPU measurements ({datetime.date.today().isoformat()})",
+        "",
+        f"Results: {', '.join(sources)}. One call of each compiled program; predicted = "
+        "`harness.metrics.timeline.predict` on the `cpu` spec built from constants measured in the same sweep "
+        "(`harness/metrics/timeline/cpu_calibrate.py`), never fitted to these numbers.",
+        "",
+    ]
     if constants:
-        lines += [f"Constants: matmul {constants['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s, copy "
-                  f"{constants['copy_bytes_per_s'] / 1e9:.2f} GB/s, per-op overhead "
-                  f"{constants['op_overhead_s'] * 1e6:.2f} us ({constants['source']}).", ""]  # fmt: skip
-    lines += ["| variant | stage | devices | predicted ms | measured ms | pred / meas | scored |",
-              "|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
-    lines += [f"| {p.variant} | {p.stage} | {p.devices} | {_ms(p.predicted_s)} | {_ms(p.measured_s)} | "
-              f"{p.ratio:.2f} | {'yes' if p.gated else 'no (devices share the cores)'} |" for p in points]
+        lines += [
+            f"Constants: matmul {constants['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s, copy "
+            f"{constants['copy_bytes_per_s'] / 1e9:.2f} GB/s, per-op overhead "
+            f"{constants['op_overhead_s'] * 1e6:.2f} us ({constants['source']}).",
+            "",
+        ]
+    lines += [
+        "| variant | stage | devices | predicted ms | measured ms | pred / meas | scored |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {p.variant} | {p.stage} | {p.devices} | {_ms(p.predicted_s)} | {_ms(p.measured_s)} | "
+        f"{p.ratio:.2f} | {'yes' if p.gated else 'no (devices share the cores)'} |"
+        for p in points
+    ]
     lines.append("")
     if summary is None:
         lines.append("No single-device program to score.")
     else:
         s = summary
-        lines.append(f"**Scored ({s.n} single-device programs): Spearman {s.spearman:.2f} (target >= "
-                     f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.3f} = "
-                     f"{s.typical_factor:.2f}x (target <= ln 1.5 = {calibration.TARGET_LOG_RATIO:.3f}): "
-                     f"{'met' if s.met else 'missed'}.**")
+        lines.append(
+            f"**Scored ({s.n} single-device programs): Spearman {s.spearman:.2f} (target >= "
+            f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.3f} = "
+            f"{s.typical_factor:.2f}x (target <= ln 1.5 = {calibration.TARGET_LOG_RATIO:.3f}): "
+            f"{'met' if s.met else 'missed'}.**"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -94,16 +123,30 @@ def main(argv: list[str] | None = None) -> int:
     summary = calibration.summarize(points)
     for extra in args.also:  # tabulated, never scored
         points += [dataclasses.replace(p, gated=False) for p in calibration.points(load_records(extra))]
-    constants = next(((e.predicted or {}).get("calibration") for r in records for e in r.stages.values()
-                      if (e.predicted or {}).get("calibration")), None)  # fmt: skip
+    constants = next(
+        (
+            (e.predicted or {}).get("calibration")
+            for r in records
+            for e in r.stages.values()
+            if (e.predicted or {}).get("calibration")
+        ),
+        None,
+    )
     text = markdown(points, summary, constants, [str(results), *map(str, args.also)])
     out = args.out or ROOT / "benchmarks" / "results" / f"timeline-calibration-{datetime.date.today().isoformat()}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
-    print(json.dumps({"out": str(out), "met": bool(summary and summary.met),
-                      "spearman": None if summary is None else summary.spearman,
-                      "median_abs_log_ratio": None if summary is None else summary.median_abs_log_ratio}))
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "met": bool(summary and summary.met),
+                "spearman": None if summary is None else summary.spearman,
+                "median_abs_log_ratio": None if summary is None else summary.median_abs_log_ratio,
+            }
+        )
+    )
     return 0 if summary is not None and summary.met and not math.isnan(summary.spearman) else 1
 
 

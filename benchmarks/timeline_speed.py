@@ -30,8 +30,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def dump(manifest: Path, variant_name: str, stage: str, out: Path, options: dict[str, Any] | None = None,
-         label: str = "") -> Path:
+def dump(
+    manifest: Path, variant_name: str, stage: str, out: Path, options: dict[str, Any] | None = None, label: str = ""
+) -> Path:
     """Compile ``stage`` of one variant as a compile-only worker would (its ``target.compiler_options``
     included, then ``options`` on top), and write its HLO and devices under ``label`` (default: the variant's name)."""
     from harness import targets
@@ -58,12 +59,19 @@ def dump(manifest: Path, variant_name: str, stage: str, out: Path, options: dict
     out.mkdir(parents=True, exist_ok=True)
     base.with_suffix(".hlo").write_text(compiled.as_text() or "")
     devices = list(model.mesh.devices.flat)
-    meta = {"topology": variant.target.topology, "platform": variant.target.platform, "variant": label or variant.name,
-            "compiler_options": options,
-            "stage": stage, "mesh": dict(model.mesh.shape), "compile_s": compile_s,
-            "device_coords": [list(getattr(d, "coords", ()) or ()) + [int(getattr(d, "core_on_chip", 0) or 0)]
-                              for d in devices],
-            "device_ids": [int(d.id) for d in devices]}  # fmt: skip
+    meta = {
+        "topology": variant.target.topology,
+        "platform": variant.target.platform,
+        "variant": label or variant.name,
+        "compiler_options": options,
+        "stage": stage,
+        "mesh": dict(model.mesh.shape),
+        "compile_s": compile_s,
+        "device_coords": [
+            list(getattr(d, "coords", ()) or ()) + [int(getattr(d, "core_on_chip", 0) or 0)] for d in devices
+        ],
+        "device_ids": [int(d.id) for d in devices],
+    }
     base.with_suffix(".json").write_text(json.dumps(meta, indent=1))
     print(f"wrote {base}.hlo ({base.with_suffix('.hlo').stat().st_size / 2**20:.1f} MiB), compile {compile_s:.0f} s")
     return base.with_suffix(".hlo")
@@ -106,15 +114,19 @@ def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[s
         runs.append(time.perf_counter() - start)
     assert prediction is not None
     out = prediction.to_dict()
-    row: dict[str, Any] = {"hlo": str(hlo_path), "variant": meta["variant"],
-                           "predict_s_median": statistics.median(runs),
-                           "predict_s_runs": runs, "step_s": out["step_s"],
-                           "exposed_all_gather_fraction": out["exposed_all_gather_fraction"],
-                           "wasted_fraction": out["wasted_fraction"],
-                           "exposed_ns_by_kind": out["device"]["exposed_ns_by_kind"],
-                           "critical_path": out["critical_path"][:5],
-                           "collectives_per_step": collective_forms(timeline.build_program(text)),
-                           "compiler_options": meta.get("compiler_options", {})}  # fmt: skip
+    row: dict[str, Any] = {
+        "hlo": str(hlo_path),
+        "variant": meta["variant"],
+        "predict_s_median": statistics.median(runs),
+        "predict_s_runs": runs,
+        "step_s": out["step_s"],
+        "exposed_all_gather_fraction": out["exposed_all_gather_fraction"],
+        "wasted_fraction": out["wasted_fraction"],
+        "exposed_ns_by_kind": out["device"]["exposed_ns_by_kind"],
+        "critical_path": out["critical_path"][:5],
+        "collectives_per_step": collective_forms(timeline.build_program(text)),
+        "compiler_options": meta.get("compiler_options", {}),
+    }
     if with_sensitivity:
         start = time.perf_counter()
         row["sensitivity"] = timeline.sensitivity(text, spec)
@@ -143,8 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--variant", required=True)
     d.add_argument("--stage", default="denoise_step")
     d.add_argument("--out", type=Path, default=Path("/tmp/hlo"))
-    d.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                   help="a compiler option on top of the variant's (true/false, a number or a string)")
+    d.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a compiler option on top of the variant's (true/false, a number or a string)",
+    )
     d.add_argument("--label", default="", help="name of the dump (default: the variant's)")
     t = sub.add_parser("time", help="time predict() on dumped HLO files")
     t.add_argument("hlo", type=Path, nargs="+")

@@ -42,8 +42,9 @@ def parser() -> argparse.ArgumentParser:
     verbs = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = verbs.add_parser(name, help=module.HELP, description=module.__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = verbs.add_parser(
+            name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         module.add_arguments(sub)
         sub.set_defaults(handler=module.run)
     return top

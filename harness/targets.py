@@ -20,7 +20,7 @@ estimate rests on (also stored with every result, see :data:`ROOFLINE_ASSUMPTION
   inefficiencies are ignored, so real steps are slower;
 * FLOPs are the matmul FLOPs of the partitioned HLO, loop bodies times their trip counts;
 * HBM time is the bytes the top-level ops (fusions, collectives) read and write, loop
-  bodies times their trip counts (:func:`harness.metrics.hlo.memory_traffic_bytes`; XLA's
+  bodies times their trip counts (:func:`harness.metrics.hlo_cost.memory_traffic_bytes`; XLA's
   own `bytes accessed` counts a loop body once, and on the small model it is ~1.4x ours
   because it also counts re-reads inside fusions), at least the argument + output bytes,
   over peak HBM bandwidth;
@@ -57,8 +57,9 @@ class MissingExtra(RuntimeError):
 
     def __init__(self, extra: str, what: str):
         self.extra = extra
-        super().__init__(f"{what} needs the optional extra [{extra}]: pip install -e '.[{extra}]' "
-                         f"(or run `nox -s aot`)")
+        super().__init__(
+            f"{what} needs the optional extra [{extra}]: pip install -e '.[{extra}]' (or run `nox -s aot`)"
+        )
 
 
 @dataclass(frozen=True)
@@ -85,38 +86,56 @@ SPECS: dict[str, TargetSpec] = {
     s.name: s
     for s in (
         TargetSpec(
-            "v6e", "tpu", "TPU v6 lite", 1,
+            "v6e",
+            "tpu",
+            "TPU v6 lite",
+            1,
             hbm_bytes=int(31.25 * GiB),  # 32 GB chip; libtpu's compile-time limit ("available HBM (31.25G)")
-            peak_bf16_flops=918e12, hbm_bytes_per_s=1.64 * TB,
+            peak_bf16_flops=918e12,
+            hbm_bytes_per_s=1.64 * TB,
             interconnect_bytes_per_s=3584e9 / 8 / 2,  # 3,584 Gbps bidirectional per chip
             interconnect="ICI",
             source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 32 GB HBM at 1,640 GB/s, ICI 3,584 Gbps",
         ),
         TargetSpec(
-            "tpu7x", "tpu", "TPU7x", 2,
+            "tpu7x",
+            "tpu",
+            "TPU7x",
+            2,
             hbm_bytes=96 * 10**9,  # 192 GB per chip, two TensorCores (devices) per chip
-            peak_bf16_flops=2307e12 / 2, hbm_bytes_per_s=7.37 * TB / 2,
+            peak_bf16_flops=2307e12 / 2,
+            hbm_bytes_per_s=7.37 * TB / 2,
             interconnect_bytes_per_s=1.2 * TB / 2 / 2,  # 1.2 TB/s bidirectional per chip
             interconnect="ICI",
             source="cloud.google.com/tpu/docs/tpu7x (Ironwood): 2,307 TFLOP/s bf16, 192 GB HBM at 7.37 TB/s, "
-                   "ICI 1.2 TB/s bidirectional, per chip of 2 devices",
+            "ICI 1.2 TB/s bidirectional, per chip of 2 devices",
         ),
         TargetSpec(
-            "h100", "gpu", "NVIDIA H100 80GB HBM3", 1,
-            hbm_bytes=84_929_347_584, peak_bf16_flops=989e12, hbm_bytes_per_s=3.35 * TB,
+            "h100",
+            "gpu",
+            "NVIDIA H100 80GB HBM3",
+            1,
+            hbm_bytes=84_929_347_584,
+            peak_bf16_flops=989e12,
+            hbm_bytes_per_s=3.35 * TB,
             interconnect_bytes_per_s=450e9,  # NVLink 4: 900 GB/s bidirectional
             interconnect="NVLink",
             source="NVIDIA H100 SXM datasheet: 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s",
         ),
         TargetSpec(
-            "h200", "gpu", "NVIDIA H200", 1,
-            hbm_bytes=150_754_820_096, peak_bf16_flops=989e12, hbm_bytes_per_s=4.8 * TB,
+            "h200",
+            "gpu",
+            "NVIDIA H200",
+            1,
+            hbm_bytes=150_754_820_096,
+            peak_bf16_flops=989e12,
+            hbm_bytes_per_s=4.8 * TB,
             interconnect_bytes_per_s=450e9,
             interconnect="NVLink",
             source="NVIDIA H200 SXM datasheet: 989 TFLOP/s dense bf16, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s",
         ),
     )
-}  # fmt: skip
+}
 
 ROOFLINE_ASSUMPTIONS = (
     "compute = HLO matmul FLOPs (loop trip counts applied) / dense bf16 peak; elementwise/softmax ignored",
@@ -168,8 +187,10 @@ def check_topology(topology: str, platform: str) -> tuple[str, tuple[int, ...]]:
     known = known_topologies(platform)
     if name not in known:
         what = "TPU generation" if platform == "tpu" else f"{platform.upper()}"
-        raise ValueError(f"unknown {what} {name!r} in topology {topology!r} (known: {', '.join(known)}; "
-                         f"e.g. {TOPOLOGY_EXAMPLES.get(platform, '')!r})")
+        raise ValueError(
+            f"unknown {what} {name!r} in topology {topology!r} (known: {', '.join(known)}; "
+            f"e.g. {TOPOLOGY_EXAMPLES.get(platform, '')!r})"
+        )
     if platform == "gpu" and len(dims) != 3:
         raise ValueError(f"a GPU topology is <gpu>:<slices>x<hosts>x<gpus per host>, got {topology!r}")
     return name, dims
@@ -220,8 +241,7 @@ platform_name: "CUDA" dnn_version_info {{ major: 9 minor: 7 }} device_descriptio
 
 def gpu_target_config(spec: TargetSpec) -> str:
     """The CUDA plugin's target description of a Hopper GPU (H100 / H200 share everything but memory)."""
-    return _GPU_TARGET_CONFIG.format(bandwidth=int(spec.hbm_bytes_per_s), memory=spec.hbm_bytes,
-                                     kind=spec.device_kind)
+    return _GPU_TARGET_CONFIG.format(bandwidth=int(spec.hbm_bytes_per_s), memory=spec.hbm_bytes, kind=spec.device_kind)
 
 
 def _installed(module: str) -> bool:
@@ -247,8 +267,11 @@ def compile_devices(platform: str, topology: str) -> list[Any]:
         if len(dims) != 3:
             raise ValueError(f"GPU topology {topology!r} must be <gpu>:<slices>x<hosts>x<gpus per host>")
         config = gpu_target_config(spec_for(topology))
-        return list(topologies.get_topology_desc(platform="cuda", target_config=config,
-                                                 topology="x".join(map(str, dims))).devices)
+        return list(
+            topologies.get_topology_desc(
+                platform="cuda", target_config=config, topology="x".join(map(str, dims))
+            ).devices
+        )
     raise ValueError(f"no compile-only devices for platform {platform!r}")
 
 
@@ -283,8 +306,9 @@ def run_flags_env(platform: str, options: Mapping[str, Any], env: Mapping[str, s
 # --------------------------------------------------------------------------- roofline
 
 
-def roofline(spec: TargetSpec, flops: float | None, hbm_bytes: float | None,
-             collective_bytes: float | None) -> dict[str, Any]:
+def roofline(
+    spec: TargetSpec, flops: float | None, hbm_bytes: float | None, collective_bytes: float | None
+) -> dict[str, Any]:
     """Lower-bound step time per device (seconds) from the spec's peaks; see the module docstring."""
     terms = {
         "compute_s": None if flops is None else flops / spec.peak_bf16_flops,

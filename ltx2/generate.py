@@ -59,8 +59,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("give at most one of --prompt-ids and --prompt")
     if args.prompt is not None and tokenizer_dir(args) is None:
         where = f"{args.weights / 'tokenizer'} does not exist" if args.weights else "the presets ship none"
-        p.error(f"--prompt needs a tokenizer and there is none ({where}): pass --tokenizer DIR "
-                "(a local Gemma-3 tokenizer directory) or token ids with --prompt-ids")  # fmt: skip
+        p.error(
+            f"--prompt needs a tokenizer and there is none ({where}): pass --tokenizer DIR "
+            "(a local Gemma-3 tokenizer directory) or token ids with --prompt-ids"
+        )
     if args.prompt is None and args.prompt_ids is None:
         if args.weights is not None:
             p.error("--weights: give the prompt, as --prompt text or --prompt-ids")
@@ -127,11 +129,34 @@ def write_mp4(path: Path, frames_fhwc: np.ndarray, fps: float, wav: Path) -> Non
 
     f, h, w, _ = frames_fhwc.shape
     cmd = [
-        imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", str(fps), "-i", "-",
-        "-i", str(wav), "-map", "0:v", "-map", "1:a",
-        "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", str(path),
-    ]  # fmt: skip
+        imageio_ffmpeg.get_ffmpeg_exe(),
+        "-y",
+        "-loglevel",
+        "error",
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "rgb24",
+        "-s",
+        f"{w}x{h}",
+        "-r",
+        str(fps),
+        "-i",
+        "-",
+        "-i",
+        str(wav),
+        "-map",
+        "0:v",
+        "-map",
+        "1:a",
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        "-c:a",
+        "aac",
+        str(path),
+    ]
     done = subprocess.run(cmd, input=np.ascontiguousarray(frames_fhwc).tobytes(), capture_output=True)
     if done.returncode:
         raise RuntimeError(f"ffmpeg failed ({done.returncode}) writing {path}: {done.stderr.decode()[-2000:]}")
@@ -151,15 +176,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     if args.fixed_prompt:
-        print(f"no prompt given: random weights of preset {args.preset!r} with the fixed prompt ids "
-              f"{args.prompt_ids} (--prompt-ids to choose)", flush=True)  # fmt: skip
+        print(
+            f"no prompt given: random weights of preset {args.preset!r} with the fixed prompt ids "
+            f"{args.prompt_ids} (--prompt-ids to choose)",
+            flush=True,
+        )
     pipe = stage("build", lambda: build(args))
     o = pipe.cfg.pipeline
     loop = args.loop or o.diffusion_loop
     plan = pipe.plan(height=args.height, width=args.width, num_frames=args.num_frames, frame_rate=args.frame_rate)
     if args.prompt is not None:
-        text = stage("text_encode", lambda: pipe.encode_prompt(prompt=args.prompt, negative_prompt=args.negative_prompt,
-                                                               plan=plan))  # fmt: skip
+        text = stage(
+            "text_encode",
+            lambda: pipe.encode_prompt(prompt=args.prompt, negative_prompt=args.negative_prompt, plan=plan),
+        )
     else:
         length, vocab = pipe.cfg.text_encoder.max_sequence_length, pipe.cfg.gemma.vocab_size
         (ids, mask), (neg, neg_mask) = (token_ids(t, length, vocab) for t in (args.prompt_ids, args.negative_ids))
@@ -185,8 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_wav(wav, np.asarray(audio[0]), pipe.cfg.vocoder.output_sampling_rate)
     write_mp4(args.out, frames, plan.fps, wav)
-    print(f"wrote {args.out} ({frames.shape[0]} frames {frames.shape[2]}x{frames.shape[1]} @ {plan.fps:g} fps) "
-          f"and {wav} ({audio.shape[-1]} samples @ {pipe.cfg.vocoder.output_sampling_rate} Hz)")  # fmt: skip
+    print(
+        f"wrote {args.out} ({frames.shape[0]} frames {frames.shape[2]}x{frames.shape[1]} @ {plan.fps:g} fps) "
+        f"and {wav} ({audio.shape[-1]} samples @ {pipe.cfg.vocoder.output_sampling_rate} Hz)"
+    )
     return 0
 
 

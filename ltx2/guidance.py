@@ -100,9 +100,10 @@ class GuidanceConfig:
 
         return AVGuidanceScales(
             video=s(self.guidance_scale, self.stg_scale, self.modality_scale, self.guidance_rescale),
-            audio=s(self.audio_guidance_scale, self.audio_stg_scale, self.audio_modality_scale,
-                    self.audio_guidance_rescale),
-        )  # fmt: skip
+            audio=s(
+                self.audio_guidance_scale, self.audio_stg_scale, self.audio_modality_scale, self.audio_guidance_rescale
+            ),
+        )
 
     def replace(self, **changes: Any) -> GuidanceConfig:
         return dataclasses.replace(self, **changes)
@@ -177,9 +178,12 @@ def guided_velocity(
         return None if v is None else x0(v)
 
     guided = guide_x0(
-        x0(v_cond), scales,
-        x0_uncond=maybe_x0(v_uncond), x0_perturbed=maybe_x0(v_perturbed), x0_isolated=maybe_x0(v_isolated),
-    )  # fmt: skip
+        x0(v_cond),
+        scales,
+        x0_uncond=maybe_x0(v_uncond),
+        x0_perturbed=maybe_x0(v_perturbed),
+        x0_isolated=maybe_x0(v_isolated),
+    )
     return x0_to_velocity(sample, guided, sigma)
 
 

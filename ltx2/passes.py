@@ -186,8 +186,9 @@ def _segment(step: _Step, h: Hidden, groups: tuple[str, ...], first: int, stop: 
     keep = _row_mask(groups, "perturbed", B, dt) if "perturbed" in groups and step.flags is not None else None
     inputs = model.block_inputs(step.cond, text, audio_text, mask, mask, keep, cross)
     flags = step.flags if keep is not None else None
-    return model.run_blocks(*h, inputs, flags, isolate=isolate, layers=(first, stop), kv=step.kv,
-                            text_rows=text_rows, cross_from=cross_from)  # fmt: skip
+    return model.run_blocks(
+        *h, inputs, flags, isolate=isolate, layers=(first, stop), kv=step.kv, text_rows=text_rows, cross_from=cross_from
+    )
 
 
 def _outputs(step: _Step, h: Hidden, groups: tuple[str, ...]) -> dict[str, Prediction]:

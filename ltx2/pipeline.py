@@ -57,9 +57,16 @@ def _prepare(graphdef: nnx.GraphDef, state: nnx.State, video: jax.Array, audio: 
 
 @partial(jax.jit, static_argnames=("graphdef", "plan"))
 def decode_packed_video(
-    graphdef: nnx.GraphDef, state: nnx.State, packed: jax.Array, noise: jax.Array | None, decode_t: jax.Array,
-    noise_scale: jax.Array, key: jax.Array | None, *, plan: Plan,
-) -> jax.Array:  # fmt: skip
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    packed: jax.Array,
+    noise: jax.Array | None,
+    decode_t: jax.Array,
+    noise_scale: jax.Array,
+    key: jax.Array | None,
+    *,
+    plan: Plan,
+) -> jax.Array:
     """Packed latents ``[B, L, C]`` -> frames ``[B, F, H, W, 3]`` in [0, 1] (noise from :func:`decode_video_inputs`)."""
     vae = nnx.merge(graphdef, state)
     p, pt = plan.patch_size, plan.patch_size_t
@@ -83,12 +90,17 @@ def decode_video_inputs(
     if vae.timestep_conditioning:
         noise = jax.random.normal(k_mix, (plan.batch, vae.latent_channels, plan.frames, plan.height, plan.width), dtype)
     scale = options.decode_timestep if options.decode_noise_scale is None else options.decode_noise_scale
-    return (noise, jnp.full((plan.batch,), options.decode_timestep, jnp.float32),
-            jnp.full((plan.batch,), scale, jnp.float32), inject_key if any(vae.decoder_inject_noise) else None)
+    return (
+        noise,
+        jnp.full((plan.batch,), options.decode_timestep, jnp.float32),
+        jnp.full((plan.batch,), scale, jnp.float32),
+        inject_key if any(vae.decoder_inject_noise) else None,
+    )
 
 
-def waveform(audio_vae: AutoencoderKLLTX2Audio, vocoder: LTX2Vocoder | LTX2VocoderWithBWE, packed: jax.Array,
-             plan: Plan) -> jax.Array:  # fmt: skip
+def waveform(
+    audio_vae: AutoencoderKLLTX2Audio, vocoder: LTX2Vocoder | LTX2VocoderWithBWE, packed: jax.Array, plan: Plan
+) -> jax.Array:
     """Packed, normalised audio latents ``[B, A, Ca]`` -> mel spectrogram -> waveform ``[B, ch, samples]``."""
     z = unpack_latents(audio_vae.denormalize_packed(packed), plan.latent_mel_bins)
     return vocoder(audio_vae.decode(z))
@@ -101,8 +113,9 @@ def _decode_audio(graphdef: nnx.GraphDef, state: nnx.State, packed: jax.Array, *
 
 
 @partial(jax.jit, static_argnames=("graphdef",))
-def upsample_latents(graphdef: nnx.GraphDef, state: nnx.State, latents: jax.Array, adain: jax.Array,
-                     tone_map: jax.Array) -> jax.Array:  # fmt: skip
+def upsample_latents(
+    graphdef: nnx.GraphDef, state: nnx.State, latents: jax.Array, adain: jax.Array, tone_map: jax.Array
+) -> jax.Array:
     """Latents ``[B, C, F, H, W]`` -> upsampled, then AdaIN (``adain`` > 0) and tone mapping (``tone_map`` > 0)."""
     up = nnx.merge(graphdef, state)(latents)
     up = jax.lax.cond(adain > 0, lambda: jnp.asarray(adain_filter(up, latents, adain), up.dtype), lambda: up)
@@ -170,13 +183,21 @@ class LTX2Pipeline:
         Gemma-3 encoder is a randomly initialised transformers model when ``text_encoder``."""
         from ltx2.components import build_components
 
-        return cls(cfg, **build_components(cfg, seed=cfg.pipeline.seed if seed is None else seed,
-                                           text_encoder=text_encoder))  # fmt: skip
+        return cls(
+            cfg, **build_components(cfg, seed=cfg.pipeline.seed if seed is None else seed, text_encoder=text_encoder)
+        )
 
     # ---- plan / schedule ------------------------------------------------------------------
-    def plan(self, *, batch: int = 1, height: int | None = None, width: int | None = None,
-             num_frames: int | None = None, frame_rate: float | None = None,
-             guidance: GuidanceConfig | None = None) -> Plan:  # fmt: skip
+    def plan(
+        self,
+        *,
+        batch: int = 1,
+        height: int | None = None,
+        width: int | None = None,
+        num_frames: int | None = None,
+        frame_rate: float | None = None,
+        guidance: GuidanceConfig | None = None,
+    ) -> Plan:
         """Static facts of one generation (latent grid, audio length, guidance passes)."""
         cfg = self.cfg if guidance is None else self.cfg.replace(guidance=guidance)
         return Plan.build(cfg, batch=batch, height=height, width=width, num_frames=num_frames, frame_rate=frame_rate)
@@ -264,8 +285,10 @@ class LTX2Pipeline:
         expect_v = (plan.batch, c.video_vae.latent_channels, plan.frames, plan.height, plan.width)
         expect_a = (plan.batch, c.audio_vae.latent_channels, plan.audio_frames, plan.latent_mel_bins)
         if tuple(np.shape(video)) != expect_v or tuple(np.shape(audio)) != expect_a:
-            raise ValueError(f"latents of shape {np.shape(video)} / {np.shape(audio)} do not fit the plan: "
-                             f"expected {expect_v} / {expect_a}")  # fmt: skip
+            raise ValueError(
+                f"latents of shape {np.shape(video)} / {np.shape(audio)} do not fit the plan: "
+                f"expected {expect_v} / {expect_a}"
+            )
         v, a = jnp.asarray(video, jnp.float32), jnp.asarray(audio, jnp.float32)
         return _prepare(self.latent_norm_graph, self.latent_norm_state, v, a, plan=plan)
 
@@ -318,14 +341,20 @@ class LTX2Pipeline:
         z = unpack_video(video, plan.frames // pt, plan.height // p, plan.width // p, p, pt)
         return self.video_vae.denormalize_latents(z)
 
-    def upsample(self, latents: jax.Array, *, adain_factor: float = 0.0, tone_map_compression_ratio: float = 0.0
-                 ) -> jax.Array:  # fmt: skip
+    def upsample(
+        self, latents: jax.Array, *, adain_factor: float = 0.0, tone_map_compression_ratio: float = 0.0
+    ) -> jax.Array:
         """Denormalised video latents ``[B, C, F, H, W]`` -> upsampled ``[B, C, F', 2H, 2W]``, then
         optional AdaIN towards the input and tone mapping (``LTX2LatentUpsamplePipeline``)."""
         if self.upsampler_graph is None:
             raise ValueError("this pipeline has no latent upsampler (PipelineConfig.upsampler is None)")
-        return upsample_latents(self.upsampler_graph, self.upsampler_state, jnp.asarray(latents),
-                         jnp.float32(adain_factor), jnp.float32(tone_map_compression_ratio))  # fmt: skip
+        return upsample_latents(
+            self.upsampler_graph,
+            self.upsampler_state,
+            jnp.asarray(latents),
+            jnp.float32(adain_factor),
+            jnp.float32(tone_map_compression_ratio),
+        )
 
     # ---- everything -----------------------------------------------------------------------
     def __call__(
@@ -358,14 +387,23 @@ class LTX2Pipeline:
                 batch = int(np.shape(np.asarray(prompt_ids))[0])
         else:
             batch = text.video.shape[0] // (2 if (guidance or self.cfg.guidance).passes().cfg else 1)
-        plan = self.plan(batch=batch, height=height, width=width, num_frames=num_frames, frame_rate=frame_rate,
-                         guidance=guidance)  # fmt: skip
+        plan = self.plan(
+            batch=batch, height=height, width=width, num_frames=num_frames, frame_rate=frame_rate, guidance=guidance
+        )
         if text is None:
-            text = self.encode_prompt(prompt_ids, prompt_mask, negative_ids, negative_mask, prompt=prompt,
-                                      negative_prompt=negative_prompt, plan=plan)  # fmt: skip
+            text = self.encode_prompt(
+                prompt_ids,
+                prompt_mask,
+                negative_ids,
+                negative_mask,
+                prompt=prompt,
+                negative_prompt=negative_prompt,
+                plan=plan,
+            )
         key = jax.random.key(self.cfg.pipeline.seed) if key is None else key
         k_latents, k_decode = jax.random.split(key)
         x = latents if latents is not None else self.prepare_latents(plan, key=k_latents)
-        x = self.denoise(x, text, self.schedule(plan, num_inference_steps), self.scales(guidance), plan,
-                         progress=progress)  # fmt: skip
+        x = self.denoise(
+            x, text, self.schedule(plan, num_inference_steps), self.scales(guidance), plan, progress=progress
+        )
         return self.decode_video(x.video, plan, key=k_decode), self.decode_audio(x.audio, plan)

@@ -57,8 +57,10 @@ class GemmaConfig:
             if not _positive_int(getattr(self, f.name)):
                 raise ValueError(f"GemmaConfig.{f.name}={getattr(self, f.name)!r}: must be a positive integer")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"GemmaConfig.num_key_value_heads={self.num_key_value_heads!r}: must divide "
-                             f"num_attention_heads={self.num_attention_heads}")  # fmt: skip
+            raise ValueError(
+                f"GemmaConfig.num_key_value_heads={self.num_key_value_heads!r}: must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
 
     @property
     def num_hidden_states(self) -> int:
@@ -80,16 +82,36 @@ class GemmaConfig:
     @classmethod
     def tiny(cls) -> GemmaConfig:
         """Hidden 24 (= tiny caption channels), 2 layers (3 hidden states), alternating attention."""
-        return cls(vocab_size=128, hidden_size=24, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
-                   num_key_value_heads=1, head_dim=12, query_pre_attn_scalar=12, sliding_window=4,
-                   sliding_window_pattern=2, max_position_embeddings=256)  # fmt: skip
+        return cls(
+            vocab_size=128,
+            hidden_size=24,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=12,
+            query_pre_attn_scalar=12,
+            sliding_window=4,
+            sliding_window_pattern=2,
+            max_position_embeddings=256,
+        )
 
     @classmethod
     def small(cls) -> GemmaConfig:
         """Hidden 128 (= small caption channels), 4 layers (5 hidden states)."""
-        return cls(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                   num_attention_heads=4, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
-                   sliding_window=64, sliding_window_pattern=2, max_position_embeddings=1024)  # fmt: skip
+        return cls(
+            vocab_size=1024,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            sliding_window=64,
+            sliding_window_pattern=2,
+            max_position_embeddings=1024,
+        )
 
     @classmethod
     def gemma3_12b(cls) -> GemmaConfig:
@@ -151,8 +173,12 @@ class PipelineOptions:
         if isinstance(self.frame_rate, bool) or not isinstance(self.frame_rate, int | float) or self.frame_rate <= 0:
             raise _fail("pipeline", "frame_rate", self.frame_rate, "must be a positive number")
         if any(not isinstance(b, int) or isinstance(b, bool) or b < 0 for b in self.spatio_temporal_guidance_blocks):
-            raise _fail("pipeline", "spatio_temporal_guidance_blocks", self.spatio_temporal_guidance_blocks,
-                        "must be non-negative block indices")  # fmt: skip
+            raise _fail(
+                "pipeline",
+                "spatio_temporal_guidance_blocks",
+                self.spatio_temporal_guidance_blocks,
+                "must be non-negative block indices",
+            )
         if not 0.0 <= self.decode_timestep <= 1.0:
             raise _fail("pipeline", "decode_timestep", self.decode_timestep, "must be in [0, 1]")
         if self.decode_noise_scale is not None and not 0.0 <= self.decode_noise_scale <= 1.0:
@@ -190,8 +216,12 @@ class PipelineConfig:
         self._check_text()
         blocks = self.pipeline.spatio_temporal_guidance_blocks
         if any(b >= self.transformer.num_layers for b in blocks):
-            raise _fail("pipeline", "spatio_temporal_guidance_blocks", blocks,
-                        f"must be < transformer.num_layers={self.transformer.num_layers}")  # fmt: skip
+            raise _fail(
+                "pipeline",
+                "spatio_temporal_guidance_blocks",
+                blocks,
+                f"must be < transformer.num_layers={self.transformer.num_layers}",
+            )
 
     def _link(self, a: str, b: str) -> None:
         """``a`` and ``b`` (dotted, on this config) must be equal."""
@@ -214,13 +244,19 @@ class PipelineConfig:
         self._link("transformer.audio_sampling_rate", "audio_vae.sample_rate")
         self._link("transformer.audio_hop_length", "audio_vae.mel_hop_length")
         if t.audio_scale_factor != LATENT_DOWNSAMPLE_FACTOR:
-            raise _fail("transformer", "audio_scale_factor", t.audio_scale_factor,
-                        f"must equal the audio VAE's time compression {LATENT_DOWNSAMPLE_FACTOR}")  # fmt: skip
+            raise _fail(
+                "transformer",
+                "audio_scale_factor",
+                t.audio_scale_factor,
+                f"must equal the audio VAE's time compression {LATENT_DOWNSAMPLE_FACTOR}",
+            )
         if a.mel_bins is None:
             raise _fail("audio_vae", "mel_bins", None, "the pipeline needs a fixed mel bin count")
         if self.vocoder.in_channels != a.output_channels * a.mel_bins:
-            raise ValueError(f"vocoder.in_channels={self.vocoder.in_channels} must equal audio_vae.output_channels * "
-                             f"mel_bins = {a.output_channels * a.mel_bins}")  # fmt: skip
+            raise ValueError(
+                f"vocoder.in_channels={self.vocoder.in_channels} must equal audio_vae.output_channels * "
+                f"mel_bins = {a.output_channels * a.mel_bins}"
+            )
         if t.out_channels != t.in_channels or t.audio_out_channels != t.audio_in_channels:
             raise _fail("transformer", "out_channels", t.out_channels, "must equal in_channels (audio too)")
         if self.upsampler is not None:
@@ -233,8 +269,12 @@ class PipelineConfig:
         if t.use_prompt_embeddings:  # 2.0: connectors emit caption-wide tokens, the DiT projects them
             self._link("transformer.caption_channels", "connectors.caption_channels")
             if c.per_modality_projections:
-                raise _fail("connectors", "per_modality_projections", True,
-                            "2.0 transformers (use_prompt_embeddings=True) take the shared projection")  # fmt: skip
+                raise _fail(
+                    "connectors",
+                    "per_modality_projections",
+                    True,
+                    "2.0 transformers (use_prompt_embeddings=True) take the shared projection",
+                )
         else:  # 2.3: connectors emit model-wide tokens
             self._link("connectors.video_hidden_dim", "transformer.inner_dim")
             self._link("connectors.audio_hidden_dim", "transformer.audio_inner_dim")
@@ -242,8 +282,10 @@ class PipelineConfig:
             regs = c.stream(stream).num_registers
             if regs is not None and self.text_encoder.max_sequence_length % regs:
                 length = self.text_encoder.max_sequence_length
-                raise ValueError(f"text_encoder.max_sequence_length={length} must be a multiple of "
-                                 f"connectors.{stream}_connector_num_learnable_registers={regs}")  # fmt: skip
+                raise ValueError(
+                    f"text_encoder.max_sequence_length={length} must be a multiple of "
+                    f"connectors.{stream}_connector_num_learnable_registers={regs}"
+                )
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -270,8 +312,11 @@ class PipelineConfig:
         base = self.transformer.sharding
         derived = register_overrides(base, rules).name
         named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        changes = {n: dataclasses.replace(c, sharding=derived) for n, c in named.items()
-                   if getattr(c, "sharding", None) == base}  # fmt: skip
+        changes = {
+            n: dataclasses.replace(c, sharding=derived)
+            for n, c in named.items()
+            if getattr(c, "sharding", None) == base
+        }
         return self.replace(**changes)
 
     # ---- presets -------------------------------------------------------------------------
@@ -287,14 +332,14 @@ class PipelineConfig:
             # packed latent width 2 * 16/4 = 8 = the tiny DiT's audio channels (= base_channels).
             audio_vae=AudioVAEConfig(
                 base_channels=8, ch_mult=(1, 2, 4), num_res_blocks=1, resolution=16, latent_channels=2, mel_bins=16
-            ),  # fmt: skip
+            ),
             vocoder=VocoderConfig.tiny(),
             upsampler=LatentUpsamplerConfig.tiny(),
             scheduler=SchedulerConfig.dev(),
             guidance=GuidanceConfig(),
             pipeline=PipelineOptions(
                 num_inference_steps=2, height=64, width=64, num_frames=9, spatio_temporal_guidance_blocks=(1,)
-            ),  # fmt: skip
+            ),
         )
 
     @classmethod
@@ -317,20 +362,20 @@ class PipelineConfig:
                 rope_type="split",
                 video_hidden_dim=128,
                 audio_hidden_dim=64,
-            ),  # fmt: skip
+            ),
             text_encoder=TextEncoderConfig(max_sequence_length=128),
             gemma=GemmaConfig.small(),
             video_vae=dataclasses.replace(VideoVAEConfig.small(), latent_channels=128),
             audio_vae=AudioVAEConfig(base_channels=128, num_res_blocks=1),
             vocoder=VocoderConfig(
                 in_channels=128, hidden_channels=128, resnet_kernel_sizes=(3,), resnet_dilations=((1, 3, 5),)
-            ),  # fmt: skip
+            ),
             upsampler=LatentUpsamplerConfig(in_channels=128, mid_channels=64, num_blocks_per_stage=1),
             scheduler=SchedulerConfig.dev(),
             guidance=GuidanceConfig(),
             pipeline=PipelineOptions(
                 num_inference_steps=8, height=256, width=256, num_frames=65, spatio_temporal_guidance_blocks=(1,)
-            ),  # fmt: skip
+            ),
         )
 
     @classmethod
@@ -340,10 +385,15 @@ class PipelineConfig:
         connector width; 16 x 64 heads)."""
         small = cls.small()
         connectors = dataclasses.replace(
-            small.connectors, caption_channels=1024, video_hidden_dim=1024, audio_hidden_dim=512,
-            video_connector_num_attention_heads=16, video_connector_attention_head_dim=64,
-            audio_connector_num_attention_heads=16, audio_connector_attention_head_dim=64,
-        )  # fmt: skip
+            small.connectors,
+            caption_channels=1024,
+            video_hidden_dim=1024,
+            audio_hidden_dim=512,
+            video_connector_num_attention_heads=16,
+            video_connector_attention_head_dim=64,
+            audio_connector_num_attention_heads=16,
+            audio_connector_attention_head_dim=64,
+        )
         return small.replace(
             transformer=TransformerConfig.medium(perturbed_attn=True),
             connectors=connectors,

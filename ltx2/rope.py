@@ -206,9 +206,14 @@ def av_rope(
 
     def table(coords: jax.Array | np.ndarray, dim: int, heads: int, max_positions: Sequence[float]) -> RopeTables:
         return rope_tables(
-            coords, dim=dim, max_positions=max_positions, theta=cfg.rope_theta,
-            double_precision=cfg.rope_double_precision, rope_type=cfg.rope_type, num_heads=heads,
-        )  # fmt: skip
+            coords,
+            dim=dim,
+            max_positions=max_positions,
+            theta=cfg.rope_theta,
+            double_precision=cfg.rope_double_precision,
+            rope_type=cfg.rope_type,
+            num_heads=heads,
+        )
 
     cross_max, cross_dim = (cfg.cross_pos_embed_max_pos,), cfg.audio_cross_attention_dim
     video_max = (cfg.pos_embed_max_pos, cfg.base_height, cfg.base_width)

@@ -42,20 +42,29 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.time_shift_type not in TIME_SHIFT_TYPES:
-            raise ValueError(f"SchedulerConfig.time_shift_type={self.time_shift_type!r}: "
-                             f"must be one of {TIME_SHIFT_TYPES}")  # fmt: skip
+            raise ValueError(
+                f"SchedulerConfig.time_shift_type={self.time_shift_type!r}: must be one of {TIME_SHIFT_TYPES}"
+            )
         if self.shift_terminal is not None and not 0.0 <= self.shift_terminal < 1.0:
             raise ValueError(f"SchedulerConfig.shift_terminal={self.shift_terminal!r}: must be in [0, 1)")
         if self.max_image_seq_len == self.base_image_seq_len:
-            raise ValueError(f"SchedulerConfig.max_image_seq_len={self.max_image_seq_len}: must differ "
-                             f"from base_image_seq_len for the shift to be defined")  # fmt: skip
+            raise ValueError(
+                f"SchedulerConfig.max_image_seq_len={self.max_image_seq_len}: must differ "
+                f"from base_image_seq_len for the shift to be defined"
+            )
 
     @classmethod
     def dev(cls, **overrides: Any) -> SchedulerConfig:
         """LTX-2 "dev" checkpoint: dynamic exponential shift 0.95..2.05 over 1024..4096 tokens,
         stretched to end at 0.1 (diffusers converter)."""
-        base = dict(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05, base_image_seq_len=1024,
-                    max_image_seq_len=4096, shift_terminal=0.1)  # fmt: skip
+        base = dict(
+            use_dynamic_shifting=True,
+            base_shift=0.95,
+            max_shift=2.05,
+            base_image_seq_len=1024,
+            max_image_seq_len=4096,
+            shift_terminal=0.1,
+        )
         return cls(**{**base, **overrides})
 
     @classmethod
@@ -65,8 +74,9 @@ class SchedulerConfig:
 
     def mu(self, image_seq_len: int) -> float:
         """The pipeline's ``mu`` for ``image_seq_len`` video tokens."""
-        return calculate_shift(image_seq_len, self.base_image_seq_len, self.max_image_seq_len,
-                               self.base_shift, self.max_shift)  # fmt: skip
+        return calculate_shift(
+            image_seq_len, self.base_image_seq_len, self.max_image_seq_len, self.base_shift, self.max_shift
+        )
 
     def replace(self, **changes: Any) -> SchedulerConfig:
         return dataclasses.replace(self, **changes)

@@ -66,39 +66,79 @@ SCOPES: Mapping[str, str] = {
     ROPE: "rotary position tables and their application",
     BLOCK: "one transformer layer (ops outside its parts: residual adds)",
     NORM_MOD: "norms and AdaLN modulation",
-    ATTN1: "video self-attention", AUDIO_ATTN1: "audio self-attention",
-    ATTN2: "video text cross-attention", AUDIO_ATTN2: "audio text cross-attention",
-    A2V: "audio-to-video cross-attention", V2A: "video-to-audio cross-attention",
-    FF: "video feed-forward", AUDIO_FF: "audio feed-forward",
-    QKV: "q/k/v projections and q/k norms", CORE: "attention scores, softmax and values", OUT: "attention output",
-    PROJ_IN: "feed-forward input projection", PROJ_OUT: "feed-forward output projection",
+    ATTN1: "video self-attention",
+    AUDIO_ATTN1: "audio self-attention",
+    ATTN2: "video text cross-attention",
+    AUDIO_ATTN2: "audio text cross-attention",
+    A2V: "audio-to-video cross-attention",
+    V2A: "video-to-audio cross-attention",
+    FF: "video feed-forward",
+    AUDIO_FF: "audio feed-forward",
+    QKV: "q/k/v projections and q/k norms",
+    CORE: "attention scores, softmax and values",
+    OUT: "attention output",
+    PROJ_IN: "feed-forward input projection",
+    PROJ_OUT: "feed-forward output projection",
     OUTPUT: "final norm and output projection",
-    GUIDANCE: "guidance combination", SCHEDULER: "sampler step",
-    TEXT_ENCODER: "Gemma-3 text encoder", CONNECTORS: "text connectors",
-    VIDEO_VAE: "video VAE decoder", AUDIO_VAE: "audio VAE decoder", VOCODER: "vocoder", UPSAMPLER: "latent upsampler",
-    CONV_IN: "decoder input convolution", MID: "decoder mid block", UP: "decoder up level (up.<i>)",
-    CONV_OUT: "decoder output convolution", STAGE: "vocoder upsampling stage (stage.<i>)",
-}  # fmt: skip
+    GUIDANCE: "guidance combination",
+    SCHEDULER: "sampler step",
+    TEXT_ENCODER: "Gemma-3 text encoder",
+    CONNECTORS: "text connectors",
+    VIDEO_VAE: "video VAE decoder",
+    AUDIO_VAE: "audio VAE decoder",
+    VOCODER: "vocoder",
+    UPSAMPLER: "latent upsampler",
+    CONV_IN: "decoder input convolution",
+    MID: "decoder mid block",
+    UP: "decoder up level (up.<i>)",
+    CONV_OUT: "decoder output convolution",
+    STAGE: "vocoder upsampling stage (stage.<i>)",
+}
 
 # ---------------------------------------------------------------- children tables (attribute -> scope)
 
 TRANSFORMER_CHILDREN: Mapping[str, str] = {
-    "proj_in": EMBED, "audio_proj_in": EMBED, "caption_projection": EMBED, "audio_caption_projection": EMBED,
-    "time_embed": TIMESTEP, "audio_time_embed": TIMESTEP, "av_cross_attn_video_scale_shift": TIMESTEP,
-    "av_cross_attn_audio_scale_shift": TIMESTEP, "av_cross_attn_video_a2v_gate": TIMESTEP,
-    "av_cross_attn_audio_v2a_gate": TIMESTEP, "prompt_adaln": TIMESTEP, "audio_prompt_adaln": TIMESTEP,
-}  # fmt: skip
+    "proj_in": EMBED,
+    "audio_proj_in": EMBED,
+    "caption_projection": EMBED,
+    "audio_caption_projection": EMBED,
+    "time_embed": TIMESTEP,
+    "audio_time_embed": TIMESTEP,
+    "av_cross_attn_video_scale_shift": TIMESTEP,
+    "av_cross_attn_audio_scale_shift": TIMESTEP,
+    "av_cross_attn_video_a2v_gate": TIMESTEP,
+    "av_cross_attn_audio_v2a_gate": TIMESTEP,
+    "prompt_adaln": TIMESTEP,
+    "audio_prompt_adaln": TIMESTEP,
+}
 BLOCK_CHILDREN: Mapping[str, str] = {
-    "attn1": ATTN1, "audio_attn1": AUDIO_ATTN1, "attn2": ATTN2, "audio_attn2": AUDIO_ATTN2,
-    "audio_to_video_attn": A2V, "video_to_audio_attn": V2A, "ff": FF, "audio_ff": AUDIO_FF,
-}  # fmt: skip
+    "attn1": ATTN1,
+    "audio_attn1": AUDIO_ATTN1,
+    "attn2": ATTN2,
+    "audio_attn2": AUDIO_ATTN2,
+    "audio_to_video_attn": A2V,
+    "video_to_audio_attn": V2A,
+    "ff": FF,
+    "audio_ff": AUDIO_FF,
+}
 ATTENTION_CHILDREN: Mapping[str, str] = {
-    "to_q": QKV, "to_k": QKV, "to_v": QKV, "norm_q": QKV, "norm_k": QKV, "to_out": OUT, "to_gate_logits": OUT,
-}  # fmt: skip
+    "to_q": QKV,
+    "to_k": QKV,
+    "to_v": QKV,
+    "norm_q": QKV,
+    "norm_k": QKV,
+    "to_out": OUT,
+    "to_gate_logits": OUT,
+}
 FEED_FORWARD_CHILDREN: Mapping[str, str] = {"proj_in": PROJ_IN, "proj_out": PROJ_OUT}
 DECODER_CHILDREN: Mapping[str, str] = {
-    "conv_in": CONV_IN, "mid_block": MID, "mid": MID, "up_blocks": UP, "up": UP, "conv_out": CONV_OUT,
-}  # fmt: skip
+    "conv_in": CONV_IN,
+    "mid_block": MID,
+    "mid": MID,
+    "up_blocks": UP,
+    "up": UP,
+    "conv_out": CONV_OUT,
+}
 VOCODER_CHILDREN: Mapping[str, str] = {"conv_in": CONV_IN, "conv_out": CONV_OUT}
 
 ATTRIBUTE = "scope"  # the instance attribute module_scope reads
@@ -167,8 +207,15 @@ def attributes() -> dict[str, tuple[str, ...]]:
     """Scope -> the module attributes its parameters live under (``a2v`` -> ``audio_to_video_attn``,
     ``block`` -> ``transformer_blocks``): how a parameter path maps onto scopes."""
     out: dict[str, set[str]] = {BLOCK: {"transformer_blocks"}}
-    for table in (TRANSFORMER_CHILDREN, BLOCK_CHILDREN, ATTENTION_CHILDREN, FEED_FORWARD_CHILDREN, DECODER_CHILDREN,
-                  VOCODER_CHILDREN, {"upsamplers": STAGE, "resnets": STAGE}):  # fmt: skip
+    for table in (
+        TRANSFORMER_CHILDREN,
+        BLOCK_CHILDREN,
+        ATTENTION_CHILDREN,
+        FEED_FORWARD_CHILDREN,
+        DECODER_CHILDREN,
+        VOCODER_CHILDREN,
+        {"upsamplers": STAGE, "resnets": STAGE},
+    ):
         for attr, name in table.items():
             out.setdefault(name, set()).add(attr)
     return {name: tuple(sorted(attrs)) for name, attrs in out.items()}

@@ -238,8 +238,11 @@ def normalize_overrides(overrides: Mapping[str, Sequence[str] | str | None]) -> 
     for logical, axes in overrides.items():
         if logical not in LOGICAL_AXES:
             raise ValueError(f"override names unknown logical axis {logical!r}; known: {sorted(LOGICAL_AXES)}")
-        if not (axes is None or isinstance(axes, str) or
-                (isinstance(axes, Sequence) and all(isinstance(a, str) for a in axes))):  # fmt: skip
+        if not (
+            axes is None
+            or isinstance(axes, str)
+            or (isinstance(axes, Sequence) and all(isinstance(a, str) for a in axes))
+        ):
             raise ValueError(f"override {logical!r}: expected a mesh axis name or a list of them, got {axes!r}")
         mesh_axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
         bad = [a for a in mesh_axes if a not in MESH_AXES]
@@ -315,8 +318,12 @@ def component_strategies(strategy: str | Strategy, vae_replication: bool) -> dic
     must be registered (its name is what component configs hold)."""
     base = get_strategy(strategy) if isinstance(strategy, str) else get_strategy(strategy.name)
     vae = vae_strategy(base, vae_replication).name
-    return {"transformer": base.name, "connectors": base.name, "text_encoder": base.name,
-            **{c: vae for c in VAE_COMPONENTS}}  # fmt: skip
+    return {
+        "transformer": base.name,
+        "connectors": base.name,
+        "text_encoder": base.name,
+        **{c: vae for c in VAE_COMPONENTS},
+    }
 
 
 def _context_mesh_axis_names() -> tuple[str, ...]:
@@ -375,9 +382,7 @@ class MeshSpec:
         fixed = math.prod(s for _, s in self.axes if s != -1)
         if rest:
             if num_devices % fixed:
-                raise ValueError(
-                    f"mesh: {num_devices} devices are not divisible by the fixed axes' product {fixed}"
-                )
+                raise ValueError(f"mesh: {num_devices} devices are not divisible by the fixed axes' product {fixed}")
             return tuple((n, num_devices // fixed if s == -1 else s) for n, s in self.axes)
         if fixed != num_devices:
             raise ValueError(

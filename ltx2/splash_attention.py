@@ -64,9 +64,16 @@ def key_keep_mask(bias: jax.Array | None, batch: int, keys: int) -> jax.Array | 
 
 
 def _kernel_call(
-    q_bnlk: jax.Array, k_bnsk: jax.Array, v_bnsk: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
-    *, bq: int, bk: int, interpret: bool,
-) -> jax.Array:  # fmt: skip
+    q_bnlk: jax.Array,
+    k_bnsk: jax.Array,
+    v_bnsk: jax.Array,
+    q_ids: jax.Array | None,
+    kv_ids: jax.Array | None,
+    *,
+    bq: int,
+    bk: int,
+    interpret: bool,
+) -> jax.Array:
     """The splash kernel over a (local) batch: padded ``[B, N, Lp, Kp]`` in, same out."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
@@ -127,9 +134,7 @@ def splash_attention(
 
     args = (q_bnlk, k_bnsk, v_bnsk, q_ids, kv_ids)
     if interpret is None:
-        out = jax.lax.platform_dependent(
-            *args, tpu=functools.partial(run, False), default=functools.partial(run, True)
-        )
+        out = jax.lax.platform_dependent(*args, tpu=functools.partial(run, False), default=functools.partial(run, True))
     else:
         out = run(interpret, *args)
     return jnp.swapaxes(out[:, :, :L, :K], 1, 2).astype(q_blnk.dtype)

@@ -172,8 +172,15 @@ class LTX2Transformer(nnx.Module):
             video_coords = self._video_coords(1, num_frames, height, width, fps)
         if audio_coords is None:
             audio_coords = self._audio_coords(1, audio_num_frames)
-        cond = self.conditioning(timestep, audio_timestep, sigma, audio_sigma, video_coords, audio_coords,
-                                 use_cross_timestep=use_cross_timestep)  # fmt: skip
+        cond = self.conditioning(
+            timestep,
+            audio_timestep,
+            sigma,
+            audio_sigma,
+            video_coords,
+            audio_coords,
+            use_cross_timestep=use_cross_timestep,
+        )
         text, audio_text = self.project_text(encoder_hidden_states, audio_encoder_hidden_states)
         flags, keep = self._stg(batch, spatio_temporal_guidance_blocks, perturbation_mask, dt)
         inputs = self.block_inputs(cond, text, audio_text, encoder_attention_mask, audio_encoder_attention_mask, keep)
@@ -203,8 +210,19 @@ class LTX2Transformer(nnx.Module):
             timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep, dt
         )
         prompt, audio_prompt = self._prompt_embeddings(sigma, audio_sigma, dt)
-        return Conditioning(temb, emb, audio_temb, audio_emb, ca, audio_ca, ca_gate, audio_ca_gate, prompt,
-                            audio_prompt, av_rope(self.cfg, video_coords, audio_coords))  # fmt: skip
+        return Conditioning(
+            temb,
+            emb,
+            audio_temb,
+            audio_emb,
+            ca,
+            audio_ca,
+            ca_gate,
+            audio_ca_gate,
+            prompt,
+            audio_prompt,
+            av_rope(self.cfg, video_coords, audio_coords),
+        )
 
     def block_inputs(
         self,
@@ -220,13 +238,22 @@ class LTX2Transformer(nnx.Module):
         :class:`TextKV`), keep-masks ``[B, S]``, STG ``keep`` and a2v/v2a ``cross`` row masks ``[B, 1, 1]``."""
         dt, rope = jnp.dtype(self.cfg.dtype), cond.rope
         return BlockInputs(
-            StreamInputs(text, _bias(mask, dt), cond.temb, cond.ca, cond.ca_gate, cond.prompt, rope.video,
-                         rope.cross_video),
-            StreamInputs(audio_text, _bias(audio_mask, dt), cond.audio_temb, cond.audio_ca, cond.audio_ca_gate,
-                         cond.audio_prompt, rope.audio, rope.cross_audio),
+            StreamInputs(
+                text, _bias(mask, dt), cond.temb, cond.ca, cond.ca_gate, cond.prompt, rope.video, rope.cross_video
+            ),
+            StreamInputs(
+                audio_text,
+                _bias(audio_mask, dt),
+                cond.audio_temb,
+                cond.audio_ca,
+                cond.audio_ca_gate,
+                cond.audio_prompt,
+                rope.audio,
+                rope.cross_audio,
+            ),
             keep,
             cross,
-        )  # fmt: skip
+        )
 
     def project_text(self, text: jax.Array, audio_text: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Text features ``[B, S, caption_channels]`` -> ``[B, S, D]``, ``[B, S, Da]`` (LTX-2.0 caption
@@ -243,8 +270,10 @@ class LTX2Transformer(nnx.Module):
         return self.proj_in(x.astype(dt)), self.audio_proj_in(a.astype(dt))
 
     def project_out(self, x: jax.Array, a: jax.Array, cond: Conditioning) -> tuple[jax.Array, jax.Array]:
-        return (_output(x, cond.emb, self.scale_shift_table[...], self.proj_out),
-                _output(a, cond.audio_emb, self.audio_scale_shift_table[...], self.audio_proj_out))  # fmt: skip
+        return (
+            _output(x, cond.emb, self.scale_shift_table[...], self.proj_out),
+            _output(a, cond.audio_emb, self.audio_scale_shift_table[...], self.audio_proj_out),
+        )
 
     def text_kv(self, text: jax.Array, audio_text: jax.Array, cond: Conditioning | None = None) -> TextKV:
         """Every layer's text keys/values ``[layers, R, S, D]`` of the projected ``text``/``audio_text``
@@ -340,8 +369,9 @@ class LTX2Transformer(nnx.Module):
             sampling_rate=cfg.audio_sampling_rate,
         )
 
-    def coords(self, num_frames: int, height: int, width: int, fps: float, audio_num_frames: int
-               ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def coords(
+        self, num_frames: int, height: int, width: int, fps: float, audio_num_frames: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """RoPE coordinates of one row (``[1, 3, L, 2]``, ``[1, 1, A, 2]``) for a latent grid."""
         return self._video_coords(1, num_frames, height, width, fps), self._audio_coords(1, audio_num_frames)
 

@@ -116,8 +116,12 @@ def test_no_import_cycles() -> None:
 
 
 def test_ltx2_never_imports_the_harness() -> None:
-    offenders = [(name, module, line) for name, path in modules(ROOT, ["ltx2"]).items()
-                 for module, _, line in imports(name, path) if module.split(".")[0] == "harness"]  # fmt: skip
+    offenders = [
+        (name, module, line)
+        for name, path in modules(ROOT, ["ltx2"]).items()
+        for module, _, line in imports(name, path)
+        if module.split(".")[0] == "harness"
+    ]
     assert offenders == []
 
 
@@ -154,15 +158,21 @@ def private_uses(root: Path) -> list[str]:
 def test_the_harness_uses_only_public_ltx2_names(tmp_path: Path) -> None:
     assert private_uses(ROOT) == []
     # The check itself: a private name and a module ltx2 does not re-export are both caught.
-    for package, text in (("ltx2", '__all__ = ["Workload", "stages"]\n'), ("ltx2/stages", '__all__ = ["X"]\n'),
-                          ("harness", "")):  # fmt: skip
+    for package, text in (
+        ("ltx2", '__all__ = ["Workload", "stages"]\n'),
+        ("ltx2/stages", '__all__ = ["X"]\n'),
+        ("harness", ""),
+    ):
         (tmp_path / package).mkdir(parents=True)
         (tmp_path / package / "__init__.py").write_text(text)
     (tmp_path / "ltx2" / "pipeline.py").write_text("__all__ = []\n")
     (tmp_path / "harness" / "x.py").write_text(
-        "from ltx2 import Workload\nfrom ltx2.stages import X, _y\ndef f():\n    from ltx2.pipeline import thing\n")
-    assert private_uses(tmp_path) == ["harness/x.py:2: ltx2.stages._y is not public",
-                                      "harness/x.py:4: ltx2.pipeline is not re-exported by ltx2"]  # fmt: skip
+        "from ltx2 import Workload\nfrom ltx2.stages import X, _y\ndef f():\n    from ltx2.pipeline import thing\n"
+    )
+    assert private_uses(tmp_path) == [
+        "harness/x.py:2: ltx2.stages._y is not public",
+        "harness/x.py:4: ltx2.pipeline is not re-exported by ltx2",
+    ]
 
 
 def test_no_source_file_over_500_lines() -> None:
@@ -172,14 +182,23 @@ def test_no_source_file_over_500_lines() -> None:
     assert len(files) > 100 and long == {}
 
 
-@pytest.mark.parametrize("code", [
-    "import harness.report, harness.report.html, harness.results.gate, harness.results.baseline",
-    "from harness import cli; assert cli.main(['report', sys.argv[1], '--out', sys.argv[2]]) == 0",
-], ids=["import", "cli-report"])  # fmt: skip
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import harness.report, harness.report.html, harness.results.gate, harness.results.baseline",
+        "from harness import cli; assert cli.main(['report', sys.argv[1], '--out', sys.argv[2]]) == 0",
+    ],
+    ids=["import", "cli-report"],
+)
 def test_reports_need_neither_jax_nor_the_model(tmp_path: Path, code: str) -> None:
     fixture = ROOT / "tests" / "harness" / "fixtures" / "sweep_cpu8.jsonl"
     script = f"import sys\n{code}\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    done = subprocess.run([sys.executable, "-c", script, str(fixture), str(tmp_path)], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(fixture), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

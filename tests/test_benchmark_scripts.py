@@ -91,10 +91,20 @@ def _bench_plumbing():  # type: ignore[no-untyped-def]
 def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
     def entry(component: str, gflop: float, jax_s: float, torch_s: float, **extra: object) -> dict:
         info = dict(
-            component=component, preset="p", dtype="float32", analytic_gflop=gflop, jax_median_s=jax_s,
-            torch_median_s=torch_s, paired_time_ratio_median=jax_s / torch_s, jax_trace_lower_s=0.5,
-            jax_compile_s=1.0, jax_peak_bytes=2**20, torch_peak_bytes=2**21, torch_threads=2, **extra,
-        )  # fmt: skip
+            component=component,
+            preset="p",
+            dtype="float32",
+            analytic_gflop=gflop,
+            jax_median_s=jax_s,
+            torch_median_s=torch_s,
+            paired_time_ratio_median=jax_s / torch_s,
+            jax_trace_lower_s=0.5,
+            jax_compile_s=1.0,
+            jax_peak_bytes=2**20,
+            torch_peak_bytes=2**21,
+            torch_threads=2,
+            **extra,
+        )
         return {"name": component, "extra_info": info, "stats": {"rounds": 5}}
 
     bench = _bench_plumbing()
@@ -127,9 +137,14 @@ def _script(name: str):  # type: ignore[no-untyped-def]
     return module
 
 
-@pytest.mark.parametrize(("name", "argv"), [("guided_step_static", ["--variants", "old,fast"]),
-                                            ("guided_ab", ["--variants", "default,turbo"]),
-                                            ("guided_ab", ["--rounds", "0"])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("guided_step_static", ["--variants", "old,fast"]),
+        ("guided_ab", ["--variants", "default,turbo"]),
+        ("guided_ab", ["--rounds", "0"]),
+    ],
+)
 def test_guided_scripts_refuse_bad_arguments(name: str, argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         _script(name).parse_args(argv)
@@ -151,8 +166,9 @@ def test_guided_static_variants_are_the_knob_settings() -> None:
 def test_guided_static_tiny_run(tmp_path: Path) -> None:
     out = tmp_path / "static.json"
     argv = ["--preset", "tiny", "--variants", "old,default", "--json", str(out)]
-    proc = subprocess.run([sys.executable, str(BENCH / "guided_step_static.py"), *argv], capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "guided_step_static.py"), *argv], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["variant"]: r for r in json.loads(out.read_text())}
     # tiny: 2 blocks, STG at block 1 -> the fork drops 1 of 8 row-blocks; the text cache all text projections.

@@ -28,10 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     update = actions.add_parser("update", help="write a baseline from a results file")
     update.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
     update.add_argument("--name", help="baseline name (default: <manifest>-<backend key>)")
-    update.add_argument("--manifest", type=Path, help="write where this manifest's gate looks ([gate] baseline or "
-                        "the default name); refuses records of another backend")
-    update.add_argument("--out", type=Path, metavar="PATH", help="write exactly this file (.json: a wrapped baseline, "
-                        ".jsonl: bare records)")
+    update.add_argument(
+        "--manifest",
+        type=Path,
+        help="write where this manifest's gate looks ([gate] baseline or "
+        "the default name); refuses records of another backend",
+    )
+    update.add_argument(
+        "--out",
+        type=Path,
+        metavar="PATH",
+        help="write exactly this file (.json: a wrapped baseline, .jsonl: bare records)",
+    )
     update.add_argument("--dir", type=Path, default=bl.BASELINES_DIR, help=f"default: {bl.BASELINES_DIR}")
     show = actions.add_parser("show", help="summarise a baseline")
     show.add_argument("baseline", help="a name in --dir or a path to a .json")
@@ -45,8 +53,9 @@ def update(args: argparse.Namespace) -> int:
     if args.manifest is not None:
         manifest = load_manifest(args.manifest)
         if data["key"] != bl.target_key(manifest.target):
-            raise bl.BaselineError(f"{args.results} ran on {data['key']}, {args.manifest} targets "
-                                   f"{bl.target_key(manifest.target)}")
+            raise bl.BaselineError(
+                f"{args.results} ran on {data['key']}, {args.manifest} targets {bl.target_key(manifest.target)}"
+            )
         if not args.name:
             path = bl.path_for(manifest, args.dir)
     if args.out is not None:
@@ -54,19 +63,26 @@ def update(args: argparse.Namespace) -> int:
     data["name"] = path.stem
     path = bl.write(path, data)
     commit = (data.get("git") or {}).get("commit") or "unknown commit"
-    print(f"wrote {path}: {len(data['records'])} variants, backend {data['key']}, from {args.results} "
-          f"({commit[:12]}); commit it to make it the gate's reference")
+    print(
+        f"wrote {path}: {len(data['records'])} variants, backend {data['key']}, from {args.results} "
+        f"({commit[:12]}); commit it to make it the gate's reference"
+    )
     return 0
 
 
 def show(args: argparse.Namespace) -> int:
     from harness.report.tables import stage_rows
 
-    path = (Path(args.baseline) if args.baseline.endswith((".json", ".jsonl"))
-            else bl.baseline_path(args.baseline, args.dir))
+    path = (
+        Path(args.baseline)
+        if args.baseline.endswith((".json", ".jsonl"))
+        else bl.baseline_path(args.baseline, args.dir)
+    )
     base = bl.load(path)
-    print(f"{path}: {base.name}, backend {base.key}, {len(base.records)} variants, commit {base.commit}, "
-          f"from {base.source or '?'}")
+    print(
+        f"{path}: {base.name}, backend {base.key}, {len(base.records)} variants, commit {base.commit}, "
+        f"from {base.source or '?'}"
+    )
     for row in stage_rows(base.records):
         time = f"{row.time.median * 1e3:.3f} ms (n={row.time.n})" if row.time else "-"
         print(f"  {row.variant:<24} {row.stage:<14} {time:>22}  collectives {row.collective_count or 0:g}")

@@ -52,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
 
     sweep_dir: Path = args.sweep_dir
     if not (sweep_dir / MANIFEST_COPY).is_file() or not (sweep_dir / SPECS).is_dir():
-        print(f"error: {sweep_dir}: not a sweep submitted with --launcher (no {MANIFEST_COPY} and {SPECS}/)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {sweep_dir}: not a sweep submitted with --launcher (no {MANIFEST_COPY} and {SPECS}/)",
+            file=sys.stderr,
+        )
         return 2
     sweep = load_sweep(sweep_dir / MANIFEST_COPY)
     by_id = {v.id: v for v in sweep.variants}
@@ -76,10 +78,23 @@ def run(args: argparse.Namespace) -> int:
             result = results[0] if len(results) == 1 else merge_results(results)
             launch = results[0]["launch"]
             duration = max(r["launch"]["duration_s"] for r in results)
-            outcome = Outcome(result["status"], result.get("error"), result, duration, launch["started_at"],
-                              max(r["launch"]["finished_at"] for r in results))  # fmt: skip
-            record = build_record(sweep_id=sweep_id, manifest=sweep.manifest, variant=variant, run=sweep.manifest.run,
-                                  outcome=outcome, context=launch["context"], log_path=folder)  # fmt: skip
+            outcome = Outcome(
+                result["status"],
+                result.get("error"),
+                result,
+                duration,
+                launch["started_at"],
+                max(r["launch"]["finished_at"] for r in results),
+            )
+            record = build_record(
+                sweep_id=sweep_id,
+                manifest=sweep.manifest,
+                variant=variant,
+                run=sweep.manifest.run,
+                outcome=outcome,
+                context=launch["context"],
+                log_path=folder,
+            )
             store.append_record(path, record)
             (folder / COLLECTED).write_text(f"{record.finished_at}\n")
             collected += 1

@@ -31,14 +31,28 @@ HELP = "per-scope and per-category time deltas (with intervals) and collective d
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("targets", nargs="+", metavar="A_B_OR_FILES",
-                        help="two variant names (with --results), two results files, or a manifest (with --against)")
+    parser.add_argument(
+        "targets",
+        nargs="+",
+        metavar="A_B_OR_FILES",
+        help="two variant names (with --results), two results files, or a manifest (with --against)",
+    )
     parser.add_argument("--results", type=Path, metavar="PATH", help="results (.jsonl or sweep dir) holding A and B")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
-                        help="with two files or --against: only these variants (repeatable; default: all in both)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with two files or --against: only these variants (repeatable; default: all in both)",
+    )
     parser.add_argument("--stage", action="append", default=[], metavar="NAME", help="only these stages (repeatable)")
-    parser.add_argument("--depth", type=int, default=None, metavar="N",
-                        help="cut scope paths to their first N components (default: full paths)")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut scope paths to their first N components (default: full paths)",
+    )
     parser.add_argument("--top", type=int, default=15, metavar="N", help="scopes shown per stage (by |delta|)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the diffs as JSON")
     parser.add_argument("--against", metavar="REV", help="base: the manifest's variants run from git revision REV")
@@ -63,8 +77,9 @@ def _pick(records: dict[str, Record], name: str, where: Path) -> Record:
     return records[name]
 
 
-def _pairs_by_name(base: dict[str, Record], head: dict[str, Record], names: list[str], where: str
-                   ) -> list[tuple[Record, Record]]:  # fmt: skip
+def _pairs_by_name(
+    base: dict[str, Record], head: dict[str, Record], names: list[str], where: str
+) -> list[tuple[Record, Record]]:
     common = [n for n in head if n in base]
     wanted = names or common
     missing = [n for n in wanted if n not in common]
@@ -104,8 +119,10 @@ def pairs(args: argparse.Namespace) -> list[tuple[Record, Record]]:
         return [(_pick(records, targets[0], args.results), _pick(records, targets[1], args.results))]
     a, b = Path(targets[0]), Path(targets[1])
     if not (a.exists() and b.exists()):
-        raise DiffInputError(f"{targets[0]} and {targets[1]} are not both results files; to diff two variants "
-                             "of one sweep pass --results PATH")
+        raise DiffInputError(
+            f"{targets[0]} and {targets[1]} are not both results files; to diff two variants "
+            "of one sweep pass --results PATH"
+        )
     return _pairs_by_name(_latest(a), _latest(b), list(args.variant), f"{a} and {b}")
 
 

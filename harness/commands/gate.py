@@ -52,17 +52,31 @@ HELP = "compare a run with its committed baseline; exit 0 clean, 1 regression, 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifest", type=Path, help="experiments/<name>.toml")
-    parser.add_argument("--results", type=Path, metavar="PATH",
-                        help="gate these results (.jsonl or sweep dir) instead of running the manifest")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        metavar="PATH",
+        help="gate these results (.jsonl or sweep dir) instead of running the manifest",
+    )
     parser.add_argument("--baseline", type=Path, metavar="PATH", help="baseline file (default: from the manifest)")
-    parser.add_argument("--baselines-dir", type=Path, default=bl.BASELINES_DIR, metavar="DIR",
-                        help=f"where named baselines live (default: {bl.BASELINES_DIR})")
+    parser.add_argument(
+        "--baselines-dir",
+        type=Path,
+        default=bl.BASELINES_DIR,
+        metavar="DIR",
+        help=f"where named baselines live (default: {bl.BASELINES_DIR})",
+    )
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="reports directory")
     parser.add_argument("--sweep-id", help="results go to <reports>/<sweep-id>/ (default: <manifest>-gate)")
-    parser.add_argument("--timings", choices=TIMINGS, default="auto",
-                        help="gate timings: auto (only if same machine as the baseline), on, off")
-    parser.add_argument("--against", metavar="REV",
-                        help="re-measure the baseline from git revision REV, interleaved with this tree")
+    parser.add_argument(
+        "--timings",
+        choices=TIMINGS,
+        default="auto",
+        help="gate timings: auto (only if same machine as the baseline), on, off",
+    )
+    parser.add_argument(
+        "--against", metavar="REV", help="re-measure the baseline from git revision REV, interleaved with this tree"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side with --against")
 
 
@@ -92,25 +106,46 @@ def missing_baseline(args: argparse.Namespace, path: Path) -> str:
         steps = [write + [str(args.results)] + target]
     else:
         reports, sweep_id = args.reports, _sweep_id(args, args.manifest.stem)
-        steps = [["python", "-m", "harness", "sweep", str(args.manifest), "--reports", str(reports), "--sweep-id",
-                  sweep_id], write + [str(rec.results_path(reports, sweep_id))] + target]  # fmt: skip
-    return (f"no baseline at {path}; write it on purpose from a run you trust, then commit it:\n  "
-            + " && ".join(shlex.join(step) for step in steps))
+        steps = [
+            ["python", "-m", "harness", "sweep", str(args.manifest), "--reports", str(reports), "--sweep-id", sweep_id],
+            write + [str(rec.results_path(reports, sweep_id))] + target,
+        ]
+    return f"no baseline at {path}; write it on purpose from a run you trust, then commit it:\n  " + " && ".join(
+        shlex.join(step) for step in steps
+    )
 
 
 def _sweep(tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: str) -> None:
     """Run one variant with ``python -m harness sweep`` using the harness and model code of ``tree``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
-    subprocess.run([sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(reports),
-                    "--sweep-id", sweep_id, "--rerun", "--variant", variant], cwd=tree, env=env, check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "sweep",
+            str(manifest),
+            "--reports",
+            str(reports),
+            "--sweep-id",
+            sweep_id,
+            "--rerun",
+            "--variant",
+            variant,
+        ],
+        cwd=tree,
+        env=env,
+        check=False,
+    )
 
 
 def _latest(reports: Path, sweep_id: str) -> list[Record]:
     return list(rec.latest_by_variant(rec.load_records(rec.results_path(reports, sweep_id))).values())
 
 
-def interleaved(sweep: Sweep, base_tree: Path, head_tree: Path, rounds: int, reports: Path, sweep_id: str
-                ) -> tuple[list[Record], list[Record], Path]:
+def interleaved(
+    sweep: Sweep, base_tree: Path, head_tree: Path, rounds: int, reports: Path, sweep_id: str
+) -> tuple[list[Record], list[Record], Path]:
     """Baseline and head records measured alternately, variant by variant, pooled over rounds.
 
     Round r runs every variant once per side, base then head for even r and head then
@@ -142,8 +177,9 @@ def worktree(rev: str) -> Iterator[Path]:
     """A temporary, detached git worktree of ``rev`` (removed afterwards)."""
     with tempfile.TemporaryDirectory(prefix="harness-gate-base-") as tmp:
         tree = Path(tmp) / "base"
-        done = subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO_ROOT,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO_ROOT, capture_output=True, text=True
+        )
         if done.returncode != 0:
             raise ValueError(f"cannot check out {rev!r}: {done.stderr.strip()}")
         try:
@@ -171,20 +207,47 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
         base = bl.load(path)
         expected = bl.target_key(manifest.target)
         if base.key != expected:
-            return GateResult(ERROR, None, problems=[f"baseline {path} is for {base.key}, this manifest targets "
-                                                     f"{expected}; baselines are per backend and topology"]), None
+            return GateResult(
+                ERROR,
+                None,
+                problems=[
+                    f"baseline {path} is for {base.key}, this manifest targets "
+                    f"{expected}; baselines are per backend and topology"
+                ],
+            ), None
         records, out = _run_or_load(args, sweep)
         base_records, label = base.records, str(path)
     result = evaluate(base_records, records, manifest.gate, timings=args.timings)
     if records:
-        write_report(records, out, baseline=base_records, baseline_label=label, gate=manifest.gate,
-                     timings=result.timings_gated)
-        (out / "gate.json").write_text(json.dumps({
-            "exit_code": result.exit_code, "baseline": label, "problems": result.problems,
-            "failures": [{"variant": c.variant, "stage": c.stage, "metric": c.metric, "baseline": c.baseline,
-                          "now": c.now, "ratio": c.ratio, "verdict": c.verdict, "detail": c.detail}
-                         for c in result.failures],
-            "notes": result.notes}, indent=1, default=str) + "\n")
+        write_report(
+            records, out, baseline=base_records, baseline_label=label, gate=manifest.gate, timings=result.timings_gated
+        )
+        (out / "gate.json").write_text(
+            json.dumps(
+                {
+                    "exit_code": result.exit_code,
+                    "baseline": label,
+                    "problems": result.problems,
+                    "failures": [
+                        {
+                            "variant": c.variant,
+                            "stage": c.stage,
+                            "metric": c.metric,
+                            "baseline": c.baseline,
+                            "now": c.now,
+                            "ratio": c.ratio,
+                            "verdict": c.verdict,
+                            "detail": c.detail,
+                        }
+                        for c in result.failures
+                    ],
+                    "notes": result.notes,
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
     return result, out
 
 

@@ -34,22 +34,27 @@ def format_static(static: Mapping[str, Any]) -> list[str]:
         lines.append(f"  compile: lower {timing['lower_seconds']:.2f} s, compile {timing['compile_seconds']:.2f} s")
     cost = static.get("cost") or {}
     if cost:
-        lines.append(f"  cost per device: flops {cost.get('flops') or 0:.4g}, bytes accessed "
-                     f"{cost.get('bytes_accessed') or 0:.4g} (loop bodies counted once)")
+        lines.append(
+            f"  cost per device: flops {cost.get('flops') or 0:.4g}, bytes accessed "
+            f"{cost.get('bytes_accessed') or 0:.4g} (loop bodies counted once)"
+        )
     if static.get("analytic_flops") is not None:
         lines.append(f"  analytic model flops: {static['analytic_flops']:.4g}")
     memory = static.get("memory") or {}
     if memory:
-        lines.append("  memory per device MiB: " + ", ".join(
-            f"{k.removesuffix('_bytes')} {_mib(memory.get(k))}"
-            for k in ("argument_bytes", "output_bytes", "temp_bytes", "peak_bytes", "bound_bytes")))
+        lines.append(
+            "  memory per device MiB: "
+            + ", ".join(
+                f"{k.removesuffix('_bytes')} {_mib(memory.get(k))}"
+                for k in ("argument_bytes", "output_bytes", "temp_bytes", "peak_bytes", "bound_bytes")
+            )
+        )
     by_kind = (static.get("collectives") or {}).get("by_kind") or {}
     if by_kind:
         lines.append(f"  {'collective':<22}{'count':>7}{'operand MiB':>14}{'result MiB':>13}")
         for kind, c in by_kind.items():
             if c.get("count"):
-                lines.append(f"  {kind:<22}{c['count']:>7}{_mib(c['operand_bytes']):>14}"
-                             f"{_mib(c['result_bytes']):>13}")
+                lines.append(f"  {kind:<22}{c['count']:>7}{_mib(c['operand_bytes']):>14}{_mib(c['result_bytes']):>13}")
     known = {"timing", "cost", "memory", "collectives", "analytic_flops", "platform"}
     lines += [f"  {k}: {v}" for k, v in static.items() if k not in known]
     return lines
@@ -72,14 +77,26 @@ def run(args: argparse.Namespace) -> int:
         outcome = LocalLauncher().run(spec, log_path=Path(tmp) / "worker.log")
     stages = outcome.result.get("stages") or {}
     if args.json:
-        print(json.dumps({"variant": {"name": variant.name, "id": variant.id}, "status": outcome.status,
-                          "error": outcome.error, "machine": outcome.result.get("machine"),
-                          "stages": {s: {k: e.get(k) for k in ("status", "error", "notes", "static")}
-                                     for s, e in stages.items()}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "variant": {"name": variant.name, "id": variant.id},
+                    "status": outcome.status,
+                    "error": outcome.error,
+                    "machine": outcome.result.get("machine"),
+                    "stages": {
+                        s: {k: e.get(k) for k in ("status", "error", "notes", "static")} for s, e in stages.items()
+                    },
+                },
+                indent=2,
+            )
+        )
     else:
         mesh = variant.target.mesh_shape
-        print(f"{variant.name} ({variant.id}): preset {variant.preset}, {variant.target.platform} mesh {mesh}, "
-              f"mode {outcome.result.get('mode_used')}, {outcome.status}")
+        print(
+            f"{variant.name} ({variant.id}): preset {variant.preset}, {variant.target.platform} mesh {mesh}, "
+            f"mode {outcome.result.get('mode_used')}, {outcome.status}"
+        )
         for name, entry in stages.items():
             print(f"stage {name}: {entry['status']}")
             for note in entry.get("notes") or []:

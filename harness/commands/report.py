@@ -21,13 +21,25 @@ HELP = "HTML report and CSV of a results file, optionally against a baseline"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
-    parser.add_argument("--baseline", type=Path, metavar="PATH",
-                        help="compare with: a baseline .json, a results .jsonl or a sweep directory")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: the sweep's folder, "
-                        "or <reports>/<file name>-report/ for a file that is not a sweep's results.jsonl)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="PATH",
+        help="compare with: a baseline .json, a results .jsonl or a sweep directory",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output directory (default: the sweep's folder, "
+        "or <reports>/<file name>-report/ for a file that is not a sweep's results.jsonl)",
+    )
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="reports directory")
-    parser.add_argument("--reference", metavar="VARIANT", help="variant that speedups are relative to "
-                        "(default: the first that succeeded)")
+    parser.add_argument(
+        "--reference",
+        metavar="VARIANT",
+        help="variant that speedups are relative to (default: the first that succeeded)",
+    )
     parser.add_argument("--manifest", type=Path, help="take the comparison's thresholds from this manifest's [gate]")
     parser.add_argument("--title", help="page title (default: Sweep <sweep-id>)")
 
@@ -48,9 +60,16 @@ def run(args: argparse.Namespace) -> int:
     gate = load_manifest(args.manifest).gate if args.manifest else Gate()
     out = args.out or rec.output_dir(args.results, args.reports, f"{args.results.stem}-report")
     try:
-        files = write_report(records, out, baseline=baseline, baseline_label=str(args.baseline or ""), gate=gate,
-                             reference=args.reference, title=args.title,
-                             timings=baseline is None or same_machine(baseline, records))
+        files = write_report(
+            records,
+            out,
+            baseline=baseline,
+            baseline_label=str(args.baseline or ""),
+            gate=gate,
+            reference=args.reference,
+            title=args.title,
+            timings=baseline is None or same_machine(baseline, records),
+        )
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
@@ -60,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {files.index} and {files.csv}")
     if files.comparison is not None:
         c = files.comparison
-        print(f"against {args.baseline}: {len(c.regressions)} gated regressions, "
-              f"{len(c.by_verdict('improved'))} improved, {len(c.by_verdict('noise'))} noise")
+        print(
+            f"against {args.baseline}: {len(c.regressions)} gated regressions, "
+            f"{len(c.by_verdict('improved'))} improved, {len(c.by_verdict('noise'))} noise"
+        )
     return 0

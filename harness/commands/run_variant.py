@@ -22,8 +22,12 @@ HELP = "run one variant from its spec (what a cluster job runs); outputs for `ha
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, help="<sweep dir>/specs/<variant id>.json, written by sweep --launcher")
     parser.add_argument("--out", type=Path, required=True, help="folder for out-<process>.json")
-    parser.add_argument("--process", type=int, default=None,
-                        help="this host's process id where JAX does not say it (test presets start no JAX)")
+    parser.add_argument(
+        "--process",
+        type=int,
+        default=None,
+        help="this host's process id where JAX does not say it (test presets start no JAX)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
     started_at, start = now(), time.monotonic()
     code = run_spec(spec, out)
     result = json.loads(out.read_text())
-    result["launch"] = {"started_at": started_at, "finished_at": now(), "duration_s": time.monotonic() - start,
-                        "context": context()}  # fmt: skip
+    result["launch"] = {
+        "started_at": started_at,
+        "finished_at": now(),
+        "duration_s": time.monotonic() - start,
+        "context": context(),
+    }
     write_json(out, result)
     return code

@@ -50,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
     compiled = len(store.load_records(path)) - before
     references = _references(s, score_of)
     pruned = ", ".join(f"{k}: {len(v)}" for k, v in result.pruned.items()) or "none"
-    print(f"{result.declared} candidates declared, pruned {pruned}; {result.evaluations} evaluated "
-          f"({compiled} compiled now, the rest read from {path}); {len(references)} references")  # fmt: skip
+    print(
+        f"{result.declared} candidates declared, pruned {pruned}; {result.evaluations} evaluated "
+        f"({compiled} compiled now, the rest read from {path}); {len(references)} references"
+    )
     paths = write_outputs(path.parent, s.manifest, result, s.space.base, args.winners, references)
     print(console_table(rows(result), references))
     print(f"search: {paths['html']}\nwinners: {paths['winners']}\nwall time {time.monotonic() - started:.0f} s")
@@ -76,13 +78,28 @@ def _references(s: Any, score_of: Any) -> list[dict[str, Any]]:
     for v in declared:
         if v.id not in known:
             continue
-        sc = score_of(known[v.id], s.manifest.workload.stages[0], s.facts.num_layers, s.facts.num_layers,
-                      s.hardware.hbm_bytes)  # fmt: skip
-        out.append({"label": f"reference {v.name}", "name": v.name, "mesh": v.target.mesh_shape,
-                    "attention": v.config_overrides.get("transformer.attention_impl", "(config)"), "rules": {},
-                    "depth": s.facts.num_layers, "confirmed": True, "full_depth": True, "status": sc.status,
-                    "step_s": sc.step_s,
-                    "exposed_all_gather": sc.exposed_all_gather, "exposed_collective_s": sc.exposed_collective_s,
-                    "wasted": sc.wasted, "memory_bytes": sc.memory_bytes, "fits": sc.fits,
-                    "variant_id": v.id, "error": sc.error})  # fmt: skip
+        sc = score_of(
+            known[v.id], s.manifest.workload.stages[0], s.facts.num_layers, s.facts.num_layers, s.hardware.hbm_bytes
+        )
+        out.append(
+            {
+                "label": f"reference {v.name}",
+                "name": v.name,
+                "mesh": v.target.mesh_shape,
+                "attention": v.config_overrides.get("transformer.attention_impl", "(config)"),
+                "rules": {},
+                "depth": s.facts.num_layers,
+                "confirmed": True,
+                "full_depth": True,
+                "status": sc.status,
+                "step_s": sc.step_s,
+                "exposed_all_gather": sc.exposed_all_gather,
+                "exposed_collective_s": sc.exposed_collective_s,
+                "wasted": sc.wasted,
+                "memory_bytes": sc.memory_bytes,
+                "fits": sc.fits,
+                "variant_id": v.id,
+                "error": sc.error,
+            }
+        )
     return out

@@ -38,8 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-id", help="results go to <reports>/<sweep-id>/ (default: manifest name)")
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="reports directory")
     parser.add_argument("--rerun", action="store_true", help="run variants that already have an ok record")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME|ID",
-                        help="run only these variants (repeatable; name or id prefix)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME|ID",
+        help="run only these variants (repeatable; name or id prefix)",
+    )
     parser.add_argument("--list", action="store_true", help="list the variants and their ids, run nothing")
     parser.add_argument("--no-report", action="store_true", help="do not write index.html / results.csv at the end")
     cluster = parser.add_argument_group("cluster launchers")
@@ -78,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
         for v in variants:
             print(f"{v.id}  {v.name}")
         return 0
-    options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id, rerun=args.rerun,
-                           only=tuple(args.variant))
+    options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id, rerun=args.rerun, only=tuple(args.variant))
     launcher = None
     if args.launcher == "xpk":
         from harness.results.store import check_sweep_id
@@ -119,7 +123,10 @@ def write_sweep_report(results_path: Path, manifest: Manifest) -> None:
             return
         files = write_report(latest, results_path.parent, gate=manifest.gate, title=f"Sweep {results_path.parent.name}")
     except Exception as e:  # noqa: BLE001 - the sweep's results matter more than its page
-        print(f"warning: could not write the report ({type(e).__name__}: {e}); "
-              f"retry with: python -m harness report {results_path}", file=sys.stderr)
+        print(
+            f"warning: could not write the report ({type(e).__name__}: {e}); "
+            f"retry with: python -m harness report {results_path}",
+            file=sys.stderr,
+        )
         return
     print(f"report: {files.index}")

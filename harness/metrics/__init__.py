@@ -12,14 +12,38 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "hlo": ("KINDS", "CollectiveCount", "CollectiveStats", "collective_instructions", "collective_stats",
-            "shape_bytes"),
+    "hlo": (
+        "KINDS",
+        "CollectiveCount",
+        "CollectiveStats",
+        "collective_instructions",
+        "collective_stats",
+        "shape_bytes",
+    ),
     "recompile": ("CompileWatcher",),
-    "static": ("CompileTiming", "CostMetrics", "MemoryMetrics", "StaticMetrics", "analyze_compiled",
-               "compile_and_analyze", "lower_and_compile"),
-    "trace": ("CPU_NOTE", "DeviceMetrics", "OpEvent", "OpSummary", "OpTable", "TraceMetrics", "analyze_trace",
-              "capture_trace", "device_metrics", "read_trace", "top_ops"),
-}  # fmt: skip
+    "static": (
+        "CompileTiming",
+        "CostMetrics",
+        "MemoryMetrics",
+        "StaticMetrics",
+        "analyze_compiled",
+        "compile_and_analyze",
+        "lower_and_compile",
+    ),
+    "trace": (
+        "CPU_NOTE",
+        "DeviceMetrics",
+        "OpEvent",
+        "OpSummary",
+        "OpTable",
+        "TraceMetrics",
+        "analyze_trace",
+        "capture_trace",
+        "device_metrics",
+        "read_trace",
+        "top_ops",
+    ),
+}
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 

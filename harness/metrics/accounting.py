@@ -78,8 +78,6 @@ def overlap_ns(a: Sequence[Interval], b: Sequence[Interval]) -> float:
     return total
 
 
-
-
 def collective_spans(events: Iterable[OpEvent]) -> dict[str, list[Interval]]:
     """Collective kind -> time spans on one device; an async pair spans start-op start to done-op end."""
     spans: dict[str, list[Interval]] = defaultdict(list)

@@ -66,8 +66,7 @@ def parse_oom(message: str) -> dict[str, Any] | None:
         return None
     for pattern in _OOM_PATTERNS:
         if m := pattern.search(message):
-            return {"required_bytes": _bytes(m.group(1), m.group(2)), "available_bytes": _bytes(m.group(3),
-                                                                                               m.group(4))}
+            return {"required_bytes": _bytes(m.group(1), m.group(2)), "available_bytes": _bytes(m.group(3), m.group(4))}
     return {"required_bytes": None, "available_bytes": None}
 
 
@@ -78,8 +77,14 @@ def oom_static(exc: BaseException, platform: str) -> dict[str, Any] | None:
     if found is None:
         return None
     first = next((line for line in message.splitlines() if "memory" in line.lower()), message)[:1000]
-    return {"platform": platform, "collectives": None, "memory": None, "cost": None, "timing": None,
-            "oom": {**found, "message": first}}
+    return {
+        "platform": platform,
+        "collectives": None,
+        "memory": None,
+        "cost": None,
+        "timing": None,
+        "oom": {**found, "message": first},
+    }
 
 
 def _per_kind(static: Mapping[str, Any]) -> dict[str, dict[str, float]]:
@@ -88,8 +93,12 @@ def _per_kind(static: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     for kind, c in by_kind.items():
         if c.get("count"):
             operand, result = float(c.get("operand_bytes") or 0), float(c.get("result_bytes") or 0)
-            out[kind] = {"count": float(c["count"]), "bytes": operand, "result_bytes": result,
-                         "wire_bytes": wire_bytes(kind, operand, result)}
+            out[kind] = {
+                "count": float(c["count"]),
+                "bytes": operand,
+                "result_bytes": result,
+                "wire_bytes": wire_bytes(kind, operand, result),
+            }
     return out
 
 
@@ -107,8 +116,11 @@ def _flops(static: Mapping[str, Any], devices: int) -> float | None:
     if static.get("matmul_flops"):
         return float(static["matmul_flops"])
     analytic = static.get("analytic_flops")
-    candidates = [float(x) for x in ((static.get("cost") or {}).get("flops"),
-                                     None if analytic is None else analytic / devices) if x is not None]
+    candidates = [
+        float(x)
+        for x in ((static.get("cost") or {}).get("flops"), None if analytic is None else analytic / devices)
+        if x is not None
+    ]
     return max(candidates) if candidates else None
 
 
@@ -118,13 +130,15 @@ def _hbm_bytes(static: Mapping[str, Any]) -> float | None:
     output written once."""
     memory, cost = static.get("memory") or {}, static.get("cost") or {}
     io = (memory.get("argument_bytes") or 0) + (memory.get("output_bytes") or 0)
-    values = [float(x) for x in (cost.get("bytes_accessed"), static.get("memory_traffic_bytes"), io or None)
-              if x is not None]
+    values = [
+        float(x) for x in (cost.get("bytes_accessed"), static.get("memory_traffic_bytes"), io or None) if x is not None
+    ]
     return max(values) if values else None
 
 
-def analyze(static: Mapping[str, Any], spec: targets.TargetSpec | None, calls_per_video: int,
-            devices: int) -> dict[str, Any]:
+def analyze(
+    static: Mapping[str, Any], spec: targets.TargetSpec | None, calls_per_video: int, devices: int
+) -> dict[str, Any]:
     """Per call (a denoising step for ``denoise_step``) and per video: collectives by kind, memory
     and fit in HBM, FLOPs, roofline time. Everything is per device."""
     per_call = _per_kind(static)
@@ -136,9 +150,13 @@ def analyze(static: Mapping[str, Any], spec: targets.TargetSpec | None, calls_pe
         "calls_per_video": calls_per_video,
         "collectives_per_call": per_call,
         "collectives_per_video": {k: {f: v * calls_per_video for f, v in c.items()} for k, c in per_call.items()},
-        "memory": {"argument_bytes": memory.get("argument_bytes"), "temp_bytes": memory.get("temp_bytes"),
-                   "peak_bytes": memory.get("peak_bytes"), "needed_bytes": needed,
-                   "hbm_bytes": None if spec is None else spec.hbm_bytes},
+        "memory": {
+            "argument_bytes": memory.get("argument_bytes"),
+            "temp_bytes": memory.get("temp_bytes"),
+            "peak_bytes": memory.get("peak_bytes"),
+            "needed_bytes": needed,
+            "hbm_bytes": None if spec is None else spec.hbm_bytes,
+        },
         "fits": False if oom else (None if spec is None else targets.fits(spec, needed)),
         "flops_per_device": flops,
         "hbm_traffic_bytes": _hbm_bytes(static),

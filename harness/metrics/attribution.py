@@ -4,9 +4,9 @@ Every HLO instruction's ``metadata.op_name`` is the JAX path it was traced under
 named scopes in that path are its *scope* (``transformer/block/ff/proj_in``). From the optimized
 HLO text alone (so compile-only programs too), per scope:
 
-* matmul FLOPs (:func:`harness.metrics.hlo.instruction_flops` of every dot, convolution and splash
+* matmul FLOPs (:func:`harness.metrics.hlo_cost.instruction_flops` of every dot, convolution and splash
   kernel, fused or not, attributed to its own scope);
-* bytes read and written by top-level ops (:func:`harness.metrics.hlo.instruction_traffic`);
+* bytes read and written by top-level ops (:func:`harness.metrics.hlo_cost.instruction_traffic`);
 * collectives by kind (count and operand bytes), each with the sharding rule that caused it where
   that can be derived (:mod:`harness.metrics.collective_cause`);
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.metrics import hlo
+from harness.metrics import hlo, hlo_cost
 from harness.metrics.collective_cause import ShardingFacts, explain
 from harness.metrics.hlo_parse import Instruction, Module, parse_module, source_lines
 
@@ -99,8 +99,12 @@ def instruction_scopes(hlo_text: str, scope_path: ScopePath, module: Module | No
         if (fusion := caller.get(comp)) is not None:  # ... or, inside a fusion, the fusion's
             for instr in instrs:
                 scope[instr.name] = scope[instr.name] or scope.get(fusion, UNATTRIBUTED)
-    source = {i.name: frames[f] for instrs in module.computations.values() for i in instrs
-              if (f := i.stack_frame) is not None and f in frames}  # fmt: skip
+    source = {
+        i.name: frames[f]
+        for instrs in module.computations.values()
+        for i in instrs
+        if (f := i.stack_frame) is not None and f in frames
+    }
     return Scopes(_module_name(hlo_text), scope, source)
 
 
@@ -132,7 +136,7 @@ def _running(module: Module) -> set[str]:
     out = {module.entry} if module.entry else set()
     for instrs in module.computations.values():
         for instr in instrs:
-            if instr.opcode in hlo.CONTROL_FLOW:
+            if instr.opcode in hlo_cost.CONTROL_FLOW:
                 out.update(hlo.callees(instr))
     return out
 
@@ -166,8 +170,16 @@ class CollectiveSite:
     example: str  # one instruction name
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scope": self.scope, "kind": self.kind, "count": self.count, "bytes": self.bytes, "cause": self.cause,
-                "axes": list(self.axes), "logical": self.logical, "example": self.example}  # fmt: skip
+        return {
+            "scope": self.scope,
+            "kind": self.kind,
+            "count": self.count,
+            "bytes": self.bytes,
+            "cause": self.cause,
+            "axes": list(self.axes),
+            "logical": self.logical,
+            "example": self.example,
+        }
 
 
 def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts | None = None) -> dict[str, Any]:
@@ -186,11 +198,11 @@ def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts |
         shapes = {i.name: i.shape for i in instrs}
         for instr in instrs:
             scope = names.of(instr.name)
-            if (flops := hlo.instruction_flops(instr, shapes)) is not None:
+            if (flops := hlo_cost.instruction_flops(instr, shapes)) is not None:
                 by_scope[scope].flops += flops * times
             if comp not in running:
                 continue
-            by_scope[scope].bytes += hlo.instruction_traffic(instr, shapes, module) * times
+            by_scope[scope].bytes += hlo_cost.instruction_traffic(instr, shapes, module) * times
             kind = hlo.collective_kind(instr)
             if kind is None or instr.opcode.endswith("-done"):
                 continue
@@ -202,8 +214,10 @@ def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts |
             site = sites.setdefault((scope, kind, cause.text), [0.0, 0.0, cause, instr.name])
             site[0] += own.count * times
             site[1] += own.operand_bytes * times
-    collective_sites = sorted((CollectiveSite(s, k, n, b, c.text, c.axes, c.logical, ex)
-                               for (s, k, _), (n, b, c, ex) in sites.items()), key=lambda x: (-x.bytes, x.scope))
+    collective_sites = sorted(
+        (CollectiveSite(s, k, n, b, c.text, c.axes, c.logical, ex) for (s, k, _), (n, b, c, ex) in sites.items()),
+        key=lambda x: (-x.bytes, x.scope),
+    )
     return {
         "module": names.module,
         "by_scope": {s: v.to_dict() for s, v in sorted(by_scope.items())},
@@ -230,8 +244,11 @@ def _static_coverage(by_scope: Mapping[str, ScopeStatic]) -> dict[str, float | N
         return None if total <= 0 else 1.0 - values.get(UNATTRIBUTED, 0.0) / total
 
     coll = {s: sum(c["bytes"] for c in v.collectives.values()) for s, v in by_scope.items()}
-    return {"flops": share({s: v.flops for s, v in by_scope.items()}),
-            "bytes": share({s: v.bytes for s, v in by_scope.items()}), "collective_bytes": share(coll)}  # fmt: skip
+    return {
+        "flops": share({s: v.flops for s, v in by_scope.items()}),
+        "bytes": share({s: v.bytes for s, v in by_scope.items()}),
+        "collective_bytes": share(coll),
+    }
 
 
 # --------------------------------------------------------------------------- time, by scope

@@ -124,8 +124,9 @@ def _short(path: str) -> str:
     return path.removeprefix("transformer_blocks.").removesuffix(".value")
 
 
-def _gathered_param(operand: tuple[int, ...], dim: int, axes: tuple[str, ...], facts: ShardingFacts,
-                    scope: str) -> Cause | None:  # fmt: skip
+def _gathered_param(
+    operand: tuple[int, ...], dim: int, axes: tuple[str, ...], facts: ShardingFacts, scope: str
+) -> Cause | None:
     sizes = facts.sizes
     hits: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for p in facts.params:
@@ -138,37 +139,55 @@ def _gathered_param(operand: tuple[int, ...], dim: int, axes: tuple[str, ...], f
                 hits.setdefault((logical, mesh), []).append(p.path)
     if len(hits) != 1:
         return None
-    ((logical, mesh), paths), = hits.items()
+    (((logical, mesh), paths),) = hits.items()
     paths.sort(key=lambda path: not _in_scope(ParamLayout(path, (), (), ()), scope, facts.scope_aliases))
     example = _short(paths[0]) + (f" and {len(paths) - 1} more of that shape" if len(paths) > 1 else "")
-    return Cause(axes, logical, f"weights `{logical}` sharded over {_fmt_axes(mesh)} ({_rule(logical, mesh)}), "
-                 f"gathered whole for the op (shape match: {example})")
+    return Cause(
+        axes,
+        logical,
+        f"weights `{logical}` sharded over {_fmt_axes(mesh)} ({_rule(logical, mesh)}), "
+        f"gathered whole for the op (shape match: {example})",
+    )
 
 
 def _activation(axes: tuple[str, ...], facts: ShardingFacts, what: str) -> Cause:
     rules = [(name, ax) for name, ax in sorted(facts.activation_rules.items()) if set(axes) & set(ax)]
     if not rules:
-        return Cause(axes, None, f"{what} over {_fmt_axes(axes)}: no activation rule of {facts.strategy!r} uses "
-                     "these axes (the partitioner's own choice)")
+        return Cause(
+            axes,
+            None,
+            f"{what} over {_fmt_axes(axes)}: no activation rule of {facts.strategy!r} uses "
+            "these axes (the partitioner's own choice)",
+        )
     logical = rules[0][0] if len(rules) == 1 else None
     names = " or ".join(f"`{n}`" for n, _ in rules)
-    return Cause(axes, logical, f"{what}: activations {names} sharded over {_fmt_axes(axes)} "
-                 f"({'; '.join(_rule(n, a) for n, a in rules)})")
+    return Cause(
+        axes,
+        logical,
+        f"{what}: activations {names} sharded over {_fmt_axes(axes)} ({'; '.join(_rule(n, a) for n, a in rules)})",
+    )
 
 
 def _contracted(axes: tuple[str, ...], facts: ShardingFacts, scope: str, what: str) -> Cause:
     mine = [p for p in facts.params if _in_scope(p, scope, facts.scope_aliases)]
-    found = {(lg, ",".join(ax)) for p in mine for lg, ax in zip(p.logical, p.axes, strict=True)
-             if lg and lg != "layers" and set(axes) & set(ax)}  # fmt: skip
+    found = {
+        (lg, ",".join(ax))
+        for p in mine
+        for lg, ax in zip(p.logical, p.axes, strict=True)
+        if lg and lg != "layers" and set(axes) & set(ax)
+    }
     if len(found) == 1:
-        (logical, mesh), = found
-        return Cause(axes, logical, f"{what}: weights of this scope contract `{logical}`, sharded over "
-                     f"{_fmt_axes(mesh.split(','))} ({_rule(logical, mesh.split(','))})")
+        ((logical, mesh),) = found
+        return Cause(
+            axes,
+            logical,
+            f"{what}: weights of this scope contract `{logical}`, sharded over "
+            f"{_fmt_axes(mesh.split(','))} ({_rule(logical, mesh.split(','))})",
+        )
     return _activation(axes, facts, what)
 
 
-def explain(instr: Instruction, kind: str, shapes: Mapping[str, str], facts: ShardingFacts | None,
-            scope: str) -> Cause:  # fmt: skip
+def explain(instr: Instruction, kind: str, shapes: Mapping[str, str], facts: ShardingFacts | None, scope: str) -> Cause:
     """The cause of one collective op (see the module docstring)."""
     device_groups = groups(instr.attributes)
     if facts is None or device_groups is None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from harness.metrics.hlo_parse import (
@@ -58,7 +58,7 @@ _PARAMETER_INDEX = re.compile(r"^\s*(\d+)\s*$")
 _INT_LITERAL = re.compile(r"^\s*(-?\d+)\s*$")
 _REDUCE_SCATTER_COMPUTATION = "all-reduce-scatter"
 # Ops that only finish or advance an async op started elsewhere: never descend into them.
-_ASYNC_CONTINUATIONS = ("async-update", "async-done")
+ASYNC_CONTINUATIONS = ("async-update", "async-done")
 _ASYNC_TARGET = re.compile(r'custom_call_target="AsyncCollective(Start|Done)"')  # TPU async collective fusions
 
 
@@ -158,7 +158,7 @@ def async_collective_fusion(instr: Instruction, module: _Module) -> AsyncCollect
     return AsyncCollectiveFusion(role, inner) if role else None
 
 
-def _operand_bytes(instr: Instruction, shapes: Mapping[str, str]) -> int:
+def operand_bytes(instr: Instruction, shapes: Mapping[str, str]) -> int:
     return sum(
         shape_bytes(inline or shapes.get(name, ""))
         for name, inline in zip(instr.operands, instr.operand_shapes, strict=True)
@@ -170,7 +170,7 @@ def _own_collective(instr: Instruction, shapes: Mapping[str, str]) -> Collective
     is_start, is_done = instr.opcode.endswith("-start"), instr.opcode.endswith("-done")
     return CollectiveCount(
         count=0 if is_done else 1,
-        operand_bytes=0 if is_done else _operand_bytes(instr, shapes),
+        operand_bytes=0 if is_done else operand_bytes(instr, shapes),
         result_bytes=0 if is_start else shape_bytes(instr.shape),
     )
 
@@ -250,7 +250,7 @@ def _tally(module: _Module) -> _Tally:
             if kind is not None:
                 tally = tally.plus(_Tally({kind: _own_collective(instr, shapes)}))
                 continue
-            if instr.opcode in _ASYNC_CONTINUATIONS:
+            if instr.opcode in ASYNC_CONTINUATIONS:
                 continue
             if (fused := async_collective_fusion(instr, module)) is not None and fused.role != "start":
                 continue  # the collective counts once, in its start fusion
@@ -290,210 +290,24 @@ def collective_instructions(hlo_text: str) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- matmul FLOPs
-
-_DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
-_WINDOW = re.compile(r"\bwindow=\{([^}]*)\}")
-_LHS_CONTRACTING = re.compile(r"\blhs_contracting_dims=\{([0-9,]*)\}")
-
-
-def _elements(dims: tuple[int, ...] | None) -> int:
-    out = 1
-    for d in dims or ():
-        out *= d
-    return out
-
-
-def _matmul_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
-    """2 x output elements x contracted size of a ``dot`` or ``convolution`` (TPU writes dots as these)."""
-    def operand(i: int) -> tuple[int, ...] | None:
-        return shape_dims(instr.operand_shapes[i] or shapes.get(instr.operands[i], ""))
-
-    out = _elements(shape_dims(instr.shape))
-    if instr.opcode == "dot":
-        lhs, m = operand(0), _LHS_CONTRACTING.search(instr.attributes)
-        if lhs is None or m is None:
-            return 0
-        return 2 * out * _elements(tuple(lhs[int(i)] for i in m.group(1).split(",") if i))
-    labels, lhs, rhs = _DIM_LABELS.search(instr.attributes), operand(0), operand(1)
-    if labels is None or lhs is None or rhs is None:
-        return 0
-    lhs_l, rhs_l, out_l = labels.groups()
-    out_dims = shape_dims(instr.shape) or ()
-    window = _window(instr.attributes)
-    taps, out_spatial = 1, 1
-    for d in sorted(c for c in rhs_l if c.isdigit()):  # spatial dims: count kernel taps that hit input
-        size = rhs[rhs_l.index(d)]
-        out_n, in_n = out_dims[out_l.index(d)], lhs[lhs_l.index(d)]
-        taps *= _spatial_taps(out_n, in_n, size, {k: v[int(d)] for k, v in window.items()})
-        out_spatial *= out_n
-    return 2 * (out // max(out_spatial, 1)) * taps * rhs[rhs_l.index("i")]
-
-
-def _window(attributes: str) -> dict[str, list[int]]:
-    """``window={size=8 stride=7 pad=7_7 lhs_dilate=8}`` -> {"stride": [7], "pad_lo": [7], ...} ('x' per dim)."""
-    m = _WINDOW.search(attributes)
-    out: dict[str, list[int]] = {}
-    for item in (m.group(1).split() if m else ()):
-        key, _, value = item.partition("=")
-        if key == "pad":
-            out["pad_lo"] = [int(v.split("_")[0]) for v in value.split("x")]
-        elif key in ("stride", "lhs_dilate", "rhs_dilate"):
-            out[key] = [int(v) for v in value.split("x")]
-    return out
-
-
-def _spatial_taps(out_n: int, in_n: int, size: int, w: Mapping[str, int]) -> int:
-    """Kernel taps over all output positions of one spatial dim that land on an input element
-    (not padding, not a hole of lhs dilation: XLA writes batched matmuls as dilated convolutions)."""
-    stride, pad, lhs_d, rhs_d = w.get("stride", 1), w.get("pad_lo", 0), w.get("lhs_dilate", 1), w.get("rhs_dilate", 1)
-    return sum(1 for o in range(out_n) for t in range(size)
-               if (p := o * stride + t * rhs_d - pad) % lhs_d == 0 and 0 <= p // lhs_d < in_n)
-
-
-def _nested(instr: Instruction, module: _Module, visit: Callable[[str], int]) -> int:
-    """``visit``'s total over the computations ``instr`` calls, a ``while`` body times its trip
-    count (once where the count is unknown)."""
-    times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
-    return times * sum(visit(c) for c in _callees(instr) if c in module.computations)
-
-
-# The splash attention kernel (ltx2.splash_attention, a Mosaic custom call) is opaque to HLO; its
-# forward call takes (mask info, mask info, q, k, v, segment ids...) with q ``[..., L, K]`` and
-# k ``[..., S, K]``, and does 2 x L x S x K for the scores and again for the values per q row set.
-_SPLASH_FORWARD = re.compile(r"^splash_mha_fwd")
-
-
-def _splash_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
-    dims = [shape_dims(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in (2, 3)]
-    q, k = dims
-    if q is None or k is None or len(q) < 2 or len(k) < 2:
-        return 0
-    return 4 * _elements(q) * k[-2]
-
-
-def instruction_flops(instr: Instruction, shapes: Mapping[str, str]) -> int | None:
-    """Matmul FLOPs of one execution of a ``dot``, ``convolution`` or splash kernel call; None for
-    any other op (``shapes``: instruction name -> shape in its computation)."""
-    if instr.opcode in ("dot", "convolution"):
-        return _matmul_flops(instr, shapes)
-    if instr.opcode == "custom-call" and _SPLASH_FORWARD.match(instr.name) and len(instr.operands) >= 5:
-        return _splash_flops(instr, shapes)
-    return None
-
-
-def computation_flops(module: _Module) -> Callable[[str], int]:
-    """Computation name -> matmul FLOPs of one run of it (dots, convolutions and splash kernels, fused
-    or not; loop bodies times their trip counts), memoised over ``module``. An op's own FLOPs plus
-    this over the computations it calls is what one execution of a fusion costs."""
-
-    @functools.cache
-    def visit(computation: str) -> int:
-        instrs = module.computations.get(computation, [])
-        shapes = {i.name: i.shape for i in instrs}
-        total = 0
-        for instr in instrs:
-            if (own := instruction_flops(instr, shapes)) is not None:
-                total += own
-            elif instr.opcode not in _ASYNC_CONTINUATIONS:
-                total += _nested(instr, module, visit)
-        return total
-
-    return visit
-
-
-def matmul_flops(hlo_text: str) -> int:
-    """Matmul FLOPs (dots, convolutions, splash attention kernels) of an optimized HLO module, per
-    device, per call of ENTRY, with loop bodies multiplied by their trip counts (unknown trip
-    counts count once).
-
-    Unlike ``cost_analysis()``, which counts a ``while`` body once, this is the work a scanned
-    model really does; unlike analytic model FLOPs, it shows what a layout duplicates.
-    """
-    module = parse_module(hlo_text)
-    return computation_flops(module)(module.entry) if module.entry else 0
-
-
-# --------------------------------------------------------------------------- memory traffic
-
-# Ops that move no data (aliases, bookkeeping) or whose work is counted in what they call.
-_NO_TRAFFIC = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
-                         "conditional", "after-all", "partition-id", "replica-id", "opt-barrier",
-                         "copy-start", "copy-done", *_ASYNC_CONTINUATIONS})
-
-
-_SLICING = ("dynamic-slice", "slice", "gather")
-
-
-def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: _Module) -> int:
-    """Bytes a fusion reads and writes. An operand the fused code only slices is read as its
-    slices (a scan reading layer i of stacked weights); an in-place dynamic-update-slice root
-    writes only its update (a scan writing step i of its outputs)."""
-    fused = next((module.computations[c] for c in _callees(instr) if c in module.computations), None)
-    if fused is None:
-        return shape_bytes(instr.shape) + _operand_bytes(instr, shapes)
-    inner = {i.name: i.shape for i in fused}
-    params = {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
-    users: dict[str, list[Instruction]] = {}
-    for i in fused:
-        for operand in i.operands:
-            users.setdefault(operand, []).append(i)
-    root = fused[-1] if fused else None
-    in_place = root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1
-    total = shape_bytes(inner.get(root.operands[1], "")) if in_place and root else shape_bytes(instr.shape)
-    for index, (name, inline) in enumerate(zip(instr.operands, instr.operand_shapes, strict=True)):
-        param = params.get(index)
-        uses = users.get(param, []) if param else []
-        if in_place and root is not None and param == root.operands[0]:
-            continue  # the buffer updated in place is not read
-        if uses and all(u.opcode in _SLICING and u.operands[0] == param for u in uses):
-            total += sum(shape_bytes(u.shape) for u in uses)
-        else:
-            total += shape_bytes(inline or shapes.get(name, ""))
-    return total
-
-
-CONTROL_FLOW = ("while", "call", "conditional")  # ops whose work is that of the computations they run
-
-
-def instruction_traffic(instr: Instruction, shapes: Mapping[str, str], module: _Module) -> int:
-    """Bytes one execution of a top-level op reads and writes (see :func:`memory_traffic_bytes`);
-    0 for control flow, whose bodies are counted where they run."""
-    if instr.opcode == "fusion":
-        return _fusion_traffic(instr, shapes, module)
-    if instr.opcode in _NO_TRAFFIC or instr.opcode.endswith("-done"):
-        return 0
-    return shape_bytes(instr.shape) + _operand_bytes(instr, shapes)
-
-
-def memory_traffic_bytes(hlo_text: str) -> int:
-    """Bytes read and written by the top-level ops of an optimized HLO module (each fusion,
-    collective or custom call reads its operands and writes its result), per device and call,
-    with loop bodies multiplied by their trip counts.
-
-    The model of ``cost_analysis()["bytes accessed"]`` at the granularity of fusions, which XLA
-    counts once per loop body; this is the HBM traffic of a scanned model, to within what the
-    fusions' own access patterns add or save.
-    """
-    module = parse_module(hlo_text)
-
-    @functools.cache
-    def visit(computation: str) -> int:
-        instrs = module.computations.get(computation, [])
-        shapes = {i.name: i.shape for i in instrs}
-        total = 0
-        for instr in instrs:
-            if instr.opcode in CONTROL_FLOW:
-                total += _nested(instr, module, visit)
-            else:
-                total += instruction_traffic(instr, shapes, module)
-        return total
-
-    return visit(module.entry) if module.entry else 0
-
-
-__all__ = ["CONTROL_FLOW", "KINDS", "AsyncCollectiveFusion", "CollectiveCount", "CollectiveStats", "Instruction",
-           "Module", "async_collective_fusion", "callees", "collective_instructions", "collective_kind",
-           "collective_stats", "computation_flops", "instruction_flops", "instruction_traffic", "matmul_flops",
-           "memory_traffic_bytes", "own_collective", "parse_instruction", "parse_module", "shape_bytes", "shape_dims",
-           "top_level_items", "while_trip_count"]  # fmt: skip
+__all__ = [
+    "KINDS",
+    "AsyncCollectiveFusion",
+    "CollectiveCount",
+    "CollectiveStats",
+    "Instruction",
+    "Module",
+    "async_collective_fusion",
+    "callees",
+    "collective_instructions",
+    "collective_kind",
+    "collective_stats",
+    "operand_bytes",
+    "own_collective",
+    "parse_instruction",
+    "parse_module",
+    "shape_bytes",
+    "shape_dims",
+    "top_level_items",
+    "while_trip_count",
+]

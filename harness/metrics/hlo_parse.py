@@ -16,13 +16,35 @@ from dataclasses import dataclass, field
 
 # Element width in bits; sub-byte types are packed.
 _DTYPE_BITS: dict[str, int] = {
-    "pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f4e2m1fn": 4,
-    "s8": 8, "u8": 8, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3fnuz": 8,
-    "f8e4m3b11fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
-    "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
-    "s32": 32, "u32": 32, "f32": 32,
-    "s64": 64, "u64": 64, "f64": 64, "c64": 64, "c128": 128,
-}  # fmt: skip
+    "pred": 8,
+    "s2": 2,
+    "u2": 2,
+    "s4": 4,
+    "u4": 4,
+    "f4e2m1fn": 4,
+    "s8": 8,
+    "u8": 8,
+    "f8e3m4": 8,
+    "f8e4m3": 8,
+    "f8e4m3fn": 8,
+    "f8e4m3fnuz": 8,
+    "f8e4m3b11fnuz": 8,
+    "f8e5m2": 8,
+    "f8e5m2fnuz": 8,
+    "f8e8m0fnu": 8,
+    "s16": 16,
+    "u16": 16,
+    "f16": 16,
+    "bf16": 16,
+    "s32": 32,
+    "u32": 32,
+    "f32": 32,
+    "s64": 64,
+    "u64": 64,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+}
 
 _ARRAY_SHAPE = re.compile(r"\b(" + "|".join(sorted(_DTYPE_BITS, key=len, reverse=True)) + r")\[([^\]]*)\]")
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")

@@ -23,8 +23,10 @@ from collections.abc import Sequence
 
 _EXPLICIT = re.compile(r"\breplica_groups=\{((?:\{[0-9,\s]*\},?\s*)*)\}")
 _IOTA = re.compile(r"\breplica_groups=\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?")
-_MESH = re.compile(r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([0-9,]+)\](?:T\(([0-9,]+)\))?\))?"
-                   r"\s*\{([^{}]*)\}")  # fmt: skip
+_MESH = re.compile(
+    r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([0-9,]+)\](?:T\(([0-9,]+)\))?\))?"
+    r"\s*\{([^{}]*)\}"
+)
 _PAIRS = re.compile(r"\bsource_target_pairs=\{((?:\{[0-9,\s]*\},?\s*)*)\}")
 _INNER = re.compile(r"\{([0-9,\s]*)\}")
 _AXIS = re.compile(r"'([^']+)'=(\d+)")
@@ -63,8 +65,10 @@ def mesh_groups(axes_text: str, ids_dims: str | None, ids_perm: str | None, sele
             raise ValueError(f"replica_groups mesh[{axes_text}] {{{selected}}} names unknown axis {name!r}")
         part = (int(pre), int(size)) if size else (1, sizes[name])
         if sizes[name] % (part[0] * part[1]):
-            raise ValueError(f"replica_groups mesh[{axes_text}]: sub-axis {name!r}:({part[0]}){part[1]} "
-                             f"does not divide the axis size {sizes[name]}")
+            raise ValueError(
+                f"replica_groups mesh[{axes_text}]: sub-axis {name!r}:({part[0]}){part[1]} "
+                f"does not divide the axis size {sizes[name]}"
+            )
         chosen[name] = part
     factors: list[tuple[int, bool]] = []  # (size, spanned) major-to-minor over the mesh
     for name, size in axes:

@@ -147,8 +147,9 @@ def analyze_compiled(compiled: jax.stages.Compiled) -> StaticMetrics:
     )
 
 
-def lower_and_compile(fn: Callable[..., Any], *args: Any, compiler_options: Mapping[str, Any] | None = None,
-                      **kwargs: Any) -> tuple[jax.stages.Compiled, CompileTiming]:
+def lower_and_compile(
+    fn: Callable[..., Any], *args: Any, compiler_options: Mapping[str, Any] | None = None, **kwargs: Any
+) -> tuple[jax.stages.Compiled, CompileTiming]:
     """Lower and compile `fn` (jitted, or wrapped here with `jax.jit`) on abstract or concrete args.
     ``compiler_options`` (XLA / libtpu option name -> value) go to `Lowered.compile`; the backend
     rejects a name it does not know (`No such compile option`)."""
@@ -176,8 +177,10 @@ def _compile(lowered: jax.stages.Lowered, options: Mapping[str, Any]) -> jax.sta
         if m is None:
             raise
         known = ", ".join(sorted(options))
-        raise CompilerOptionError(f"target.compiler_options.{m.group(1)}: the compiler of this target has no such "
-                                  f"option (options given: {known})") from e
+        raise CompilerOptionError(
+            f"target.compiler_options.{m.group(1)}: the compiler of this target has no such "
+            f"option (options given: {known})"
+        ) from e
 
 
 def compile_and_analyze(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> StaticMetrics:

@@ -124,9 +124,12 @@ def top_ops(events: Iterable[OpEvent], n: int = 20, scopes: Scopes | None = None
         acc[0] += e.exclusive_ns
         acc[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    return tuple(OpSummary(m, op, cat, total, int(count), scopes.of(op) if scopes else "",
-                           scopes.source.get(op, "") if scopes else "")
-                 for (m, op, cat), (total, count) in ranked[:n])  # fmt: skip
+    return tuple(
+        OpSummary(
+            m, op, cat, total, int(count), scopes.of(op) if scopes else "", scopes.source.get(op, "") if scopes else ""
+        )
+        for (m, op, cat), (total, count) in ranked[:n]
+    )
 
 
 def _categories(d: DeviceMetrics) -> dict[str, float]:
@@ -196,6 +199,25 @@ def analyze_trace(
     )
 
 
-__all__ = ["COMPUTE", "CPU_NOTE", "PERFETTO_TRACE", "DeviceMetrics", "OpEvent", "OpSummary", "OpTable", "TraceMetrics",
-           "analyze_trace", "capture_trace", "collective_spans", "covered_ns", "device_metrics", "find_xplanes",
-           "merge_intervals", "op_category", "overlap_ns", "read_trace", "step_samples", "top_ops"]  # fmt: skip
+__all__ = [
+    "COMPUTE",
+    "CPU_NOTE",
+    "PERFETTO_TRACE",
+    "DeviceMetrics",
+    "OpEvent",
+    "OpSummary",
+    "OpTable",
+    "TraceMetrics",
+    "analyze_trace",
+    "capture_trace",
+    "collective_spans",
+    "covered_ns",
+    "device_metrics",
+    "find_xplanes",
+    "merge_intervals",
+    "op_category",
+    "overlap_ns",
+    "read_trace",
+    "step_samples",
+    "top_ops",
+]

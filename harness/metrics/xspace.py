@@ -97,8 +97,12 @@ def _enclosing(events: list[tuple[float, float, str]], starts: list[float], t: f
 def _plane_ops(plane: Any, kind: str | None) -> list[_Raw]:
     """Op executions of one plane in its backend's layout (see the module docstring)."""
     lines = list(plane.lines)
-    modules = sorted((e.start_ns, e.end_ns, _PROGRAM_ID.sub("", e.name)) for line in lines if line.name == _XLA_MODULES
-                     for e in line.events)  # fmt: skip
+    modules = sorted(
+        (e.start_ns, e.end_ns, _PROGRAM_ID.sub("", e.name))
+        for line in lines
+        if line.name == _XLA_MODULES
+        for e in line.events
+    )
     starts = [s for s, _, _ in modules]
     out: list[_Raw] = []
     for line in lines:
@@ -118,8 +122,7 @@ def _plane_ops(plane: Any, kind: str | None) -> list[_Raw]:
             op = str(hlo_op).split("::")[-1] if hlo_op is not None else _op_name(event.name)
             module = str(stats.get("hlo_module") or _enclosing(modules, starts, event.start_ns))
             device = stats.get("device_ordinal")
-            ops.append(_Raw(op, module if device is None else f"{module}\0{int(device)}", event.start_ns,
-                            event.end_ns))  # fmt: skip
+            ops.append(_Raw(op, module if device is None else f"{module}\0{int(device)}", event.start_ns, event.end_ns))
         _self_times(ops)
         _attach_waits(ops, waits)
         out += ops
@@ -127,8 +130,14 @@ def _plane_ops(plane: Any, kind: str | None) -> list[_Raw]:
 
 
 def _steps(planes: Iterable[Any]) -> tuple[tuple[float, float], ...]:
-    windows = [(e.start_ns, e.end_ns) for p in planes if p.name.startswith("/host:") for line in p.lines
-               for e in line.events if e.name == STEP_EVENT and "step_num" in dict(e.stats)]  # fmt: skip
+    windows = [
+        (e.start_ns, e.end_ns)
+        for p in planes
+        if p.name.startswith("/host:")
+        for line in p.lines
+        for e in line.events
+        if e.name == STEP_EVENT and "step_num" in dict(e.stats)
+    ]
     return tuple(sorted(windows))
 
 
@@ -167,8 +176,18 @@ def read_trace(
                 if modules is not None and module not in modules:
                     continue
                 device = int(ordinal) if ordinal else int(m.group(2)) if m else -1
-                events.append(OpEvent(device, module, raw.op, op_category(raw.op, categories), raw.start, raw.end,
-                                      raw.waits, raw.end - raw.start - raw.nested if raw.nested else None))
+                events.append(
+                    OpEvent(
+                        device,
+                        module,
+                        raw.op,
+                        op_category(raw.op, categories),
+                        raw.start,
+                        raw.end,
+                        raw.waits,
+                        raw.end - raw.start - raw.nested if raw.nested else None,
+                    )
+                )
         steps = _steps(planes)
     events.sort(key=lambda e: (e.device, e.start_ns))
     return OpTable(platform, tuple(events), steps)

@@ -34,19 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets
+from harness.plan.overrides import (
+    Matrix,
+    Model,
+    VariantSpec,
+    parse_matrix,
+    parse_model,
+    parse_variants,
+)
 from harness.plan.search_space import SearchSpace, parse_search
 from harness.plan.toml import (
     Invalid,
     KeyPath,
     NotUTF8,
     at_most,
-    canonical,
     check_finite,
     check_keys,
     choice,
     decode,
     flatten,
-    flatten_origins,
     format_path,
     get,
     is_kind,
@@ -62,14 +68,18 @@ SCHEMA_VERSION = 1
 PLATFORMS = ("cpu", "tpu", "gpu")
 MODES = ("auto", "measure", "compile")
 METRIC_FAMILIES = ("static", "measured", "trace")
-# Override prefixes that address the manifest rather than the ltx2 config.
-SETTING_PREFIXES = ("target.", "workload.")
-PRESET_KEY = "model.preset"
 # The largest workload sizes a manifest may ask for: far beyond any LTX-2 workload (experiments/ goes up
 # to 768x512 px, 121 frames, 1024 text tokens, 40 steps), and small enough that every count derived
 # from them (latent grid, tokens, buffer bytes) stays well inside 64-bit integers.
-WORKLOAD_LIMITS: dict[str, float] = {"height": 16384, "width": 16384, "num_frames": 16384, "frame_rate": 1000.0,
-                                     "batch": 1024, "steps": 10000, "text_tokens": 131072}
+WORKLOAD_LIMITS: dict[str, float] = {
+    "height": 16384,
+    "width": 16384,
+    "num_frames": 16384,
+    "frame_rate": 1000.0,
+    "batch": 1024,
+    "steps": 10000,
+    "text_tokens": 131072,
+}
 
 
 class ManifestError(ValueError):
@@ -128,8 +138,15 @@ class Target(_Section):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
-        return cls(d["platform"], d["mode"], tuple(d["mesh"].items()), d.get("topology"), d.get("devices"),
-                   int(d.get("processes", 1)), tuple(sorted((d.get("compiler_options") or {}).items())))
+        return cls(
+            d["platform"],
+            d["mode"],
+            tuple(d["mesh"].items()),
+            d.get("topology"),
+            d.get("devices"),
+            int(d.get("processes", 1)),
+            tuple(sorted((d.get("compiler_options") or {}).items())),
+        )
 
 
 @dataclass(frozen=True)
@@ -148,12 +165,6 @@ class Workload(_Section):
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Workload:
         return cls(**{**d, "stages": tuple(d["stages"])})
-
-
-@dataclass(frozen=True)
-class Model:
-    preset: str
-    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,24 +195,6 @@ class Report(_Section):
     """How reports show the sweep: the default reference variant (see the module docstring)."""
 
     reference: str | None = None
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    """One ``[[variants]]`` entry as written (flattened dotted overrides)."""
-
-    name: str
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    description: str = ""
-    reference: str | None = None  # the variant it is compared with
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """Named axes (override key -> values) and partial assignments to leave out."""
-
-    axes: tuple[tuple[str, tuple[Any, ...]], ...]
-    exclude: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -270,9 +263,12 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
         positive(devices, "devices")
     if topology is None and platform != "cpu":
         known = ", ".join(targets.known_topologies(platform))
-        raise Invalid(("topology",), f"a {platform} target needs a topology, e.g. topology = "
-                      f"{targets.TOPOLOGY_EXAMPLES[platform]!r} (known: {known}): what to compile for, and on the "
-                      "hardware what to expect")
+        raise Invalid(
+            ("topology",),
+            f"a {platform} target needs a topology, e.g. topology = "
+            f"{targets.TOPOLOGY_EXAMPLES[platform]!r} (known: {known}): what to compile for, and on the "
+            "hardware what to expect",
+        )
     if topology is not None:
         if platform == "cpu":
             raise Invalid(("topology",), "a topology names TPU or GPU hardware; platform is 'cpu'")
@@ -292,8 +288,11 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
             raise Invalid(("mesh",), f"mesh {{{shape}}} spans {fixed} devices, target has {devices}")
     processes = positive(get(raw, "processes", "int", 1), "processes")
     if processes > 1 and (devices is None or devices % processes):
-        raise Invalid(("processes",), f"{processes} processes must split the target's devices evenly "
-                      f"(devices = {devices}): each process gets devices / processes")
+        raise Invalid(
+            ("processes",),
+            f"{processes} processes must split the target's devices evenly "
+            f"(devices = {devices}): each process gets devices / processes",
+        )
     # whether the compiler knows an option is the compiler's to say: an unknown one fails the compile, naming it
     options = option_table(raw.get("compiler_options", {}), "compiler_options")
     return Target(platform, mode, mesh, topology, devices, processes, options)
@@ -303,8 +302,10 @@ def parse_workload(raw: Mapping[str, Any]) -> Workload:
     """Sizes and stage names as written; which stages exist is the model's to say (variants)."""
     d = Workload()
     check_keys(raw, tuple(d.to_dict()))
-    sizes = {k: positive(get(raw, k, "float" if k == "frame_rate" else "int", getattr(d, k)), k)
-             for k in ("height", "width", "num_frames", "frame_rate", "batch", "steps", "text_tokens")}  # fmt: skip
+    sizes = {
+        k: positive(get(raw, k, "float" if k == "frame_rate" else "int", getattr(d, k)), k)
+        for k in ("height", "width", "num_frames", "frame_rate", "batch", "steps", "text_tokens")
+    }
     for key, value in sizes.items():
         at_most(value, key, WORKLOAD_LIMITS[key], "larger workloads overflow token counts and buffer sizes")
     stages = str_list(raw, "stages", None, d.stages)
@@ -346,80 +347,9 @@ def parse_gate(raw: Mapping[str, Any]) -> Gate:
     return Gate(tolerances, ratio, alpha, get(raw, "baseline", "str", None))
 
 
-def _parse_variants(raw: Any, origins: dict[KeyPath, KeyPath]) -> tuple[VariantSpec, ...]:
-    if not isinstance(raw, list):
-        raise Invalid(("variants",), f"expected an array of tables ([[variants]]), got {type_name(raw)}")
-    if not raw:
-        raise Invalid(("variants",), "is empty: declare [[variants]] tables, or leave the key out to run the "
-                      "manifest's own settings as one variant named 'base'")
-    specs: list[VariantSpec] = []
-    seen: dict[str, int] = {}
-    for i, entry in enumerate(raw):
-        try:
-            if not isinstance(entry, dict):
-                raise Invalid((), f"expected a table, got {type_name(entry)}")
-            check_keys(entry, ("name", "overrides", "description", "reference"))
-            name = get(entry, "name", "str")
-            if not name.strip():
-                raise Invalid(("name",), "must not be empty")
-            if name in seen:
-                raise Invalid(("name",), f"duplicate variant name {name!r} (also variants[{seen[name]}])")
-            seen[name] = i
-            overrides = flatten_origins(get(entry, "overrides", "table", {}), ("variants", i, "overrides"),
-                                        origins)  # fmt: skip
-            reference = get(entry, "reference", "str", None)
-            if reference == name:
-                raise Invalid(("reference",), f"variant {name!r} cannot be its own reference")
-            specs.append(VariantSpec(name, overrides, get(entry, "description", "str", ""), reference))
-        except Invalid as e:
-            raise Invalid(("variants", i) + e.path, e.reason) from None
-    return tuple(specs)
-
-
-def _parse_matrix(raw: Any, origins: dict[KeyPath, KeyPath]) -> Matrix:
-    if not isinstance(raw, dict):
-        raise Invalid(("matrix",), f"expected a table, got {type_name(raw)}")
-    raw = dict(raw)
-    exclude_raw = raw.pop("exclude", [])
-    axes = flatten_origins(raw, ("matrix",), origins)
-    if not axes:
-        raise Invalid(("matrix",), "needs at least one axis")
-    for key, values in axes.items():
-        if not isinstance(values, list) or not values:
-            raise Invalid(("matrix", key), f"an axis is a non-empty array of values, got {values!r}")
-        if len({canonical(v) for v in values}) != len(values):
-            raise Invalid(("matrix", key), "duplicate values")
-    if not isinstance(exclude_raw, list):
-        raise Invalid(("matrix", "exclude"), f"expected an array of tables, got {type_name(exclude_raw)}")
-    excludes = []
-    for i, entry in enumerate(exclude_raw):
-        if not isinstance(entry, dict) or not entry:
-            raise Invalid(("matrix", "exclude", i), "expected a non-empty table of axis = value")
-        flat = flatten_origins(entry, ("matrix", "exclude", i), origins)
-        for key, value in flat.items():
-            if key not in axes:
-                raise Invalid(("matrix", "exclude", i, key), f"not a matrix axis (axes: {', '.join(axes)})")
-            if canonical(value) not in {canonical(v) for v in axes[key]}:
-                raise Invalid(("matrix", "exclude", i, key), f"{value!r} is not a value of this axis")
-        excludes.append(flat)
-    return Matrix(tuple((k, tuple(v)) for k, v in axes.items()), tuple(excludes))
-
-
-def _parse_model(raw: Mapping[str, Any], origins: dict[KeyPath, KeyPath]) -> Model:
-    """The preset name and ltx2-config overrides as written (the model checks them in variants)."""
-    check_keys(raw, ("preset", "overrides"))
-    preset = get(raw, "preset", "str")
-    flat = flatten_origins(get(raw, "overrides", "table", {}), ("model", "overrides"), origins)
-    for key in flat:
-        if key == PRESET_KEY or key.startswith(SETTING_PREFIXES):
-            raise Invalid(("overrides", key), "set manifest settings in their own section, not in [model] overrides")
-    return Model(preset, flat)
-
-
 # --------------------------------------------------------------------------- loading
 
-_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "report", "variants", "matrix",
-             "search")
+_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "report", "variants", "matrix", "search")
 
 
 def parse_report(raw: Mapping[str, Any]) -> Report:
@@ -472,21 +402,22 @@ def _build(raw: dict[str, Any], path: Path, text: str, sha256: str, origins: dic
     check_keys(raw, _TOP_KEYS)
     version = get(raw, "schema_version", "int")
     if version != SCHEMA_VERSION:
-        raise Invalid(("schema_version",), f"unsupported schema version {version} (this harness reads "
-                      f"{SCHEMA_VERSION})")  # fmt: skip
+        raise Invalid(
+            ("schema_version",), f"unsupported schema version {version} (this harness reads {SCHEMA_VERSION})"
+        )
     if "model" not in raw:
         raise Invalid(("model",), "missing required section")
     return Manifest(  # keyword arguments evaluate in order: errors come in file-section order
         path=path,
         sha256=sha256,
         target=_section(raw, "target", parse_target),
-        model=_section(raw, "model", lambda r: _parse_model(r, origins)),
+        model=_section(raw, "model", lambda r: parse_model(r, origins)),
         workload=_section(raw, "workload", parse_workload),
         run=_section(raw, "run", parse_run),
         gate=_section(raw, "gate", parse_gate),
         report=_section(raw, "report", parse_report),
-        variants=_parse_variants(raw["variants"], origins) if "variants" in raw else (),
-        matrix=_parse_matrix(raw["matrix"], origins) if "matrix" in raw else None,
+        variants=parse_variants(raw["variants"], origins) if "variants" in raw else (),
+        matrix=parse_matrix(raw["matrix"], origins) if "matrix" in raw else None,
         search=_section(raw, "search", parse_search) if "search" in raw else None,
         raw=raw,
         source=text,

@@ -36,12 +36,22 @@ class Invalid(Exception):
 
 REQUIRED = object()
 
-_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-               (list, "an array"), (dict, "a table"))
+_TYPE_NAMES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
 _KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "int": (int, "an integer"), "float": ((int, float), "a number"), "str": (str, "a string"),
-    "bool": (bool, "a boolean"), "table": (dict, "a table"), "array": (list, "an array"),
-}  # fmt: skip
+    "int": (int, "an integer"),
+    "float": ((int, float), "a number"),
+    "str": (str, "a string"),
+    "bool": (bool, "a boolean"),
+    "table": (dict, "a table"),
+    "array": (list, "an array"),
+}
 
 
 def type_name(value: object) -> str:
@@ -104,8 +114,9 @@ def positive(value: float, key: str, *, zero_ok: bool = False) -> Any:
     return value
 
 
-def str_list(table: Mapping[str, Any], key: str, choices: tuple[str, ...] | None,
-             default: tuple[str, ...]) -> tuple[str, ...]:  # fmt: skip
+def str_list(
+    table: Mapping[str, Any], key: str, choices: tuple[str, ...] | None, default: tuple[str, ...]
+) -> tuple[str, ...]:
     """An array of distinct strings, each one of ``choices`` (any string when ``choices`` is None)."""
     values = get(table, key, "array", None)
     if values is None:
@@ -114,8 +125,9 @@ def str_list(table: Mapping[str, Any], key: str, choices: tuple[str, ...] | None
         if not isinstance(v, str):
             raise Invalid((key, i), f"expected a string, got {type_name(v)} ({v!r})")
         if choices is not None and v not in choices:
-            raise Invalid((key, i), f"unknown {key[:-1] if key.endswith('s') else key} {v!r} "
-                          f"(known: {', '.join(choices)})")
+            raise Invalid(
+                (key, i), f"unknown {key[:-1] if key.endswith('s') else key} {v!r} (known: {', '.join(choices)})"
+            )
     if len(set(values)) != len(values):
         raise Invalid((key,), "duplicate entries")
     return tuple(values)
@@ -159,15 +171,18 @@ class NotUTF8(ValueError):
 def decode(data: bytes) -> str:
     """A manifest's bytes as text: UTF-8 (as TOML requires), a leading byte order mark dropped.
     :class:`NotUTF8` names the first byte that is not UTF-8 by line, column and offset."""
-    body = data[len(BOM):] if data.startswith(BOM) else data
+    body = data[len(BOM) :] if data.startswith(BOM) else data
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
         offset = e.start + len(data) - len(body)
         line = data.count(b"\n", 0, offset) + 1
         column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
-        raise NotUTF8(line, f"not UTF-8 text: byte 0x{data[offset]:02x} at line {line}, column {column} (offset "
-                            f"{offset}); a manifest is TOML, which is UTF-8: re-save it as UTF-8") from None
+        raise NotUTF8(
+            line,
+            f"not UTF-8 text: byte 0x{data[offset]:02x} at line {line}, column {column} (offset "
+            f"{offset}); a manifest is TOML, which is UTF-8: re-save it as UTF-8",
+        ) from None
 
 
 # --------------------------------------------------------------------------- dotted keys

@@ -36,6 +36,7 @@ from typing import Any
 from harness import testing
 from harness.plan import manifest as mf
 from harness.plan.config import RULES_PREFIX, build_config, check_override, check_preset, model_workload
+from harness.plan.overrides import PRESET_KEY, SETTING_PREFIXES
 from harness.plan.toml import Invalid, KeyPath, type_name
 from harness.results.metric_names import split_tolerance_key
 from ltx2 import MESH_AXES, STAGES, PipelineConfig, WorkloadError, check_workload
@@ -152,7 +153,7 @@ def _reason(e: BaseException) -> str:
 def _section(m: mf.Manifest, section: str, overrides: Mapping[str, Any], where: KeyPath, parser: Any) -> Any:
     raw = dict(m.raw.get(section, {}))
     prefix = section + "."
-    mine = {k[len(prefix):]: v for k, v in overrides.items() if k.startswith(prefix)}
+    mine = {k[len(prefix) :]: v for k, v in overrides.items() if k.startswith(prefix)}
     raw.update(mine)
     try:
         return parser(raw)
@@ -173,8 +174,8 @@ def _workload(raw: Mapping[str, Any]) -> mf.Workload:
 
 
 def _preset(m: mf.Manifest, overrides: Mapping[str, Any], where: KeyPath) -> str:
-    preset = overrides.get(mf.PRESET_KEY, m.model.preset)
-    path = where + (mf.PRESET_KEY,) if mf.PRESET_KEY in overrides else ("model", "preset")
+    preset = overrides.get(PRESET_KEY, m.model.preset)
+    path = where + (PRESET_KEY,) if PRESET_KEY in overrides else ("model", "preset")
     try:
         if not isinstance(preset, str):
             raise ValueError(f"expected a string, got {type_name(preset)} ({preset!r})")
@@ -183,10 +184,11 @@ def _preset(m: mf.Manifest, overrides: Mapping[str, Any], where: KeyPath) -> str
         raise m.error(path, str(e)) from None
 
 
-def _config(m: mf.Manifest, preset: str, overrides: Mapping[str, Any],
-            where: KeyPath) -> tuple[dict[str, Any], PipelineConfig | None]:  # fmt: skip
+def _config(
+    m: mf.Manifest, preset: str, overrides: Mapping[str, Any], where: KeyPath
+) -> tuple[dict[str, Any], PipelineConfig | None]:
     """The merged config overrides, normalised, and the config they build (None for test presets)."""
-    own = {k: v for k, v in overrides.items() if k != mf.PRESET_KEY and not k.startswith(mf.SETTING_PREFIXES)}
+    own = {k: v for k, v in overrides.items() if k != PRESET_KEY and not k.startswith(SETTING_PREFIXES)}
     merged = {**m.model.overrides, **own}
     out = {}
     for key, value in merged.items():
@@ -203,8 +205,14 @@ def _config(m: mf.Manifest, preset: str, overrides: Mapping[str, Any],
         raise m.error(where if own else ("model", "overrides"), f"invalid config: {_reason(e)}") from None
 
 
-def _check_with_model(m: mf.Manifest, cfg: PipelineConfig, target: mf.Target, wl: mf.Workload,
-                      overrides: Mapping[str, Any], where: KeyPath) -> None:  # fmt: skip
+def _check_with_model(
+    m: mf.Manifest,
+    cfg: PipelineConfig,
+    target: mf.Target,
+    wl: mf.Workload,
+    overrides: Mapping[str, Any],
+    where: KeyPath,
+) -> None:
     """What only the model can say: mesh axis vocabulary, workload sizes vs. the latent grid and mesh."""
     unknown = [a for a, _ in target.mesh if a not in MESH_AXES]
     if unknown:
@@ -221,14 +229,16 @@ def _blame(overrides: Mapping[str, Any], where: KeyPath, e: WorkloadError) -> Ke
     dim that does not divide its shards, of the mesh or a strategy), else the [workload] field."""
     fields = {f"workload.{f}" for f in e.fields}
     for key in overrides:
-        if key in fields or (e.sharded and (key == "target.mesh" or key.endswith(".sharding")
-                                            or key.startswith(RULES_PREFIX))):
+        if key in fields or (
+            e.sharded and (key == "target.mesh" or key.endswith(".sharding") or key.startswith(RULES_PREFIX))
+        ):
             return where + (key,)
     return ("workload", e.fields[0]) if e.fields else ("workload",)
 
 
-def resolve(m: mf.Manifest, name: str, overrides: Mapping[str, Any], where: KeyPath = (),
-            description: str = "") -> Variant:  # fmt: skip
+def resolve(
+    m: mf.Manifest, name: str, overrides: Mapping[str, Any], where: KeyPath = (), description: str = ""
+) -> Variant:
     """One variant's settings: manifest sections with the variant's overrides applied, validated."""
     preset = _preset(m, overrides, where)
     target = _section(m, "target", overrides, where, mf.parse_target)
@@ -254,7 +264,7 @@ def expand(m: mf.Manifest) -> tuple[Variant, ...]:
     _check_tolerance_stages(m)
     points: list[tuple[str, dict[str, Any], KeyPath, str]] = [
         (v.name, dict(v.overrides), ("variants", i, "overrides"), v.description) for i, v in enumerate(m.variants)
-    ]  # fmt: skip
+    ]
     if m.matrix is not None:
         in_matrix = matrix_points(m.matrix)
         if not in_matrix:
@@ -270,8 +280,7 @@ def expand(m: mf.Manifest) -> tuple[Variant, ...]:
         if name in by_name:
             raise m.error(where, f"duplicate variant name {name!r}")
         if v.id in by_id:
-            raise m.error(where, f"variant {name!r} resolves to the same settings as {by_id[v.id].name!r} "
-                          f"(id {v.id})")  # fmt: skip
+            raise m.error(where, f"variant {name!r} resolves to the same settings as {by_id[v.id].name!r} (id {v.id})")
         by_name[name], by_id[v.id] = v, v
         variants.append(v)
     return references(m, variants)
@@ -279,6 +288,7 @@ def expand(m: mf.Manifest) -> tuple[Variant, ...]:
 
 def comparable(a: Variant, b: Variant) -> bool:
     """Same model and workload sizes (the stages run may differ): a speedup between them means something."""
+
     def sizes(v: Variant) -> dict[str, Any]:
         return {k: x for k, x in v.workload.to_dict().items() if k != "stages"}
 

@@ -42,8 +42,15 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     gate = gate or Gate()
     comparison = compare_records(baseline, records, gate, timings=timings) if baseline is not None else None
-    page = html.render(records, out_dir, comparison=comparison, gate=gate, baseline_label=baseline_label,
-                       reference=reference, title=title)
+    page = html.render(
+        records,
+        out_dir,
+        comparison=comparison,
+        gate=gate,
+        baseline_label=baseline_label,
+        reference=reference,
+        title=title,
+    )
     index = out_dir / INDEX
     index.write_text(page, encoding="utf-8")
     csv = export.write_csv(out_dir / CSV, records, comparison.comparisons if comparison else ())

@@ -16,7 +16,7 @@ CHAR_W = 6.5  # px per character of the 11 px font, generous: labels are cut to 
 
 def _fit(text: str, width: float) -> str:
     most = int(width // CHAR_W)
-    return text if len(text) <= most else "\u2026" + text[-(most - 1):]
+    return text if len(text) <= most else "\u2026" + text[-(most - 1) :]
 
 
 def bar_chart(items: Sequence[tuple[str, float]], fmt: Callable[[float], str], title: str, chart_id: str) -> str:
@@ -35,16 +35,19 @@ def bar_chart(items: Sequence[tuple[str, float]], fmt: Callable[[float], str], t
         w = abs(value) * scale
         x = zero - w if value < 0 else zero
         parts.append(
-            f'<g><title>{e(label)}: {e(fmt(value))}</title>'
+            f"<g><title>{e(label)}: {e(fmt(value))}</title>"
             f'<text class="label" x="{LABEL_W - 6}" y="{y + 12}" text-anchor="end">'
             f"{e(_fit(label, LABEL_W - 12))}</text>"
             f'<rect class="bar{" neg" if value < 0 else ""}" x="{x:.1f}" y="{y + 2}" width="{max(w, 0.5):.1f}" '
             f'height="{ROW - 5}"></rect>'
-            f'<text class="value" x="{LABEL_W + BAR_W + 6}" y="{y + 12}">{e(fmt(value))}</text></g>')
+            f'<text class="value" x="{LABEL_W + BAR_W + 6}" y="{y + 12}">{e(fmt(value))}</text></g>'
+        )
     if signed:
         parts.append(f'<line x1="{zero}" x2="{zero}" y1="{TOP - 2}" y2="{height - 4}" stroke="#6c757d"></line>')
-    return (f'<svg class="chart" id="{e(chart_id)}" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{e(title)}">{"".join(parts)}</svg>')
+    return (
+        f'<svg class="chart" id="{e(chart_id)}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{e(title)}">{"".join(parts)}</svg>'
+    )
 
 
 __all__ = ["bar_chart"]

@@ -27,8 +27,12 @@ def _cell(x: float | None, fmt: str) -> str:
 
 def _grid(rows: list[list[str]], right_from: int) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) if i >= right_from else c.ljust(w) for i, (c, w) in
-                       enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]  # fmt: skip
+    lines = [
+        "  ".join(
+            c.rjust(w) if i >= right_from else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
 
@@ -46,22 +50,49 @@ def _clip(text: str, width: int) -> str:
 def summary_table(records: Sequence[Record]) -> str:
     """One row per (variant, stage), clipped to :data:`WIDTH` columns (long variant names shortened)."""
     rows_by = tables.stage_rows(records)
-    coverage = {(r.variant.name, s): (e.trace or {}).get("scope_coverage")
-                for r in records for s, e in r.stages.items()}  # fmt: skip
+    coverage = {
+        (r.variant.name, s): (e.trace or {}).get("scope_coverage") for r in records for s, e in r.stages.items()
+    }
     pred = {(r.variant.name, s): e.predicted or {} for r in records for s, e in r.stages.items()}
-    head = ["variant", "stage", "status", "med ms", "vs ref", "pred ms", "AG/wst%", "cmp s", "rcmp", "colls",
-            "collMiB", "memMiB", "wasted", "scoped"]
+    head = [
+        "variant",
+        "stage",
+        "status",
+        "med ms",
+        "vs ref",
+        "pred ms",
+        "AG/wst%",
+        "cmp s",
+        "rcmp",
+        "colls",
+        "collMiB",
+        "memMiB",
+        "wasted",
+        "scoped",
+    ]
     rows = [head]
     for r in rows_by:
         t = r.time
         speedup = "-" if r.speedup_note is None else r.speedup_note.split(" ")[0]  # "n/a (different workload)": n/a
         p = pred.get((r.variant, r.stage)) or {}
-        rows.append([r.variant, r.stage, r.status, _cell(t.median * 1e3 if t else None, ".2f"), speedup,
-                     _cell(p["step_s"] * 1e3 if p.get("step_s") is not None else None, ".3g"), _shares(p),
-                     _cell(r.compile_s, ".1f"), _cell(r.recompiles, ".0f"), _cell(r.collective_count, ".0f"),
-                     _cell(None if r.collective_bytes is None else r.collective_bytes / MIB, ".1f"),
-                     _cell(None if r.memory_bytes is None else r.memory_bytes / MIB, ".1f"),
-                     _cell(r.wasted_fraction, ".0%"), _cell(coverage.get((r.variant, r.stage)), ".0%")])
+        rows.append(
+            [
+                r.variant,
+                r.stage,
+                r.status,
+                _cell(t.median * 1e3 if t else None, ".2f"),
+                speedup,
+                _cell(p["step_s"] * 1e3 if p.get("step_s") is not None else None, ".3g"),
+                _shares(p),
+                _cell(r.compile_s, ".1f"),
+                _cell(r.recompiles, ".0f"),
+                _cell(r.collective_count, ".0f"),
+                _cell(None if r.collective_bytes is None else r.collective_bytes / MIB, ".1f"),
+                _cell(None if r.memory_bytes is None else r.memory_bytes / MIB, ".1f"),
+                _cell(r.wasted_fraction, ".0%"),
+                _cell(coverage.get((r.variant, r.stage)), ".0%"),
+            ]
+        )
     lines = _grid(rows, right_from=3)
     over = max(len(line) for line in lines) - WIDTH
     if over > 0:  # shorten the free-text columns (variant, stage, vs ref), longest first
@@ -84,8 +115,15 @@ def _ms(ns: float) -> str:
 def _row(d: Delta, name: str) -> list[str]:
     ci = "-" if d.ci is None else f"[{d.ci[0] / 1e6:+.3f}, {d.ci[1] / 1e6:+.3f}]"
     share = "-" if d.share is None else f"{d.share:.0%}"
-    return [_clip(name, 48), _ms(d.base_ns), _ms(d.head_ns), f"{d.delta_ns / 1e6:+.3f}", ci, share,
-            "*" if d.significant else ""]  # fmt: skip
+    return [
+        _clip(name, 48),
+        _ms(d.base_ns),
+        _ms(d.head_ns),
+        f"{d.delta_ns / 1e6:+.3f}",
+        ci,
+        share,
+        "*" if d.significant else "",
+    ]
 
 
 def format_diff(d: StageDiff, top: int = 15) -> str:
@@ -106,8 +144,17 @@ def format_diff(d: StageDiff, top: int = 15) -> str:
     changed = [c for c in d.collectives if c.base_count != c.head_count or c.base_bytes != c.head_bytes]
     if changed:
         rows = [["collectives by scope (per call)", "kind", "count", "delta", "MiB", "delta MiB"]]
-        rows += [[_clip(label(c.scope), 48), c.kind, f"{c.head_count:g}", f"{c.head_count - c.base_count:+g}",
-                  f"{c.head_bytes / MIB:.2f}", f"{(c.head_bytes - c.base_bytes) / MIB:+.2f}"] for c in changed]
+        rows += [
+            [
+                _clip(label(c.scope), 48),
+                c.kind,
+                f"{c.head_count:g}",
+                f"{c.head_count - c.base_count:+g}",
+                f"{c.head_bytes / MIB:.2f}",
+                f"{(c.head_bytes - c.base_bytes) / MIB:+.2f}",
+            ]
+            for c in changed
+        ]
         out += ["  " + line for line in _grid(rows, right_from=2)]
     elif d.collectives:
         out.append("  collectives by scope: unchanged")

@@ -51,11 +51,15 @@ def trace_block(r: Record, stage: str, entry: StageEntry, out_dir: str | Path) -
     perfetto = ""
     if chrome:
         crel = Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix()
-        perfetto = (f' Perfetto: <a class="perfetto" href="{e(crel)}">{e(Path(chrome).name)}</a> '
-                    '<span class=note>(open ui.perfetto.dev, "Open trace file", pick this file)</span>')
-    return (f'<p class="trace">Trace: <a href="{e(rel)}">{e(rel)}</a>; open with '
-            f"<code>xprof --logdir {e(str(path))} --port {XPROF_PORT}</code> (or <code>tensorboard --logdir "
-            f"{e(str(path))}</code> with the profile plugin), then localhost:{XPROF_PORT}.{perfetto}</p>")
+        perfetto = (
+            f' Perfetto: <a class="perfetto" href="{e(crel)}">{e(Path(chrome).name)}</a> '
+            '<span class=note>(open ui.perfetto.dev, "Open trace file", pick this file)</span>'
+        )
+    return (
+        f'<p class="trace">Trace: <a href="{e(rel)}">{e(rel)}</a>; open with '
+        f"<code>xprof --logdir {e(str(path))} --port {XPROF_PORT}</code> (or <code>tensorboard --logdir "
+        f"{e(str(path))}</code> with the profile plugin), then localhost:{XPROF_PORT}.{perfetto}</p>"
+    )
 
 
 def coverage_line(entry: StageEntry) -> str:
@@ -63,9 +67,11 @@ def coverage_line(entry: StageEntry) -> str:
     cov = attribution.get("coverage") or {}
     by_scope = trace.get("by_scope") or {}
     rest = by_scope.get(UNATTRIBUTED)
-    return (f'<p class="coverage">Attributed to a model scope: traced op time {fmt_pct(trace.get("scope_coverage"))}'
-            f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {fmt_pct(cov.get('flops'))}, "
-            f"bytes {fmt_pct(cov.get('bytes'))}, collective bytes {fmt_pct(cov.get('collective_bytes'))}.</p>")
+    return (
+        f'<p class="coverage">Attributed to a model scope: traced op time {fmt_pct(trace.get("scope_coverage"))}'
+        f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {fmt_pct(cov.get('flops'))}, "
+        f"bytes {fmt_pct(cov.get('bytes'))}, collective bytes {fmt_pct(cov.get('collective_bytes'))}.</p>"
+    )
 
 
 def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], table_id: str, what: str) -> str:
@@ -80,15 +86,21 @@ def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], t
         colls = st.get("collectives") or {}
         count = sum(c.get("count", 0) for c in colls.values())
         nbytes = sum(c.get("bytes", 0) for c in colls.values())
-        rows.append("<tr>" + ui.cell(label(s), left=True) + ui.cell(_ms_ns(ns), ns or 0)
-                    + ui.cell(fmt_pct(ns / total if ns is not None and total else None), ns or 0)
-                    + ui.cell(fmt_num(st.get("flops")), st.get("flops") or 0)
-                    + ui.cell(fmt_bytes(st.get("bytes")), st.get("bytes") or 0)
-                    + ui.cell(fmt_num(count) if colls else "-", count)
-                    + ui.cell(fmt_bytes(nbytes) if colls else "-", nbytes) + "</tr>")
+        rows.append(
+            "<tr>"
+            + ui.cell(label(s), left=True)
+            + ui.cell(_ms_ns(ns), ns or 0)
+            + ui.cell(fmt_pct(ns / total if ns is not None and total else None), ns or 0)
+            + ui.cell(fmt_num(st.get("flops")), st.get("flops") or 0)
+            + ui.cell(fmt_bytes(st.get("bytes")), st.get("bytes") or 0)
+            + ui.cell(fmt_num(count) if colls else "-", count)
+            + ui.cell(fmt_bytes(nbytes) if colls else "-", nbytes)
+            + "</tr>"
+        )
     chart_items = [(label(s), by_scope[s] / 1e9) for s in scopes if by_scope.get(s)][:TOP_SCOPES]
-    chart = bar_chart(chart_items, fmt_time, f"{what}: time per step by scope (largest {len(chart_items)})",
-                      f"chart-{table_id}")
+    chart = bar_chart(
+        chart_items, fmt_time, f"{what}: time per step by scope (largest {len(chart_items)})", f"chart-{table_id}"
+    )
     head = ["scope", "time / step", "share", "FLOPs / call", "bytes / call", "collectives", "collective bytes"]
     return chart + ui.table(head, rows, table_id)
 
@@ -97,34 +109,57 @@ def top_ops_table(entry: StageEntry, table_id: str, n: int = 15) -> str:
     ops = list((entry.trace or {}).get("top_ops") or ())[:n]
     if not ops:
         return ""
-    rows = ["<tr>" + ui.cell(f"<code>{e(str(o.get('op')))}</code>", left=True, raw=True)
-            + ui.cell(label(str(o.get("scope") or "")), left=True) + ui.cell(str(o.get("source") or "-"), left=True)
-            + ui.cell(str(o.get("category")), left=True) + ui.cell(fmt_num(o.get("count")), o.get("count") or 0)
-            + ui.cell(fmt_time((o.get("total_ns") or 0) / 1e9), o.get("total_ns") or 0) + "</tr>" for o in ops]
-    return ("<h5>Top ops (self time, all devices and traced steps)</h5>"
-            + ui.table(["op", "scope", "source line", "category", "executions", "total time"], rows, table_id, 4))
+    rows = [
+        "<tr>"
+        + ui.cell(f"<code>{e(str(o.get('op')))}</code>", left=True, raw=True)
+        + ui.cell(label(str(o.get("scope") or "")), left=True)
+        + ui.cell(str(o.get("source") or "-"), left=True)
+        + ui.cell(str(o.get("category")), left=True)
+        + ui.cell(fmt_num(o.get("count")), o.get("count") or 0)
+        + ui.cell(fmt_time((o.get("total_ns") or 0) / 1e9), o.get("total_ns") or 0)
+        + "</tr>"
+        for o in ops
+    ]
+    return "<h5>Top ops (self time, all devices and traced steps)</h5>" + ui.table(
+        ["op", "scope", "source line", "category", "executions", "total time"], rows, table_id, 4
+    )
 
 
 def collective_sites_table(entry: StageEntry, table_id: str) -> str:
     sites = ((entry.static or {}).get("attribution") or {}).get("collective_sites") or []
     if not sites:
         return '<p class="note">No collectives in this program.</p>'
-    rows = ["<tr>" + ui.cell(label(s.get("scope", "")), left=True) + ui.cell(str(s.get("kind")), left=True)
-            + ui.cell(fmt_num(s.get("count")), s.get("count") or 0) + ui.cell(fmt_bytes(s.get("bytes")),
-                                                                              s.get("bytes") or 0)
-            + ui.cell(str(s.get("cause") or "-"), left=True) + ui.cell(", ".join(s.get("axes") or ()) or "-", left=True)
-            + ui.cell(str(s.get("logical") or "-"), left=True) + "</tr>" for s in sites]
-    return ("<h5>Collectives by scope and rule (per device and call)</h5>"
-            + ui.table(["scope", "kind", "count", "bytes", "rule / cause", "mesh axes", "logical axis"], rows,
-                       table_id, 2))
+    rows = [
+        "<tr>"
+        + ui.cell(label(s.get("scope", "")), left=True)
+        + ui.cell(str(s.get("kind")), left=True)
+        + ui.cell(fmt_num(s.get("count")), s.get("count") or 0)
+        + ui.cell(fmt_bytes(s.get("bytes")), s.get("bytes") or 0)
+        + ui.cell(str(s.get("cause") or "-"), left=True)
+        + ui.cell(", ".join(s.get("axes") or ()) or "-", left=True)
+        + ui.cell(str(s.get("logical") or "-"), left=True)
+        + "</tr>"
+        for s in sites
+    ]
+    return "<h5>Collectives by scope and rule (per device and call)</h5>" + ui.table(
+        ["scope", "kind", "count", "bytes", "rule / cause", "mesh axes", "logical axis"], rows, table_id, 2
+    )
 
 
 def _delta_row(d: Delta, name: str) -> str:
     ci = "-" if d.ci is None else f"[{_ms_ns(d.ci[0])}, {_ms_ns(d.ci[1])}]"
     sig = '<span class="sig">yes</span>' if d.significant else "no"
-    return ("<tr>" + ui.cell(name, left=True) + ui.cell(_ms_ns(d.base_ns), d.base_ns)
-            + ui.cell(_ms_ns(d.head_ns), d.head_ns) + ui.cell(_ms_ns(d.delta_ns), d.delta_ns) + ui.cell(ci)
-            + ui.cell(fmt_pct(d.share), d.share if d.share is not None else 0) + ui.cell(sig, raw=True) + "</tr>")
+    return (
+        "<tr>"
+        + ui.cell(name, left=True)
+        + ui.cell(_ms_ns(d.base_ns), d.base_ns)
+        + ui.cell(_ms_ns(d.head_ns), d.head_ns)
+        + ui.cell(_ms_ns(d.delta_ns), d.delta_ns)
+        + ui.cell(ci)
+        + ui.cell(fmt_pct(d.share), d.share if d.share is not None else 0)
+        + ui.cell(sig, raw=True)
+        + "</tr>"
+    )
 
 
 def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
@@ -136,21 +171,49 @@ def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
         rows = [_delta_row(d.step, "step (window)")]
         rows += [_delta_row(c, f"category: {c.key}") for c in d.categories]
         rows += [_delta_row(s, f"scope: {label(s.key)}") for s in d.scopes[:top]]
-        chart = bar_chart([(label(s.key), s.delta_ns / 1e9) for s in d.scopes[:TOP_SCOPES] if s.delta_ns],
-                          fmt_time, f"{d.head} - {d.base}: delta per step by scope", f"chart-{table_id}")
-        body = (chart + ui.table(["part", "reference / step", "this / step", "delta", "95% CI of delta",
-                                  "share of step delta", "significant"], rows, table_id)
-                + f'<p class="note">Means over traced steps; intervals: bootstrap-t, simultaneous (Bonferroni) '
-                  f"over the table's parts; {max(0, len(d.scopes) - top)} smaller scope deltas not shown.</p>")
+        chart = bar_chart(
+            [(label(s.key), s.delta_ns / 1e9) for s in d.scopes[:TOP_SCOPES] if s.delta_ns],
+            fmt_time,
+            f"{d.head} - {d.base}: delta per step by scope",
+            f"chart-{table_id}",
+        )
+        body = (
+            chart
+            + ui.table(
+                [
+                    "part",
+                    "reference / step",
+                    "this / step",
+                    "delta",
+                    "95% CI of delta",
+                    "share of step delta",
+                    "significant",
+                ],
+                rows,
+                table_id,
+            )
+            + f'<p class="note">Means over traced steps; intervals: bootstrap-t, simultaneous (Bonferroni) '
+            f"over the table's parts; {max(0, len(d.scopes) - top)} smaller scope deltas not shown.</p>"
+        )
     changed = [c for c in d.collectives if c.base_count != c.head_count or c.base_bytes != c.head_bytes]
     if changed:
-        rows = ["<tr>" + ui.cell(label(c.scope), left=True) + ui.cell(c.kind, left=True)
-                + ui.cell(fmt_num(c.base_count), c.base_count) + ui.cell(fmt_num(c.head_count), c.head_count)
-                + ui.cell(fmt_bytes(c.base_bytes), c.base_bytes) + ui.cell(fmt_bytes(c.head_bytes), c.head_bytes)
-                + "</tr>" for c in changed]
-        body += ("<h5>Collective deltas by scope (per call)</h5>"
-                 + ui.table(["scope", "kind", "reference count", "this count", "reference bytes", "this bytes"],
-                            rows, f"{table_id}-collectives", 2))
+        rows = [
+            "<tr>"
+            + ui.cell(label(c.scope), left=True)
+            + ui.cell(c.kind, left=True)
+            + ui.cell(fmt_num(c.base_count), c.base_count)
+            + ui.cell(fmt_num(c.head_count), c.head_count)
+            + ui.cell(fmt_bytes(c.base_bytes), c.base_bytes)
+            + ui.cell(fmt_bytes(c.head_bytes), c.head_bytes)
+            + "</tr>"
+            for c in changed
+        ]
+        body += "<h5>Collective deltas by scope (per call)</h5>" + ui.table(
+            ["scope", "kind", "reference count", "this count", "reference bytes", "this bytes"],
+            rows,
+            f"{table_id}-collectives",
+            2,
+        )
     elif d.collectives:
         body += '<p class="note">Collectives by scope: unchanged.</p>'
     return f'<div class="diff">{head}{body}</div>'
@@ -159,8 +222,7 @@ def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
 # --------------------------------------------------------------------------- sections
 
 
-def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], StageDiff],
-                    out_dir: str | Path) -> str:  # fmt: skip
+def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], StageDiff], out_dir: str | Path) -> str:
     """One collapsible block per variant, each stage's attribution and its diff against the reference."""
     blocks = []
     for r in records:
@@ -171,27 +233,40 @@ def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], S
         for stage, entry in r.stages.items():
             slug = _slug(r.variant.name, stage)
             trace = entry.trace or {}
-            parts.append(f'<h4>{e(stage)}</h4>{trace_block(r, stage, entry, out_dir)}{coverage_line(entry)}'
-                         + predicted.gantt_block(entry, f"gantt-{slug}", f"{r.variant.name} / {stage}"))
+            parts.append(
+                f"<h4>{e(stage)}</h4>{trace_block(r, stage, entry, out_dir)}{coverage_line(entry)}"
+                + predicted.gantt_block(entry, f"gantt-{slug}", f"{r.variant.name} / {stage}")
+            )
             if entry.status != "ok":
                 parts.append(f"<pre>{e(str(entry.error or entry.status))}</pre>")
                 continue
-            parts.append(scope_time_table(trace.get("by_scope") or {}, (entry.static or {}).get("attribution") or {},
-                                          f"scopes-{slug}", f"{r.variant.name} / {stage}"))
+            parts.append(
+                scope_time_table(
+                    trace.get("by_scope") or {},
+                    (entry.static or {}).get("attribution") or {},
+                    f"scopes-{slug}",
+                    f"{r.variant.name} / {stage}",
+                )
+            )
             parts.append(top_ops_table(entry, f"ops-{slug}"))
             parts.append(collective_sites_table(entry, f"sites-{slug}"))
             if (d := diffs.get((r.variant.name, stage))) is not None:
                 parts.append(diff_block(d, f"diff-{slug}"))
-        summary = (f"{e(r.variant.name)} <span class=note>{e(r.variant.id)} · {e(', '.join(r.stages))} · "
-                   f"{'reference: ' + e(ref) if ref else 'no reference (a reference itself)'}</span>")
-        blocks.append(f'<details class="variant-detail" id="detail-{_slug(r.variant.name)}" '
-                      f'data-variant="{e(r.variant.name)}"><summary>{summary}</summary>{"".join(parts)}</details>')
+        summary = (
+            f"{e(r.variant.name)} <span class=note>{e(r.variant.id)} · {e(', '.join(r.stages))} · "
+            f"{'reference: ' + e(ref) if ref else 'no reference (a reference itself)'}</span>"
+        )
+        blocks.append(
+            f'<details class="variant-detail" id="detail-{_slug(r.variant.name)}" '
+            f'data-variant="{e(r.variant.name)}"><summary>{summary}</summary>{"".join(parts)}</details>'
+        )
     if not blocks:
         return ""
-    return ('<section id="details"><h2>Per variant: where the time went</h2><p class="note">Time by model scope is '
-            "the traced ops' self time per step (mean over devices and traced steps); FLOPs, bytes and collectives "
-            "by scope come from the compiled program. Scope names: ltx2/scopes.py.</p>" + "".join(blocks)
-            + "</section>")
+    return (
+        '<section id="details"><h2>Per variant: where the time went</h2><p class="note">Time by model scope is '
+        "the traced ops' self time per step (mean over devices and traced steps); FLOPs, bytes and collectives "
+        "by scope come from the compiled program. Scope names: ltx2/scopes.py.</p>" + "".join(blocks) + "</section>"
+    )
 
 
 def coverage_section(records: Sequence[Record]) -> str:
@@ -204,17 +279,32 @@ def coverage_section(records: Sequence[Record]) -> str:
                 continue
             rest = (trace.get("by_scope") or {}).get(UNATTRIBUTED)
             values = [trace.get("scope_coverage"), cov.get("flops"), cov.get("bytes"), cov.get("collective_bytes")]
-            rows.append(f'<tr data-variant="{e(r.variant.name)}">' + ui.cell(r.variant.name, left=True)
-                        + ui.cell(stage, left=True) + "".join(ui.cell(fmt_pct(v), v if v is not None else -1)
-                                                              for v in values)
-                        + ui.cell(_ms_ns(rest) if rest else "-", rest or 0) + "</tr>")
+            rows.append(
+                f'<tr data-variant="{e(r.variant.name)}">'
+                + ui.cell(r.variant.name, left=True)
+                + ui.cell(stage, left=True)
+                + "".join(ui.cell(fmt_pct(v), v if v is not None else -1) for v in values)
+                + ui.cell(_ms_ns(rest) if rest else "-", rest or 0)
+                + "</tr>"
+            )
     if not rows:
         return ""
     head = ["variant", "stage", "traced time", "FLOPs", "bytes", "collective bytes", "unattributed time / step"]
-    return ('<section id="coverage"><h2>Attribution coverage</h2>' + ui.table(head, rows, "coverage-table", 2)
-            + '<p class="note">Share of each total that maps to a model scope ("-": nothing to attribute, e.g. no '
-              "collectives).</p></section>")
+    return (
+        '<section id="coverage"><h2>Attribution coverage</h2>'
+        + ui.table(head, rows, "coverage-table", 2)
+        + '<p class="note">Share of each total that maps to a model scope ("-": nothing to attribute, e.g. no '
+        "collectives).</p></section>"
+    )
 
 
-__all__ = ["collective_sites_table", "coverage_line", "coverage_section", "diff_block", "scope_time_table",
-           "top_ops_table", "trace_block", "variant_details"]  # fmt: skip
+__all__ = [
+    "collective_sites_table",
+    "coverage_line",
+    "coverage_section",
+    "diff_block",
+    "scope_time_table",
+    "top_ops_table",
+    "trace_block",
+    "variant_details",
+]

@@ -26,8 +26,24 @@ from harness.results import stats
 from harness.results.compare import Comparison, flatten_stage, spec_for
 from harness.results.record import Record
 
-COLUMNS = ("sweep_id", "variant", "variant_id", "status", "stage", "stage_status", "metric", "kind", "unit",
-           "value", "n", "median", "q1", "q3", "min", "max")
+COLUMNS = (
+    "sweep_id",
+    "variant",
+    "variant_id",
+    "status",
+    "stage",
+    "stage_status",
+    "metric",
+    "kind",
+    "unit",
+    "value",
+    "n",
+    "median",
+    "q1",
+    "q3",
+    "min",
+    "max",
+)
 COMPARE_COLUMNS = ("baseline", "delta", "ratio", "verdict", "gated")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -45,8 +61,12 @@ def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> l
     versus = {(c.variant, c.stage, c.metric): c for c in comparisons}
     out = []
     for r in records:
-        base: dict[str, Any] = {"sweep_id": r.sweep_id, "variant": r.variant.name, "variant_id": r.variant.id,
-                                "status": r.status}  # fmt: skip
+        base: dict[str, Any] = {
+            "sweep_id": r.sweep_id,
+            "variant": r.variant.name,
+            "variant_id": r.variant.id,
+            "status": r.status,
+        }
         stages = r.stages
         if not stages:
             out.append({**base, "stage": "", "stage_status": "", "metric": "", "value": None})
@@ -56,8 +76,15 @@ def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> l
                 out.append({**base, "stage": stage, "stage_status": entry.status, "metric": "", "value": None})
             for metric, mv in metrics.items():
                 spec = spec_for(metric)
-                row = {**base, "stage": stage, "stage_status": entry.status, "metric": metric,
-                       "kind": spec.kind, "unit": spec.unit, "value": mv.value}
+                row = {
+                    **base,
+                    "stage": stage,
+                    "stage_status": entry.status,
+                    "metric": metric,
+                    "kind": spec.kind,
+                    "unit": spec.unit,
+                    "value": mv.value,
+                }
                 if mv.samples:
                     s = stats.spread(mv.samples)
                     row.update(n=s.n, median=s.median, q1=s.q1, q3=s.q3, min=s.min, max=s.max)

@@ -85,9 +85,17 @@ def _table(head: Sequence[str], body: Sequence[str], table_id: str = "", left: i
 
 
 def header_section(info: Mapping[str, Any], title: str | None) -> str:
-    mode = ("compile-only (static analysis: no target devices here, so no timings or traces)"
-            if info["compile_only"] else ("measured" if info["modes"] == ["measure"]
-                                          else "mixed: " + ", ".join(info["modes"]) if info["modes"] else "unknown"))
+    mode = (
+        "compile-only (static analysis: no target devices here, so no timings or traces)"
+        if info["compile_only"]
+        else (
+            "measured"
+            if info["modes"] == ["measure"]
+            else "mixed: " + ", ".join(info["modes"])
+            if info["modes"]
+            else "unknown"
+        )
+    )
     mode_class = "mode-compile" if info["compile_only"] else "mode-measure"
     m, t = info["machine"], info["target"]
     manifest = info["manifest"]
@@ -96,14 +104,24 @@ def header_section(info: Mapping[str, Any], title: str | None) -> str:
     mesh = ", ".join(f"{a}={s}" for a, s in (t.get("mesh") or {}).items())
     span = f"{info['span'][0]} to {info['span'][1]}" if info["span"] else "-"
     items = [
-        ("Manifest", f"<code>{e(str(manifest.get('path', '-')))}</code> "
-                     f"<span class=note>sha256 {e(str(manifest.get('sha256', ''))[:12])}</span>"),
+        (
+            "Manifest",
+            f"<code>{e(str(manifest.get('path', '-')))}</code> "
+            f"<span class=note>sha256 {e(str(manifest.get('sha256', ''))[:12])}</span>",
+        ),
         ("Mode", f'<span id="mode" class="badge {mode_class}">{e(mode)}</span>'),
-        ("Target", e(f"{t.get('platform', '-')} mesh {{{mesh}}}, "
-                     f"{t.get('topology') or str(t.get('devices')) + ' devices'}")),
-        ("Machine", e(f"{m.get('hostname', '-')}: {m.get('cpu', '-')} ({m.get('cpu_count', '?')} cores), "
-                      f"backend {m.get('backend', '-')}, {m.get('device_count', '?')} x {m.get('device_kind', '-')}, "
-                      f"{m.get('os', '')}, Python {m.get('python', '-')}")),
+        (
+            "Target",
+            e(f"{t.get('platform', '-')} mesh {{{mesh}}}, {t.get('topology') or str(t.get('devices')) + ' devices'}"),
+        ),
+        (
+            "Machine",
+            e(
+                f"{m.get('hostname', '-')}: {m.get('cpu', '-')} ({m.get('cpu_count', '?')} cores), "
+                f"backend {m.get('backend', '-')}, {m.get('device_count', '?')} x {m.get('device_kind', '-')}, "
+                f"{m.get('os', '')}, Python {m.get('python', '-')}"
+            ),
+        ),
         ("Versions", e(versions or "-")),
         ("Commit", f"<code>{e(commit)}</code>"),
         ("Ran", e(span)),
@@ -118,11 +136,10 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
     body = []
     for r in rows:
         t = r.time
-        time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, "
-                                      f"n={t.n}</span>")
+        time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, n={t.n}</span>")
         speedup = e(r.speedup_note or "-")
         if r.speedup_reference is not None and (declared or r.speedup_reference != reference):
-            speedup += f' <span class=note>vs {e(r.speedup_reference)}</span>'
+            speedup += f" <span class=note>vs {e(r.speedup_reference)}</span>"
         wasted = "-" if r.wasted_fraction is None else f"{r.wasted_fraction:.1%}"
         scoped = "-" if r.scope_coverage is None else f"{r.scope_coverage:.1%}"
         body.append(
@@ -134,24 +151,44 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
             f'<td data-sort="{r.memory_bytes or 0}">{fmt_bytes(r.memory_bytes)}</td>'
             f'<td>{fmt_num(r.collective_count)}</td><td data-sort="{r.collective_bytes or 0}">'
             f'{fmt_bytes(r.collective_bytes)}</td><td data-sort="{r.wasted_fraction or 0}">{wasted}</td>'
-            f'<td data-sort="{r.scope_coverage if r.scope_coverage is not None else -1}">{scoped}</td></tr>')
+            f'<td data-sort="{r.scope_coverage if r.scope_coverage is not None else -1}">{scoped}</td></tr>'
+        )
     against = "its reference" if declared else (reference or "-")
-    head = ["variant", "stage", "status", "mode", "median time", f"speedup vs {against}", "compile",
-            "recompiles", "memory / device", "collectives", "collective bytes", "wasted", "time scoped"]
-    return ("<section><h2>Variants</h2>" + ui.table(head, body, "variants", left=4)
-            + '<p class="note">Memory per device is the compiled program\'s bound (arguments + outputs + '
-              "temporaries - aliased) where known, else its peak. Collective counts and bytes are per device and "
-              "call (loop bodies counted once per trip). Wasted = exposed collective time + idle, as a share of "
-              "the traced window. Speedup: the reference's median / this one's, only between the same model and "
-              "workload sizes. Time scoped: share of traced op time attributed to a model scope.</p></section>")
+    head = [
+        "variant",
+        "stage",
+        "status",
+        "mode",
+        "median time",
+        f"speedup vs {against}",
+        "compile",
+        "recompiles",
+        "memory / device",
+        "collectives",
+        "collective bytes",
+        "wasted",
+        "time scoped",
+    ]
+    return (
+        "<section><h2>Variants</h2>"
+        + ui.table(head, body, "variants", left=4)
+        + '<p class="note">Memory per device is the compiled program\'s bound (arguments + outputs + '
+        "temporaries - aliased) where known, else its peak. Collective counts and bytes are per device and "
+        "call (loop bodies counted once per trip). Wasted = exposed collective time + idle, as a share of "
+        "the traced window. Speedup: the reference's median / this one's, only between the same model and "
+        "workload sizes. Time scoped: share of traced op time attributed to a model scope.</p></section>"
+    )
 
 
 def _fits(row: tables.TargetRow) -> str:
     if row.fits is None:
         return "-"
     need = f"{fmt_bytes(row.needed_bytes)} of {fmt_bytes(row.hbm_bytes)}"
-    return f'<span class="status-ok">yes</span> <span class=note>{need}</span>' if row.fits else \
-        f'<span class="status-failed">no</span> <span class=note>needs {need}</span>'
+    return (
+        f'<span class="status-ok">yes</span> <span class=note>{need}</span>'
+        if row.fits
+        else f'<span class="status-failed">no</span> <span class=note>needs {need}</span>'
+    )
 
 
 def target_section(records: Sequence[Record]) -> str:
@@ -171,32 +208,39 @@ def target_section(records: Sequence[Record]) -> str:
             f'<td class="l">{_fits(r)}</td><td>{fmt_bytes(r.argument_bytes)}</td><td>{fmt_bytes(r.temp_bytes)}</td>'
             f"{coll}<td>{fmt_bytes(r.collective_bytes_per_video)}</td><td>{fmt_num(r.flops_per_device)}</td>"
             f"<td>{fmt_time(r.step_s)}{bound}{serial}</td><td>{fmt_time(r.video_s)}</td>"
-            f"<td>{fmt_time(r.compile_s)}</td></tr>")
-    head = (["variant", "stage", "mode", "device", "fits in HBM (per device)", "arguments", "temporaries"]
-            + [f"{k} / call" for k in kinds]
-            + ["collective bytes / video", "FLOPs / device / call", "roofline / call", "roofline / video",
-               "compile"])
+            f"<td>{fmt_time(r.compile_s)}</td></tr>"
+        )
+    head = (
+        ["variant", "stage", "mode", "device", "fits in HBM (per device)", "arguments", "temporaries"]
+        + [f"{k} / call" for k in kinds]
+        + ["collective bytes / video", "FLOPs / device / call", "roofline / call", "roofline / video", "compile"]
+    )
     assumptions, sources = tables.target_assumptions(records)
     calls = sorted({(r.stage, r.calls_per_video) for r in rows})
     notes = [f"{stage}: {n} calls per video" for stage, n in calls]
-    return ('<section id="target"><h2>On the target</h2>'
-            + _table(head, body, "target-analysis", left=5)
-            + '<p class="note">Per device. Collective columns are operand bytes per call (loop bodies counted per '
-              "trip); per video multiplies by the calls per video (" + e("; ".join(notes)) + "). Roofline "
-              "assumptions: " + e("; ".join(assumptions)) + ". Specs: " + e(" | ".join(sources)) + ".</p>"
-            + "</section>")
+    return (
+        '<section id="target"><h2>On the target</h2>'
+        + _table(head, body, "target-analysis", left=5)
+        + '<p class="note">Per device. Collective columns are operand bytes per call (loop bodies counted per '
+        "trip); per video multiplies by the calls per video (" + e("; ".join(notes)) + "). Roofline "
+        "assumptions: " + e("; ".join(assumptions)) + ". Specs: " + e(" | ".join(sources)) + ".</p>" + "</section>"
+    )
 
 
 def plots_section(images: Mapping[str, str | None]) -> str:
     captions = {
         "plot-stage-times": "Per-stage median time per variant; error bars span the interquartile range.",
         "plot-breakdown": "Mean per device and traced step: compute, collective time not hidden behind compute "
-                          "(by kind) and idle.",
+        "(by kind) and idle.",
         "plot-collective-bytes": "Operand bytes of the collectives of each compiled program, by kind.",
         "plot-memory": "Per-device memory of each compiled program; the black mark is the peak/bound.",
     }
-    figs = [f'<figure id="{k}"><img alt="{e(captions[k])}" src="data:image/png;base64,{png}">'
-            f"<figcaption>{e(captions[k])}</figcaption></figure>" for k, png in images.items() if png]
+    figs = [
+        f'<figure id="{k}"><img alt="{e(captions[k])}" src="data:image/png;base64,{png}">'
+        f"<figcaption>{e(captions[k])}</figcaption></figure>"
+        for k, png in images.items()
+        if png
+    ]
     missing = [k.removeprefix("plot-") for k, png in images.items() if not png]
     note = f'<p class="note">Nothing to plot for: {e(", ".join(missing))}.</p>' if missing else ""
     return f"<section><h2>Plots</h2>{''.join(figs)}{note}</section>"
@@ -207,33 +251,42 @@ def collectives_section(records: Sequence[Record]) -> str:
     for r in tables.ok_records(records):
         for stage in r.stages:
             for kind, c in tables.collectives_by_kind(r, stage).items():
-                body.append(f'<tr><td class="l">{e(r.variant.name)}</td><td class="l">{e(stage)}</td>'
-                            f'<td class="l">{e(kind)}</td><td>{fmt_num(c.get("count"))}</td>'
-                            f'<td>{fmt_bytes(c.get("operand_bytes"))}</td><td>{fmt_bytes(c.get("result_bytes"))}</td>'
-                            "</tr>")
+                body.append(
+                    f'<tr><td class="l">{e(r.variant.name)}</td><td class="l">{e(stage)}</td>'
+                    f'<td class="l">{e(kind)}</td><td>{fmt_num(c.get("count"))}</td>'
+                    f"<td>{fmt_bytes(c.get('operand_bytes'))}</td><td>{fmt_bytes(c.get('result_bytes'))}</td>"
+                    "</tr>"
+                )
     if not body:
         return '<section><h2>Collectives</h2><p class="note">No collectives in any compiled program.</p></section>'
-    return ("<section><h2>Collectives</h2>"
-            + _table(["variant", "stage", "kind", "count", "operand bytes", "result bytes"], body, "collectives", 3)
-            + "</section>")
+    return (
+        "<section><h2>Collectives</h2>"
+        + _table(["variant", "stage", "kind", "count", "operand bytes", "result bytes"], body, "collectives", 3)
+        + "</section>"
+    )
 
 
 def failed_section(records: Sequence[Record]) -> str:
     failed = tables.failed_records(records)
-    stage_failures = [(r, s, entry) for r in tables.ok_records(records)
-                      for s, entry in r.stages.items() if entry.status != "ok"]
+    stage_failures = [
+        (r, s, entry) for r in tables.ok_records(records) for s, entry in r.stages.items() if entry.status != "ok"
+    ]
     if not failed and not stage_failures:
         return '<section id="failed"><h2>Failed variants</h2><p class="note">None: every variant ran.</p></section>'
     parts = []
     for r in failed:
         log = r.artifacts.log
-        parts.append(f'<div class="failed-variant"><h3>{e(r.variant.name)} <span class=note>'
-                     f'{e(r.variant.id)}</span> <span class="status-{e(r.status)}">{e(r.status)}</span></h3>'
-                     f'{f"<p class=note>log: <code>{e(str(log))}</code></p>" if log else ""}'
-                     f"<pre>{e(str(r.error or 'no error text'))}</pre></div>")
+        parts.append(
+            f'<div class="failed-variant"><h3>{e(r.variant.name)} <span class=note>'
+            f'{e(r.variant.id)}</span> <span class="status-{e(r.status)}">{e(r.status)}</span></h3>'
+            f"{f'<p class=note>log: <code>{e(str(log))}</code></p>' if log else ''}"
+            f"<pre>{e(str(r.error or 'no error text'))}</pre></div>"
+        )
     for r, stage, entry in stage_failures:
-        parts.append(f'<div class="failed-variant"><h3>{e(r.variant.name)} / {e(stage)}</h3>'
-                     f"<pre>{e(str(entry.error or ''))}</pre></div>")
+        parts.append(
+            f'<div class="failed-variant"><h3>{e(r.variant.name)} / {e(stage)}</h3>'
+            f"<pre>{e(str(entry.error or ''))}</pre></div>"
+        )
     return f'<section id="failed"><h2>Failed variants</h2>{"".join(parts)}</section>'
 
 
@@ -241,47 +294,66 @@ def traces_section(records: Sequence[Record], out_dir: str | Path) -> str:
     links = tables.trace_links(records, out_dir)
     if not links:
         return '<section id="traces"><h2>Traces</h2><p class="note">No traces recorded.</p></section>'
-    body = [f'<tr data-variant="{e(lk.variant)}"><td class="l">{e(lk.variant)}</td><td class="l">{e(lk.stage)}</td>'
-            f'<td class="l"><a href="{e(lk.href)}">{e(lk.href)}</a></td><td class="l"><code>{e(lk.command)}</code>'
-            "</td><td class=\"l\">" + (f'<a class="perfetto" href="{e(lk.perfetto_href)}">Chrome JSON</a>'
-                                        if lk.perfetto_href else "-") + "</td></tr>" for lk in links]
-    return ('<section id="traces"><h2>Traces</h2>'
-            + ui.table(["variant", "stage", "trace directory", "open in XProf", "Perfetto"], body, "trace-links", 5)
-            + f'<p class="note">Run the command, then open localhost:{tables.XPROF_PORT} in a browser. Perfetto: '
-              "open ui.perfetto.dev and load the Chrome JSON (a gzipped trace file) with \"Open trace file\".</p>"
-              "</section>")
+    body = [
+        f'<tr data-variant="{e(lk.variant)}"><td class="l">{e(lk.variant)}</td><td class="l">{e(lk.stage)}</td>'
+        f'<td class="l"><a href="{e(lk.href)}">{e(lk.href)}</a></td><td class="l"><code>{e(lk.command)}</code>'
+        '</td><td class="l">'
+        + (f'<a class="perfetto" href="{e(lk.perfetto_href)}">Chrome JSON</a>' if lk.perfetto_href else "-")
+        + "</td></tr>"
+        for lk in links
+    ]
+    return (
+        '<section id="traces"><h2>Traces</h2>'
+        + ui.table(["variant", "stage", "trace directory", "open in XProf", "Perfetto"], body, "trace-links", 5)
+        + f'<p class="note">Run the command, then open localhost:{tables.XPROF_PORT} in a browser. Perfetto: '
+        'open ui.perfetto.dev and load the Chrome JSON (a gzipped trace file) with "Open trace file".</p>'
+        "</section>"
+    )
 
 
 def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -> str:
     counts = {v: len(result.by_verdict(v)) for v in _VERDICT_ORDER}
     summary = " ".join(f'<span class="verdict verdict-{v}">{n} {v}</span>' for v, n in counts.items() if n)
     gated = len(result.regressions)
-    summary = (f'<strong id="gated-regressions">{gated} gated regression{"s" if gated != 1 else ""}</strong>. '
-               f"All metrics: {summary}")
+    summary = (
+        f'<strong id="gated-regressions">{gated} gated regression{"s" if gated != 1 else ""}</strong>. '
+        f"All metrics: {summary}"
+    )
     notes = [f"variant {n} failed in this run" for n in result.failed_now]
     notes += [f"variant {n}: only in the baseline" for n in result.only_in_baseline]
     notes += [f"variant {n}: not in the baseline" for n in result.only_in_now]
     notes += [f"variant {n}: settings changed (id {a} -> {b})" for n, (a, b) in result.changed_settings.items()]
 
     def rows(cs: Sequence[Comparison]) -> list[str]:
-        return [f'<tr class="{"gated" if c.gated else "ungated"}"><td class="l">{e(c.variant)}</td>'
-                f'<td class="l">{e(c.stage)}</td><td class="l">{e(c.metric)}</td>'
-                f"<td>{fmt_unit(c.baseline, c.unit)}</td><td>{fmt_unit(c.now, c.unit)}</td>"
-                f"<td>{fmt_unit(c.delta, c.unit) if c.delta is not None else '-'}</td><td>{fmt_ratio(c.ratio)}</td>"
-                f'{verdict_cell(c.verdict)}<td class="l">{"yes" if c.gated else "no"}</td>'
-                f'<td class="l note">{e(c.detail)}</td></tr>' for c in cs]
+        return [
+            f'<tr class="{"gated" if c.gated else "ungated"}"><td class="l">{e(c.variant)}</td>'
+            f'<td class="l">{e(c.stage)}</td><td class="l">{e(c.metric)}</td>'
+            f"<td>{fmt_unit(c.baseline, c.unit)}</td><td>{fmt_unit(c.now, c.unit)}</td>"
+            f"<td>{fmt_unit(c.delta, c.unit) if c.delta is not None else '-'}</td><td>{fmt_ratio(c.ratio)}</td>"
+            f'{verdict_cell(c.verdict)}<td class="l">{"yes" if c.gated else "no"}</td>'
+            f'<td class="l note">{e(c.detail)}</td></tr>'
+            for c in cs
+        ]
 
     head = ["variant", "stage", "metric", "baseline", "now", "delta", "ratio", "verdict", "gated", "how"]
-    changed = [c for v in _VERDICT_ORDER if v != UNCHANGED
-               for c in sorted(result.by_verdict(v), key=lambda c: not c.gated)]
+    changed = [
+        c for v in _VERDICT_ORDER if v != UNCHANGED for c in sorted(result.by_verdict(v), key=lambda c: not c.gated)
+    ]
     same = result.by_verdict(UNCHANGED)
-    return (f'<section id="comparison"><h2>Against baseline</h2><p>Baseline: <code>{e(baseline_label)}</code>. '
-            f"Timing threshold {gate.timing_ratio:.2f}x at alpha {gate.alpha:g}.</p><p>{summary}</p>"
-            + "".join(f'<p class="note">{e(n)}</p>' for n in notes)
-            + (_table(head, rows(changed), "comparison-changed", left=3) if changed else "")
-            + (f"<details><summary>{len(same)} unchanged metrics</summary>"
-               + _table(head, rows(same), "comparison-unchanged", left=3) + "</details>" if same else "")
-            + "</section>")
+    return (
+        f'<section id="comparison"><h2>Against baseline</h2><p>Baseline: <code>{e(baseline_label)}</code>. '
+        f"Timing threshold {gate.timing_ratio:.2f}x at alpha {gate.alpha:g}.</p><p>{summary}</p>"
+        + "".join(f'<p class="note">{e(n)}</p>' for n in notes)
+        + (_table(head, rows(changed), "comparison-changed", left=3) if changed else "")
+        + (
+            f"<details><summary>{len(same)} unchanged metrics</summary>"
+            + _table(head, rows(same), "comparison-unchanged", left=3)
+            + "</details>"
+            if same
+            else ""
+        )
+        + "</section>"
+    )
 
 
 # --------------------------------------------------------------------------- page
@@ -349,6 +421,8 @@ def render(
     info = tables.header(records)
     body = [header_section(info, title)] + [section(page) for section in sections]
     page_title = e(title or f"Sweep {info.get('sweep_id') or '?'}")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{page_title}</title><style>{CSS}{ui.CSS}</style><script>{LOAD_CHECK}{ui.SCRIPT}</script>"
-            f"</head><body>{''.join(body)}</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{page_title}</title><style>{CSS}{ui.CSS}</style><script>{LOAD_CHECK}{ui.SCRIPT}</script>"
+        f"</head><body>{''.join(body)}</body></html>\n"
+    )

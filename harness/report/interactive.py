@@ -87,8 +87,10 @@ SCRIPT = """
 
 
 def filter_box(table_id: str, what: str = "rows") -> str:
-    return (f'<input class="filter" type="search" data-table="{e(table_id)}" '
-            f'placeholder="filter {e(what)}" aria-label="filter {e(what)}">')  # fmt: skip
+    return (
+        f'<input class="filter" type="search" data-table="{e(table_id)}" '
+        f'placeholder="filter {e(what)}" aria-label="filter {e(what)}">'
+    )
 
 
 def cell(text: str, sort: float | str | None = None, left: bool = False, raw: bool = False) -> str:
@@ -103,14 +105,18 @@ def table(head: Sequence[str], rows: Sequence[str], table_id: str, left: int = 1
     """A sortable table (rows already ``<tr>...</tr>``), with a filter box above it when ``filterable``."""
     ths = "".join(f'<th class="l">{e(h)}</th>' if i < left else f"<th>{e(h)}</th>" for i, h in enumerate(head))
     box = filter_box(table_id) if filterable else ""
-    return (f'{box}<table id="{e(table_id)}" class="sortable"><thead><tr>{ths}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return (
+        f'{box}<table id="{e(table_id)}" class="sortable"><thead><tr>{ths}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def variant_toggle(names: Sequence[str]) -> str:
     options = "".join(f'<option value="{e(n)}">{e(n)}</option>' for n in names)
-    return ('<div class="toggle"><label>Variant: <select id="variant-toggle"><option value="">all variants</option>'
-            f"{options}</select></label> <span class=note>shows one variant's rows and details</span></div>")
+    return (
+        '<div class="toggle"><label>Variant: <select id="variant-toggle"><option value="">all variants</option>'
+        f"{options}</select></label> <span class=note>shows one variant's rows and details</span></div>"
+    )
 
 
 __all__ = ["CSS", "SCRIPT", "cell", "filter_box", "table", "variant_toggle"]

@@ -21,11 +21,16 @@ from harness.report.tables import StageRow, ok_records
 from harness.results.record import Record
 
 MIB = 2**20
-_COLOURS = {"compute": "#4c78a8", "idle": "#bab0ac", **dict(zip(KINDS, ("#f58518", "#e45756", "#72b7b2", "#54a24b",
-                                                                          "#eeca3b", "#b279a2", "#ff9da6"),
-                                                                 strict=True))}
-_MEMORY = (("argument_bytes", "arguments", "#4c78a8"), ("output_bytes", "outputs", "#72b7b2"),
-           ("temp_bytes", "temporaries", "#f58518"))
+_COLOURS = {
+    "compute": "#4c78a8",
+    "idle": "#bab0ac",
+    **dict(zip(KINDS, ("#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6"), strict=True)),
+}
+_MEMORY = (
+    ("argument_bytes", "arguments", "#4c78a8"),
+    ("output_bytes", "outputs", "#72b7b2"),
+    ("temp_bytes", "temporaries", "#f58518"),
+)
 
 
 def to_png(fig: Figure) -> str:
@@ -89,9 +94,12 @@ def _breakdown(trace: Mapping[str, Any]) -> dict[str, float] | None:
 
 def time_breakdown(records: Sequence[Record]) -> str | None:
     """Stacked bar per variant (and stage): compute, exposed collectives by kind, idle."""
-    bars = [(r.variant.name, stage, b) for r in ok_records(records)
-            for stage, entry in r.stages.items()
-            if (b := _breakdown(entry.trace or {})) is not None]
+    bars = [
+        (r.variant.name, stage, b)
+        for r in ok_records(records)
+        for stage, entry in r.stages.items()
+        if (b := _breakdown(entry.trace or {})) is not None
+    ]
     if not bars:
         return None
     n_stages = len({s for _, s, _ in bars})
@@ -100,8 +108,14 @@ def time_breakdown(records: Sequence[Record]) -> str | None:
     bottom = np.zeros(len(bars))
     for cat in categories:
         vals = np.array([b.get(cat, 0.0) for _, _, b in bars])
-        ax.bar(range(len(bars)), vals, 0.6, bottom=bottom, label=cat if cat in ("compute", "idle")
-               else f"{cat} (exposed)", color=_COLOURS[cat])
+        ax.bar(
+            range(len(bars)),
+            vals,
+            0.6,
+            bottom=bottom,
+            label=cat if cat in ("compute", "idle") else f"{cat} (exposed)",
+            color=_COLOURS[cat],
+        )
         bottom += vals
     ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
     ax.set_ylabel("ms per step, mean over devices")
@@ -137,9 +151,12 @@ def collective_bytes(records: Sequence[Record]) -> str | None:
 
 def memory(records: Sequence[Record]) -> str | None:
     """Per-device memory: arguments, outputs, temporaries stacked; the peak/bound as a marker."""
-    bars = [(r.variant.name, stage, m) for r in ok_records(records)
-            for stage, entry in r.stages.items()
-            if (m := (entry.static or {}).get("memory"))]
+    bars = [
+        (r.variant.name, stage, m)
+        for r in ok_records(records)
+        for stage, entry in r.stages.items()
+        if (m := (entry.static or {}).get("memory"))
+    ]
     if not bars:
         return None
     n_stages = len({s for _, s, _ in bars})

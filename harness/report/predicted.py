@@ -22,8 +22,14 @@ from harness.results import calibration
 from harness.results.record import Record, StageEntry
 
 e = html.escape
-LANE_COLOURS = {"compute": "#4c78a8", "all-gather": "#e45756", "all-reduce": "#f58518", "reduce-scatter": "#54a24b",
-                "all-to-all": "#b279a2", "collective-permute": "#9d755d"}  # fmt: skip
+LANE_COLOURS = {
+    "compute": "#4c78a8",
+    "all-gather": "#e45756",
+    "all-reduce": "#f58518",
+    "reduce-scatter": "#54a24b",
+    "all-to-all": "#b279a2",
+    "collective-permute": "#9d755d",
+}
 
 
 @dataclass(frozen=True)
@@ -68,12 +74,22 @@ def predicted_rows(records: Sequence[Record]) -> list[PredictedRow]:
             if not p:
                 continue
             roof = ((entry.static or {}).get("target") or {}).get("roofline") or {}
-            rows.append(PredictedRow(
-                r.variant.name, stage, str((p.get("spec") or {}).get("name") or "-"), p.get("step_s"),
-                p.get("video_s"), int(p.get("calls_per_video") or 1), p.get("exposed_all_gather_fraction"),
-                p.get("wasted_fraction"), (roof.get("step_s"), roof.get("step_serial_s")),
-                None if p.get("host_loop") else _measured(entry), sensitivity_line(p.get("sensitivity")),
-                p.get("chrome_trace")))  # fmt: skip
+            rows.append(
+                PredictedRow(
+                    r.variant.name,
+                    stage,
+                    str((p.get("spec") or {}).get("name") or "-"),
+                    p.get("step_s"),
+                    p.get("video_s"),
+                    int(p.get("calls_per_video") or 1),
+                    p.get("exposed_all_gather_fraction"),
+                    p.get("wasted_fraction"),
+                    (roof.get("step_s"), roof.get("step_serial_s")),
+                    None if p.get("host_loop") else _measured(entry),
+                    sensitivity_line(p.get("sensitivity")),
+                    p.get("chrome_trace"),
+                )
+            )
     return rows
 
 
@@ -99,23 +115,43 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
         href = chrome_href(r.chrome_trace, out_dir)
         link = f'<a class="predicted-trace" href="{e(href)}">Chrome JSON</a>' if href else "-"
         body.append(
-            f'<tr data-variant="{e(r.variant)}">' + ui.cell(r.variant, left=True) + ui.cell(r.stage, left=True)
-            + ui.cell(r.spec, left=True) + ui.cell(fmt_time(r.step_s), r.step_s if r.step_s is not None else -1)
+            f'<tr data-variant="{e(r.variant)}">'
+            + ui.cell(r.variant, left=True)
+            + ui.cell(r.stage, left=True)
+            + ui.cell(r.spec, left=True)
+            + ui.cell(fmt_time(r.step_s), r.step_s if r.step_s is not None else -1)
             + ui.cell(f"{fmt_time(r.video_s)} <span class=note>x{r.calls_per_video}</span>", r.video_s or -1, raw=True)
             + ui.cell(fmt_pct(r.exposed_all_gather_fraction), r.exposed_all_gather_fraction or 0)
             + ui.cell(fmt_pct(r.wasted_fraction), r.wasted_fraction or 0)
-            + ui.cell(_bracket(r.roofline), r.roofline[0] or -1) + ui.cell(fmt_time(r.measured_s), r.measured_s or -1)
-            + ui.cell(r.sensitivity or "-", left=True) + ui.cell(link, left=True, raw=True) + "</tr>")
-    head = ["variant", "stage", "spec", "predicted step", "per video", "exposed all-gather", "wasted",
-            "roofline (overlap..serial)", "measured", "sensitivity", "timeline"]
-    return ('<section id="predicted"><h2>Predicted (simulated from the scheduled program)</h2>'
-            + ui.table(head, body, "predicted-table", 3)
-            + '<p class="note">Predicted, not measured: each compiled program\'s schedule replayed on the spec\'s '
-              "constants (compute at peak FLOP/s or memory bandwidth, collectives over the topology's links, async "
-              "collectives overlapping the compute between their start and done). Exposed all-gather and wasted "
-              "(exposed collectives + idle) are shares of the predicted step, in a measured trace's accounting. "
-              "Sensitivity: the constant whose \u00b120% moves the step most. Timeline: gzipped Chrome JSON; open "
-              "ui.perfetto.dev and \"Open trace file\".</p></section>")
+            + ui.cell(_bracket(r.roofline), r.roofline[0] or -1)
+            + ui.cell(fmt_time(r.measured_s), r.measured_s or -1)
+            + ui.cell(r.sensitivity or "-", left=True)
+            + ui.cell(link, left=True, raw=True)
+            + "</tr>"
+        )
+    head = [
+        "variant",
+        "stage",
+        "spec",
+        "predicted step",
+        "per video",
+        "exposed all-gather",
+        "wasted",
+        "roofline (overlap..serial)",
+        "measured",
+        "sensitivity",
+        "timeline",
+    ]
+    return (
+        '<section id="predicted"><h2>Predicted (simulated from the scheduled program)</h2>'
+        + ui.table(head, body, "predicted-table", 3)
+        + "<p class=\"note\">Predicted, not measured: each compiled program's schedule replayed on the spec's "
+        "constants (compute at peak FLOP/s or memory bandwidth, collectives over the topology's links, async "
+        "collectives overlapping the compute between their start and done). Exposed all-gather and wasted "
+        "(exposed collectives + idle) are shares of the predicted step, in a measured trace's accounting. "
+        "Sensitivity: the constant whose \u00b120% moves the step most. Timeline: gzipped Chrome JSON; open "
+        'ui.perfetto.dev and "Open trace file".</p></section>'
+    )
 
 
 # --------------------------------------------------------------------------- the block Gantt
@@ -142,18 +178,28 @@ def gantt_svg(events: Sequence[Mapping[str, Any]], chart_id: str, title: str) ->
         colour = LANE_COLOURS.get(lane, "#72b7b2")
         for ev in (ev for ev in spans if str(ev.get("lane") or "compute") == lane):
             x0, x1 = float(ev["start_ns"]) * scale, float(ev["end_ns"]) * scale
-            tip = (f"{ev.get('name', '')} ({ev.get('category', lane)}) {ev.get('scope') or ''}: "
-                   f"{float(ev['start_ns']) / 1e3:.1f}..{float(ev['end_ns']) / 1e3:.1f} us")
-            parts.append(f'<rect x="{GANTT_LABEL_W + x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 0.6):.1f}" '
-                         f'height="{GANTT_ROW - 6}" fill="{colour}"><title>{e(tip)}</title></rect>')
+            tip = (
+                f"{ev.get('name', '')} ({ev.get('category', lane)}) {ev.get('scope') or ''}: "
+                f"{float(ev['start_ns']) / 1e3:.1f}..{float(ev['end_ns']) / 1e3:.1f} us"
+            )
+            parts.append(
+                f'<rect x="{GANTT_LABEL_W + x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 0.6):.1f}" '
+                f'height="{GANTT_ROW - 6}" fill="{colour}"><title>{e(tip)}</title></rect>'
+            )
     axis_y = GANTT_TOP + GANTT_ROW * len(lanes)
-    parts.append(f'<line x1="{GANTT_LABEL_W}" x2="{GANTT_LABEL_W + GANTT_W}" y1="{axis_y}" y2="{axis_y}" '
-                 'stroke="#6c757d"></line>')
+    parts.append(
+        f'<line x1="{GANTT_LABEL_W}" x2="{GANTT_LABEL_W + GANTT_W}" y1="{axis_y}" y2="{axis_y}" '
+        'stroke="#6c757d"></line>'
+    )
     for frac, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
-        parts.append(f'<text class="value" x="{GANTT_LABEL_W + frac * GANTT_W:.1f}" y="{axis_y + 15}" '
-                     f'text-anchor="{anchor}">{end * frac / 1e3:.1f} us</text>')
-    return (f'<svg class="chart gantt" id="{e(chart_id)}" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{e(title)}">{"".join(parts)}</svg>')
+        parts.append(
+            f'<text class="value" x="{GANTT_LABEL_W + frac * GANTT_W:.1f}" y="{axis_y + 15}" '
+            f'text-anchor="{anchor}">{end * frac / 1e3:.1f} us</text>'
+        )
+    return (
+        f'<svg class="chart gantt" id="{e(chart_id)}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{e(title)}">{"".join(parts)}</svg>'
+    )
 
 
 def gantt_block(entry: StageEntry, chart_id: str, label: str) -> str:
@@ -164,8 +210,9 @@ def gantt_block(entry: StageEntry, chart_id: str, label: str) -> str:
     if not svg and not line:
         return ""
     step = f"predicted step {fmt_time(p.get('step_s'))} ({(p.get('spec') or {}).get('name', '-')})"
-    return (f'<div class="predicted-detail"><p class="note">{e(step)}; {e(line or "no sensitivity")}</p>'
-            + svg + "</div>")
+    return (
+        f'<div class="predicted-detail"><p class="note">{e(step)}; {e(line or "no sensitivity")}</p>' + svg + "</div>"
+    )
 
 
 # --------------------------------------------------------------------------- predicted against measured
@@ -193,54 +240,85 @@ def scatter_svg(pts: Sequence[calibration.Point], chart_id: str) -> str:
         return SC_PAD_T + ph - (math.log10(v) - lo) / (hi - lo) * ph
 
     a, b = 10**lo, 10**hi
-    parts = [f'<rect x="{SC_PAD_L}" y="{SC_PAD_T}" width="{pw}" height="{ph}" fill="none" stroke="#adb5bd"></rect>',
-             f'<line x1="{x(a):.1f}" y1="{y(a):.1f}" x2="{x(b):.1f}" y2="{y(b):.1f}" stroke="#6c757d" '
-             'stroke-dasharray="4 3"></line>']  # fmt: skip
+    parts = [
+        f'<rect x="{SC_PAD_L}" y="{SC_PAD_T}" width="{pw}" height="{ph}" fill="none" stroke="#adb5bd"></rect>',
+        f'<line x1="{x(a):.1f}" y1="{y(a):.1f}" x2="{x(b):.1f}" y2="{y(b):.1f}" stroke="#6c757d" '
+        'stroke-dasharray="4 3"></line>',
+    ]
     for (x0, y0), (x1, y1) in (((a, a * 1.5), (b / 1.5, b)), ((a * 1.5, a), (b, b / 1.5))):  # 1.5x either way
-        parts.append(f'<line x1="{x(x0):.1f}" y1="{y(y0):.1f}" x2="{x(x1):.1f}" y2="{y(y1):.1f}" '
-                     'stroke="#ced4da"></line>')
+        parts.append(
+            f'<line x1="{x(x0):.1f}" y1="{y(y0):.1f}" x2="{x(x1):.1f}" y2="{y(y1):.1f}" stroke="#ced4da"></line>'
+        )
     for t in ticks:  # x labels well below the y labels' baseline, so the corner ones cannot touch
-        parts.append(f'<text class="value" x="{x(t):.1f}" y="{SC_PAD_T + ph + 22}" text-anchor="middle">'
-                     f"{e(fmt_time(t))}</text>")
-        parts.append(f'<text class="value" x="{SC_PAD_L - 6}" y="{y(t) + 4:.1f}" text-anchor="end">'
-                     f"{e(fmt_time(t))}</text>")
+        parts.append(
+            f'<text class="value" x="{x(t):.1f}" y="{SC_PAD_T + ph + 22}" text-anchor="middle">{e(fmt_time(t))}</text>'
+        )
+        parts.append(
+            f'<text class="value" x="{SC_PAD_L - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{e(fmt_time(t))}</text>'
+        )
     parts.append(f'<text x="{SC_PAD_L + pw / 2}" y="{SC_H - 6}" text-anchor="middle">measured</text>')
     parts.append('<text x="4" y="12">predicted</text>')
     for p in pts:
         fill = "#4c78a8" if p.gated else "#f58518"
-        tip = (f"{p.variant} / {p.stage} ({p.devices} device{'s' if p.devices != 1 else ''}): predicted "
-               f"{fmt_time(p.predicted_s)}, measured {fmt_time(p.measured_s)}, x{p.ratio:.2f}")
-        parts.append(f'<circle cx="{x(p.measured_s):.1f}" cy="{y(p.predicted_s):.1f}" r="4" fill="{fill}">'
-                     f"<title>{e(tip)}</title></circle>")
-    return (f'<svg class="chart scatter" id="{e(chart_id)}" width="{SC_W}" height="{SC_H}" '
-            f'viewBox="0 0 {SC_W} {SC_H}" role="img" aria-label="predicted against measured">{"".join(parts)}</svg>')
+        tip = (
+            f"{p.variant} / {p.stage} ({p.devices} device{'s' if p.devices != 1 else ''}): predicted "
+            f"{fmt_time(p.predicted_s)}, measured {fmt_time(p.measured_s)}, x{p.ratio:.2f}"
+        )
+        parts.append(
+            f'<circle cx="{x(p.measured_s):.1f}" cy="{y(p.predicted_s):.1f}" r="4" fill="{fill}">'
+            f"<title>{e(tip)}</title></circle>"
+        )
+    return (
+        f'<svg class="chart scatter" id="{e(chart_id)}" width="{SC_W}" height="{SC_H}" '
+        f'viewBox="0 0 {SC_W} {SC_H}" role="img" aria-label="predicted against measured">{"".join(parts)}</svg>'
+    )
 
 
 def calibration_section(records: Sequence[Record]) -> str:
     pts = calibration.points(records)
     if not pts:
         return ""
-    body = [f'<tr data-variant="{e(p.variant)}">' + ui.cell(p.variant, left=True) + ui.cell(p.stage, left=True)
-            + ui.cell(str(p.devices), p.devices) + ui.cell(fmt_time(p.predicted_s), p.predicted_s)
-            + ui.cell(fmt_time(p.measured_s), p.measured_s) + ui.cell(f"{p.ratio:.2f}x", p.ratio)
-            + ui.cell("scored" if p.gated else "shown only", left=True) + "</tr>" for p in pts]
+    body = [
+        f'<tr data-variant="{e(p.variant)}">'
+        + ui.cell(p.variant, left=True)
+        + ui.cell(p.stage, left=True)
+        + ui.cell(str(p.devices), p.devices)
+        + ui.cell(fmt_time(p.predicted_s), p.predicted_s)
+        + ui.cell(fmt_time(p.measured_s), p.measured_s)
+        + ui.cell(f"{p.ratio:.2f}x", p.ratio)
+        + ui.cell("scored" if p.gated else "shown only", left=True)
+        + "</tr>"
+        for p in pts
+    ]
     s = calibration.summarize(pts)
     if s is None:
         score = "No single-device program to score (multi-device CPU programs share the host's cores)."
     else:
         verdict = "meets" if s.met else "misses"
-        score = (f"{s.n} single-device programs: Spearman {s.spearman:.2f} (target \u2265 "
-                 f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.2f} (within "
-                 f"{s.typical_factor:.2f}x; target \u2264 ln 1.5 = {calibration.TARGET_LOG_RATIO:.2f}): {verdict} "
-                 "the target. The CPU constants are measured on this machine, not fitted to these points.")
+        score = (
+            f"{s.n} single-device programs: Spearman {s.spearman:.2f} (target \u2265 "
+            f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.2f} (within "
+            f"{s.typical_factor:.2f}x; target \u2264 ln 1.5 = {calibration.TARGET_LOG_RATIO:.2f}): {verdict} "
+            "the target. The CPU constants are measured on this machine, not fitted to these points."
+        )
     head = ["variant", "stage", "devices", "predicted", "measured", "pred / meas", "calibration"]
-    return ('<section id="calibration"><h2>Predicted against measured</h2>'
-            f'<p id="calibration-score">{e(score)}</p>' + ui.table(head, body, "calibration-table", 2)
-            + scatter_svg(pts, "calibration-scatter")
-            + '<p class="note">One call of each compiled program; blue: scored (one device), orange: shown only '
-              "(several simulated devices share the host's cores, which the simulation does not model). Dashed: "
-              "predicted = measured; grey: 1.5x either way.</p></section>")
+    return (
+        '<section id="calibration"><h2>Predicted against measured</h2>'
+        f'<p id="calibration-score">{e(score)}</p>'
+        + ui.table(head, body, "calibration-table", 2)
+        + scatter_svg(pts, "calibration-scatter")
+        + '<p class="note">One call of each compiled program; blue: scored (one device), orange: shown only '
+        "(several simulated devices share the host's cores, which the simulation does not model). Dashed: "
+        "predicted = measured; grey: 1.5x either way.</p></section>"
+    )
 
 
-__all__ = ["calibration_section", "gantt_block", "gantt_svg", "predicted_rows", "predicted_section",
-           "scatter_svg", "sensitivity_line"]
+__all__ = [
+    "calibration_section",
+    "gantt_block",
+    "gantt_svg",
+    "predicted_rows",
+    "predicted_section",
+    "scatter_svg",
+    "sensitivity_line",
+]

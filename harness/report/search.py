@@ -8,11 +8,25 @@ from typing import Any
 
 from harness.report.fmt import fmt_bytes, fmt_pct, fmt_time
 
-_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
-          ".no{color:#b00}")  # fmt: skip
-_HEAD = ("#", "predicted step", "depth", "exposed all-gather", "exposed collectives", "wasted", "memory / device",
-         "fits HBM", "mesh", "attention", "rules", "variant id")  # fmt: skip
+_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
+    ".no{color:#b00}"
+)
+_HEAD = (
+    "#",
+    "predicted step",
+    "depth",
+    "exposed all-gather",
+    "exposed collectives",
+    "wasted",
+    "memory / device",
+    "fits HBM",
+    "mesh",
+    "attention",
+    "rules",
+    "variant id",
+)
 
 
 def rules_text(rules: Mapping[str, Sequence[str]]) -> str:
@@ -26,8 +40,16 @@ def _row(r: Mapping[str, Any], rank: str) -> str:
     rules = r.get("label") or rules_text(r["rules"])
     mesh = " x ".join(f"{a}={s}" for a, s in r["mesh"].items())
     error = f'<br><span class="no">{html.escape(str(r["error"]))[:300]}</span>' if r.get("error") else ""
-    cells = [rank, fmt_time(r["step_s"]), depth, fmt_pct(r["exposed_all_gather"]), fmt_time(r["exposed_collective_s"]),
-             fmt_pct(r["wasted"]), fmt_bytes(r["memory_bytes"]), fits]  # fmt: skip
+    cells = [
+        rank,
+        fmt_time(r["step_s"]),
+        depth,
+        fmt_pct(r["exposed_all_gather"]),
+        fmt_time(r["exposed_collective_s"]),
+        fmt_pct(r["wasted"]),
+        fmt_bytes(r["memory_bytes"]),
+        fits,
+    ]
     left = [html.escape(mesh), html.escape(r["attention"]), html.escape(rules) + error, html.escape(r["variant_id"])]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "".join(f'<td class="l">{c}</td>' for c in left) + "</tr>"
 
@@ -35,13 +57,16 @@ def _row(r: Mapping[str, Any], rank: str) -> str:
 def search_page(summary: Mapping[str, Any], title: str) -> str:
     """One self-contained HTML page: what was pruned, the ranked candidates, the references."""
     pruned = ", ".join(f"{html.escape(k)}: {n}" for k, n in summary["pruned"].items()) or "none"
-    head = "".join(f'<th class="{"l" if h in ("mesh", "attention", "rules", "variant id") else ""}">{h}</th>'
-                   for h in _HEAD)  # fmt: skip
+    head = "".join(
+        f'<th class="{"l" if h in ("mesh", "attention", "rules", "variant id") else ""}">{h}</th>' for h in _HEAD
+    )
     body = "".join(_row(r, str(r["rank"])) for r in summary["rows"])
     refs = "".join(_row(r, "ref") for r in summary.get("references", []))
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p>{summary['declared']} declared candidates, pruned before compiling: {pruned}; "
-            f"{summary['evaluations']} evaluated. Predicted = the schedule simulator on the compiled program; "
-            "a proxy's step and memory are scaled per block to full depth.</p>"
-            f"<table><tr>{head}</tr>{body}{refs}</table></body></html>")  # fmt: skip
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<p>{summary['declared']} declared candidates, pruned before compiling: {pruned}; "
+        f"{summary['evaluations']} evaluated. Predicted = the schedule simulator on the compiled program; "
+        "a proxy's step and memory are scaled per block to full depth.</p>"
+        f"<table><tr>{head}</tr>{body}{refs}</table></body></html>"
+    )

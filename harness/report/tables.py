@@ -93,8 +93,24 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
     for r in records:
         stages = r.stages
         if not stages:
-            rows.append(StageRow(r.variant.name, r.variant.id, "-", r.status, r.target.mode_used, None, None, None,
-                                 None, None, None, None, None, r.error))  # fmt: skip
+            rows.append(
+                StageRow(
+                    r.variant.name,
+                    r.variant.id,
+                    "-",
+                    r.status,
+                    r.target.mode_used,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    r.error,
+                )
+            )
             continue
         for stage, entry in stages.items():
             m = flatten_stage(entry)
@@ -111,17 +127,28 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
             if ref_name and not comparable(r, by_name[ref_name]):
                 speedup, note = None, DIFFERENT_WORKLOAD
             memory = m.get("memory.bound_bytes") or m.get("memory.peak_bytes")
-            rows.append(StageRow(
-                variant=r.variant.name, variant_id=r.variant.id, stage=stage,
-                status=entry.status, mode=r.target.mode_used,
-                time=time, speedup=speedup, speedup_reference=ref_name if note is not None else None,
-                compile_s=_value(m, "compile_s"), recompiles=_value(m, "recompiles"),
-                memory_bytes=memory.value if memory else None,
-                collective_count=_value(m, "collectives.total.count"),
-                collective_bytes=_value(m, "collectives.total.bytes"),
-                wasted_fraction=_value(m, "trace.wasted_fraction"), error=entry.error, speedup_note=note,
-                scope_coverage=(entry.trace or {}).get("scope_coverage"), workload=workload_label(r),
-            ))
+            rows.append(
+                StageRow(
+                    variant=r.variant.name,
+                    variant_id=r.variant.id,
+                    stage=stage,
+                    status=entry.status,
+                    mode=r.target.mode_used,
+                    time=time,
+                    speedup=speedup,
+                    speedup_reference=ref_name if note is not None else None,
+                    compile_s=_value(m, "compile_s"),
+                    recompiles=_value(m, "recompiles"),
+                    memory_bytes=memory.value if memory else None,
+                    collective_count=_value(m, "collectives.total.count"),
+                    collective_bytes=_value(m, "collectives.total.bytes"),
+                    wasted_fraction=_value(m, "trace.wasted_fraction"),
+                    error=entry.error,
+                    speedup_note=note,
+                    scope_coverage=(entry.trace or {}).get("scope_coverage"),
+                    workload=workload_label(r),
+                )
+            )
     return rows
 
 
@@ -130,8 +157,10 @@ def workload_label(r: Record) -> str:
     w = r.config.workload
     if not w:
         return r.config.preset
-    return (f"{r.config.preset} {w.get('height', '?')}x{w.get('width', '?')} px x {w.get('num_frames', '?')} frames, "
-            f"batch {w.get('batch', '?')}")
+    return (
+        f"{r.config.preset} {w.get('height', '?')}x{w.get('width', '?')} px x {w.get('num_frames', '?')} frames, "
+        f"batch {w.get('batch', '?')}"
+    )
 
 
 def _value(m: Mapping[str, Any], key: str) -> float | None:
@@ -181,10 +210,14 @@ def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLin
             href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
             entry = r.stages.get(stage)
             chrome = (entry.trace or {}).get("chrome_trace") if entry is not None else None
-            perfetto = Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix() \
-                if chrome else None
-            links.append(TraceLink(r.variant.name, stage, Path(href).as_posix(),
-                                   f"xprof --logdir {path} --port {XPROF_PORT}", perfetto))
+            perfetto = (
+                Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix() if chrome else None
+            )
+            links.append(
+                TraceLink(
+                    r.variant.name, stage, Path(href).as_posix(), f"xprof --logdir {path} --port {XPROF_PORT}", perfetto
+                )
+            )
     return links
 
 
@@ -247,19 +280,30 @@ def target_rows(records: Sequence[Record]) -> list[TargetRow]:
             memory, roof = t.get("memory") or {}, t.get("roofline") or {}
             per_call = {k: float(c.get("bytes") or 0) for k, c in (t.get("collectives_per_call") or {}).items()}
             per_video = t.get("collectives_per_video")
-            rows.append(TargetRow(
-                variant=r.variant.name, stage=stage, mode=r.target.mode_used,
-                device_kind=(t.get("spec") or {}).get("device_kind"), fits=t.get("fits"),
-                needed_bytes=memory.get("needed_bytes"), hbm_bytes=memory.get("hbm_bytes"),
-                argument_bytes=memory.get("argument_bytes"), temp_bytes=memory.get("temp_bytes"),
-                collective_bytes_per_call=per_call,
-                collective_bytes_per_video=(sum(float(c.get("bytes") or 0) for c in per_video.values())
-                                            if per_video is not None else None),
-                calls_per_video=int(t.get("calls_per_video") or 1), flops_per_device=t.get("flops_per_device"),
-                step_s=roof.get("step_s"), step_serial_s=roof.get("step_serial_s"), bound_by=roof.get("bound_by"),
-                video_s=t.get("roofline_per_video_s"),
-                compile_s=(static.get("timing") or {}).get("compile_seconds"),
-            ))  # fmt: skip
+            rows.append(
+                TargetRow(
+                    variant=r.variant.name,
+                    stage=stage,
+                    mode=r.target.mode_used,
+                    device_kind=(t.get("spec") or {}).get("device_kind"),
+                    fits=t.get("fits"),
+                    needed_bytes=memory.get("needed_bytes"),
+                    hbm_bytes=memory.get("hbm_bytes"),
+                    argument_bytes=memory.get("argument_bytes"),
+                    temp_bytes=memory.get("temp_bytes"),
+                    collective_bytes_per_call=per_call,
+                    collective_bytes_per_video=(
+                        sum(float(c.get("bytes") or 0) for c in per_video.values()) if per_video is not None else None
+                    ),
+                    calls_per_video=int(t.get("calls_per_video") or 1),
+                    flops_per_device=t.get("flops_per_device"),
+                    step_s=roof.get("step_s"),
+                    step_serial_s=roof.get("step_serial_s"),
+                    bound_by=roof.get("bound_by"),
+                    video_s=t.get("roofline_per_video_s"),
+                    compile_s=(static.get("timing") or {}).get("compile_seconds"),
+                )
+            )
     return rows
 
 

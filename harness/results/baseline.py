@@ -99,8 +99,10 @@ def build(records: Sequence[Record], *, name: str | None = None, source: str = "
         raise BaselineError(f"{source or 'results'}: refusing to baseline failed variants: {', '.join(failed)}")
     keys = sorted({record_key(r) for r in latest})
     if len(keys) != 1:
-        raise BaselineError(f"{source or 'results'}: records span several backends ({', '.join(keys)}); "
-                            "a baseline is per backend and topology")
+        raise BaselineError(
+            f"{source or 'results'}: records span several backends ({', '.join(keys)}); "
+            "a baseline is per backend and topology"
+        )
     key = keys[0]
     name = name or default_name(latest[0].manifest.path or latest[0].sweep_id, key)
     return {
@@ -131,8 +133,10 @@ def write(path: str | Path, baseline: Mapping[str, Any]) -> Path:
 def load(path: str | Path) -> Baseline:
     path = Path(path)
     if not path.exists():
-        raise BaselineError(f"no baseline at {path}; write one on purpose from a run you trust with "
-                            f"`python -m harness baseline update <results.jsonl> --out {path}`")
+        raise BaselineError(
+            f"no baseline at {path}; write one on purpose from a run you trust with "
+            f"`python -m harness baseline update <results.jsonl> --out {path}`"
+        )
     if path.suffix == ".jsonl":
         return _load_results_file(path)
     try:
@@ -141,8 +145,9 @@ def load(path: str | Path) -> Baseline:
         raise BaselineError(f"{path}: not a readable baseline: {e}") from None
     version = data.get("baseline_version") if isinstance(data, dict) else None
     if version != BASELINE_VERSION:
-        raise BaselineError(f"{path}: baseline_version {version!r} is not readable by this harness "
-                            f"(reads {BASELINE_VERSION})")
+        raise BaselineError(
+            f"{path}: baseline_version {version!r} is not readable by this harness (reads {BASELINE_VERSION})"
+        )
     raw = data.get("records")
     if not isinstance(raw, list) or not raw:
         raise BaselineError(f"{path}: baseline has no records")

@@ -159,9 +159,11 @@ def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
 
 def flatten_record(record: Record) -> dict[tuple[str, str], MetricValue]:
     """(stage, metric) -> value for every stage of a record."""
-    return {(stage, metric): value
-            for stage, entry in record.stages.items()
-            for metric, value in flatten_stage(entry).items()}
+    return {
+        (stage, metric): value
+        for stage, entry in record.stages.items()
+        for metric, value in flatten_stage(entry).items()
+    }
 
 
 def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], stage: str) -> MetricValue | None:
@@ -223,18 +225,40 @@ class Comparison:
         return self.gated and self.verdict == stats.REGRESSED
 
 
-def compare_metric(variant: str, stage: str, metric: str, base: MetricValue | None, head: MetricValue | None,
-                   gate: Gate, *, timings: bool = True, seed: int = 0) -> Comparison:
+def compare_metric(
+    variant: str,
+    stage: str,
+    metric: str,
+    base: MetricValue | None,
+    head: MetricValue | None,
+    gate: Gate,
+    *,
+    timings: bool = True,
+    seed: int = 0,
+) -> Comparison:
     spec = spec_for(metric)
     gated = spec.kind in GATED_KINDS and (spec.kind != "timing" or timings)
-    common: dict[str, Any] = dict(variant=variant, stage=stage, metric=metric, kind=spec.kind, unit=spec.unit,
-                  baseline=base.value if base else None, now=head.value if head else None)
+    common: dict[str, Any] = dict(
+        variant=variant,
+        stage=stage,
+        metric=metric,
+        kind=spec.kind,
+        unit=spec.unit,
+        baseline=base.value if base else None,
+        now=head.value if head else None,
+    )
     if base is None or head is None:
         return Comparison(**common, verdict=NEW if base is None else MISSING, gated=gated)
     if spec.kind == "timing":
         rounds = tuple(zip(base.rounds, head.rounds, strict=True)) if len(base.rounds) == len(head.rounds) else ()
-        v = stats.compare_samples(base.samples or (base.value,), head.samples or (head.value,),
-                                  gate.timing_ratio, gate.alpha, rounds=rounds, seed=seed)
+        v = stats.compare_samples(
+            base.samples or (base.value,),
+            head.samples or (head.value,),
+            gate.timing_ratio,
+            gate.alpha,
+            rounds=rounds,
+            seed=seed,
+        )
         detail = v.describe() + ("" if gated else "; not gated (different machine)")
     elif spec.kind == "info" and spec.unit in ("s", "fraction"):
         # One measurement per side (compile time, a trace): a change beyond the timing threshold

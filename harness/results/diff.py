@@ -87,11 +87,18 @@ class StageDiff:
     speedup_note: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "base": self.base, "head": self.head, "steps": list(self.steps),
-                "step": self.step.to_dict() if self.step else None,
-                "categories": [d.to_dict() for d in self.categories], "scopes": [d.to_dict() for d in self.scopes],
-                "collectives": [c.to_dict() for c in self.collectives], "speedup": self.speedup,
-                "speedup_note": self.speedup_note}  # fmt: skip
+        return {
+            "stage": self.stage,
+            "base": self.base,
+            "head": self.head,
+            "steps": list(self.steps),
+            "step": self.step.to_dict() if self.step else None,
+            "categories": [d.to_dict() for d in self.categories],
+            "scopes": [d.to_dict() for d in self.scopes],
+            "collectives": [c.to_dict() for c in self.collectives],
+            "speedup": self.speedup,
+            "speedup_note": self.speedup_note,
+        }
 
 
 # --------------------------------------------------------------------------- pieces
@@ -115,24 +122,35 @@ def _series(samples: Sequence[Mapping[str, Any]], field: str, depth: int | None)
     return {k: [row.get(k, 0.0) for row in rows] for k in keys}
 
 
-def _delta(key: str, base: Sequence[float], head: Sequence[float], step_delta: float | None, seed: int,
-           parts: int = 1) -> Delta:  # fmt: skip
+def _delta(
+    key: str, base: Sequence[float], head: Sequence[float], step_delta: float | None, seed: int, parts: int = 1
+) -> Delta:
     mb = sum(base) / len(base) if base else 0.0
     mh = sum(head) / len(head) if head else 0.0
     alpha = (1.0 - stats.CONFIDENCE) / parts  # Bonferroni over the parts of one table
     resamples = max(stats.BOOTSTRAP_RESAMPLES, min(40_000, int(50 / alpha)))  # >= 25 resamples in each tail
-    ci = (stats.bootstrap_mean_diff_ci(base, head, confidence=1.0 - alpha, resamples=resamples, seed=seed)
-          if len(base) > 1 and len(head) > 1 else None)  # fmt: skip
+    ci = (
+        stats.bootstrap_mean_diff_ci(base, head, confidence=1.0 - alpha, resamples=resamples, seed=seed)
+        if len(base) > 1 and len(head) > 1
+        else None
+    )
     share = (mh - mb) / step_delta if step_delta else None
     return Delta(key, mb, mh, ci, share)
 
 
-def _deltas(base: Sequence[Mapping[str, Any]], head: Sequence[Mapping[str, Any]], field: str,
-            step_delta: float | None, depth: int | None) -> tuple[Delta, ...]:  # fmt: skip
+def _deltas(
+    base: Sequence[Mapping[str, Any]],
+    head: Sequence[Mapping[str, Any]],
+    field: str,
+    step_delta: float | None,
+    depth: int | None,
+) -> tuple[Delta, ...]:
     b, h = _series(base, field, depth), _series(head, field, depth)
     keys = list(dict.fromkeys([*b, *h]))
-    out = [_delta(k, b.get(k, [0.0] * len(base)), h.get(k, [0.0] * len(head)), step_delta, i, len(keys))
-           for i, k in enumerate(keys)]  # fmt: skip
+    out = [
+        _delta(k, b.get(k, [0.0] * len(base)), h.get(k, [0.0] * len(head)), step_delta, i, len(keys))
+        for i, k in enumerate(keys)
+    ]
     return tuple(sorted(out, key=lambda d: -abs(d.delta_ns)))
 
 
@@ -145,10 +163,17 @@ def collective_deltas(base: StageEntry | None, head: StageEntry | None) -> tuple
 
     b, h = table(base), table(head)
     zero: Mapping[str, float] = {}
-    out = [CollectiveDelta(s, k, float(b.get((s, k), zero).get("count", 0.0)),
-                           float(h.get((s, k), zero).get("count", 0.0)),
-                           float(b.get((s, k), zero).get("bytes", 0.0)), float(h.get((s, k), zero).get("bytes", 0.0)))
-           for s, k in dict.fromkeys([*b, *h])]  # fmt: skip
+    out = [
+        CollectiveDelta(
+            s,
+            k,
+            float(b.get((s, k), zero).get("count", 0.0)),
+            float(h.get((s, k), zero).get("count", 0.0)),
+            float(b.get((s, k), zero).get("bytes", 0.0)),
+            float(h.get((s, k), zero).get("bytes", 0.0)),
+        )
+        for s, k in dict.fromkeys([*b, *h])
+    ]
     return tuple(sorted(out, key=lambda c: (-abs(c.head_bytes - c.base_bytes), c.scope, c.kind)))
 
 
@@ -189,8 +214,18 @@ def diff_stage(base: Record, head: Record, stage: str, *, depth: int | None = No
         speedup, note = None, "n/a (no timings)"
     else:
         speedup, note = mb / mh, f"{mb / mh:.2f}x"
-    return StageDiff(stage, base.variant.name, head.variant.name, (len(sb), len(sh)), step, categories, scopes,
-                     collective_deltas(eb, eh), speedup, note)  # fmt: skip
+    return StageDiff(
+        stage,
+        base.variant.name,
+        head.variant.name,
+        (len(sb), len(sh)),
+        step,
+        categories,
+        scopes,
+        collective_deltas(eb, eh),
+        speedup,
+        note,
+    )
 
 
 def diff_records(base: Record, head: Record, *, depth: int | None = None) -> list[StageDiff]:
@@ -209,5 +244,15 @@ def reference_diffs(records: Iterable[Record], *, depth: int | None = None) -> l
     return out
 
 
-__all__ = ["DIFFERENT_WORKLOAD", "STEP", "CollectiveDelta", "Delta", "StageDiff", "collective_deltas", "comparable",
-           "diff_records", "diff_stage", "reference_diffs"]  # fmt: skip
+__all__ = [
+    "DIFFERENT_WORKLOAD",
+    "STEP",
+    "CollectiveDelta",
+    "Delta",
+    "StageDiff",
+    "collective_deltas",
+    "comparable",
+    "diff_records",
+    "diff_stage",
+    "reference_diffs",
+]

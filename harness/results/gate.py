@@ -74,8 +74,11 @@ def pool_rounds(rounds: Sequence[Sequence[Record]]) -> list[Record]:
                 before = (entry.measured if entry is not None else None) or {}
                 if not before.get("samples_s"):
                     return m
-                return {**m, "rounds_s": [*before["rounds_s"], list(m["samples_s"])],
-                        "samples_s": list(before["samples_s"]) + list(m["samples_s"])}  # fmt: skip
+                return {
+                    **m,
+                    "rounds_s": [*before["rounds_s"], list(m["samples_s"])],
+                    "samples_s": list(before["samples_s"]) + list(m["samples_s"]),
+                }
 
             pooled[name] = _with_measured(record, pooled_samples)
     return list(pooled.values())
@@ -107,10 +110,13 @@ class GateResult:
         out += [format_failure(c) for c in self.failures]
         out += [f"note: {n}" for n in self.notes]
         n = len(self.comparisons.comparisons) if self.comparisons else 0
-        summary = {CLEAN: "gate passed", REGRESSION: "gate FAILED: regression",
-                   ERROR: "gate could not run"}[self.exit_code]
-        out.append(f"{summary}: {len(self.failures)} regressed, {len(self.problems)} problems, "
-                   f"{n} metrics compared (exit {self.exit_code})")
+        summary = {CLEAN: "gate passed", REGRESSION: "gate FAILED: regression", ERROR: "gate could not run"}[
+            self.exit_code
+        ]
+        out.append(
+            f"{summary}: {len(self.failures)} regressed, {len(self.problems)} problems, "
+            f"{n} metrics compared (exit {self.exit_code})"
+        )
         return out
 
 
@@ -136,8 +142,10 @@ def format_value(value: float | None, unit: str) -> str:
 def format_failure(c: Comparison) -> str:
     ratio = c.ratio
     ratio_s = "-" if ratio is None else ("inf" if ratio == float("inf") else f"{ratio:.3f}x")
-    return (f"REGRESSED  {c.variant}  {c.stage}  {c.metric}: baseline {format_value(c.baseline, c.unit)}, "
-            f"now {format_value(c.now, c.unit)}, ratio {ratio_s}; {c.detail}")
+    return (
+        f"REGRESSED  {c.variant}  {c.stage}  {c.metric}: baseline {format_value(c.baseline, c.unit)}, "
+        f"now {format_value(c.now, c.unit)}, ratio {ratio_s}; {c.detail}"
+    )
 
 
 def evaluate(
@@ -159,8 +167,10 @@ def evaluate(
     result = compare_records(baseline, now, gate, timings=gated_timings)
     out = GateResult(CLEAN, result, timings_gated=gated_timings)
     if not gated_timings and timings == "auto":
-        out.notes.append("timings not gated: baseline and run come from different machines "
-                         "(deterministic metrics still are; --timings on forces them)")
+        out.notes.append(
+            "timings not gated: baseline and run come from different machines "
+            "(deterministic metrics still are; --timings on forces them)"
+        )
     for name, error in result.failed_now.items():
         first = error.strip().splitlines()[-1] if error.strip() else "failed"
         out.problems.append(f"variant {name} failed: {first[:300]}")
@@ -169,8 +179,10 @@ def evaluate(
     for name in result.only_in_now:
         out.notes.append(f"variant {name} has no baseline yet (not gated)")
     for name, (old, new) in result.changed_settings.items():
-        out.problems.append(f"variant {name} changed settings since the baseline (id {old} -> {new}); "
-                            "update the baseline on purpose if that is intended")
+        out.problems.append(
+            f"variant {name} changed settings since the baseline (id {old} -> {new}); "
+            "update the baseline on purpose if that is intended"
+        )
     failed = set(result.failed_now)
     for c in result.comparisons:
         if c.variant in failed or not c.gated:
@@ -178,9 +190,11 @@ def evaluate(
         if c.verdict == MISSING:
             out.problems.append(f"{c.variant} {c.stage} {c.metric}: in the baseline, missing from this run")
         elif c.kind == "timing" and c.result is not None and not c.result.can_fire:
-            out.problems.append(f"{c.variant} {c.stage} time: {c.result.n_base} vs {c.result.n_head} samples "
-                                f"can never reach p < {gate.alpha:g}; need >= {stats.min_samples(gate.alpha)} "
-                                "repeats per side ([run] repeats)")
+            out.problems.append(
+                f"{c.variant} {c.stage} time: {c.result.n_base} vs {c.result.n_head} samples "
+                f"can never reach p < {gate.alpha:g}; need >= {stats.min_samples(gate.alpha)} "
+                "repeats per side ([run] repeats)"
+            )
     out.failures = [c for c in result.regressions if c.variant not in failed]
     out.exit_code = ERROR if out.problems else (REGRESSION if out.failures else CLEAN)
     return out

@@ -35,8 +35,10 @@ def _holder(fd: int) -> str:
         info = {}
     if not info.get("pid"):
         return "another process (it has not recorded itself yet)"
-    return (f"pid {info['pid']} on {info.get('host', '?')}, since {info.get('started_at', '?')} "
-            f"({' '.join(info.get('command') or [])})")  # fmt: skip
+    return (
+        f"pid {info['pid']} on {info.get('host', '?')}, since {info.get('started_at', '?')} "
+        f"({' '.join(info.get('command') or [])})"
+    )
 
 
 @contextlib.contextmanager
@@ -51,8 +53,10 @@ def sweep_lock(sweep_dir: str | Path) -> Iterator[Path]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SweepLocked(f"sweep {sweep_dir.name!r} is already running: {_holder(fd)}; wait for it or stop "
-                              f"it, or run this one with another --sweep-id (lock: {path})") from None
+            raise SweepLocked(
+                f"sweep {sweep_dir.name!r} is already running: {_holder(fd)}; wait for it or stop "
+                f"it, or run this one with another --sweep-id (lock: {path})"
+            ) from None
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": now(), "command": sys.argv}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)

@@ -16,20 +16,37 @@ import functools
 from harness.metrics.hlo import KINDS
 
 FAMILIES = ("measured", "static", "trace", "predicted")
-MEMORY_FIELDS = ("argument_bytes", "output_bytes", "temp_bytes", "peak_bytes", "bound_bytes", "alias_bytes",
-                 "generated_code_bytes")
+MEMORY_FIELDS = (
+    "argument_bytes",
+    "output_bytes",
+    "temp_bytes",
+    "peak_bytes",
+    "bound_bytes",
+    "alias_bytes",
+    "generated_code_bytes",
+)
 TRANSFER_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
 
 # family -> the metric names a stage entry of that family can have.
 METRICS: dict[str, tuple[str, ...]] = {
     "measured": ("time", "recompiles", *(f"transfers.{d}" for d in TRANSFER_DIRECTIONS)),
-    "static": (*(f"collectives.{k}.{f}" for k in (*KINDS, "total") for f in ("count", "bytes")),
-               *(f"memory.{m}" for m in MEMORY_FIELDS), "cost.flops", "cost.bytes_accessed", "cost.transcendentals",
-               "analytic_flops", "compile_s"),
+    "static": (
+        *(f"collectives.{k}.{f}" for k in (*KINDS, "total") for f in ("count", "bytes")),
+        *(f"memory.{m}" for m in MEMORY_FIELDS),
+        "cost.flops",
+        "cost.bytes_accessed",
+        "cost.transcendentals",
+        "analytic_flops",
+        "compile_s",
+    ),
     "trace": ("trace.compute_s", "trace.exposed_collective_s", "trace.idle_s", "trace.wasted_fraction"),
-    "predicted": ("predicted.step_s", "predicted.video_s", "predicted.exposed_all_gather_fraction",
-                  "predicted.wasted_fraction"),
-}  # fmt: skip
+    "predicted": (
+        "predicted.step_s",
+        "predicted.video_s",
+        "predicted.exposed_all_gather_fraction",
+        "predicted.wasted_fraction",
+    ),
+}
 
 
 def family(metric: str) -> str:
@@ -69,5 +86,7 @@ def split_tolerance_key(key: str) -> tuple[str | None, str]:
         return stage, rest
     close = difflib.get_close_matches(rest if rest in names else key, sorted(names), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"matches no metric (a metric name or prefix, e.g. 'time', 'static.memory', "
-                     f"'collectives.count', optionally after a stage name){hint}")
+    raise ValueError(
+        f"matches no metric (a metric name or prefix, e.g. 'time', 'static.memory', "
+        f"'collectives.count', optionally after a stage name){hint}"
+    )

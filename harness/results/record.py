@@ -103,15 +103,33 @@ _SHAPE: dict[str, tuple[tuple[type, ...], dict[str, tuple[type, ...]]]] = {
     "stages": (_OBJ, {}),
 }
 _OPTIONAL = {"notes": _LIST, "artifacts": _OBJ}
-_STAGE_SHAPE = {"status": _STR, "error": _STR + _NONE, "notes": _LIST, "static": _OBJ + _NONE,
-                "measured": _OBJ + _NONE, "trace": _OBJ + _NONE, "phases_s": _OBJ + _NONE,
-                "predicted": _OBJ + _NONE}  # fmt: skip
+_STAGE_SHAPE = {
+    "status": _STR,
+    "error": _STR + _NONE,
+    "notes": _LIST,
+    "static": _OBJ + _NONE,
+    "measured": _OBJ + _NONE,
+    "trace": _OBJ + _NONE,
+    "phases_s": _OBJ + _NONE,
+    "predicted": _OBJ + _NONE,
+}
 
 
 def _kind(value: Any, types: tuple[type, ...], where: str) -> None:
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        names = " or ".join(dict.fromkeys({str: "a string", int: "a number", float: "a number", dict: "an object",
-                                           list: "an array", type(None): "null"}[t] for t in types))  # fmt: skip
+        names = " or ".join(
+            dict.fromkeys(
+                {
+                    str: "a string",
+                    int: "a number",
+                    float: "a number",
+                    dict: "an object",
+                    list: "an array",
+                    type(None): "null",
+                }[t]
+                for t in types
+            )
+        )
         raise RecordError(f"{where}: expected {names}, got {type(value).__name__} ({str(value)[:40]!r})")
 
 
@@ -257,16 +275,19 @@ class Record:
         except RecordError as e:
             raise RecordError(f"not a result record: {e}") from None
         known, extra = _known(cls, current)
-        return cls(**{
-            **known,
-            "manifest": ManifestRef(**known["manifest"]),
-            "variant": VariantRef(**known["variant"]),
-            "config": RunConfig(**known["config"]),
-            "target": TargetInfo(**known["target"]),
-            "stages": {name: StageEntry.from_dict(e) for name, e in (known.get("stages") or {}).items()},
-            "notes": tuple(known.get("notes") or ()),
-            "artifacts": Artifacts(**known.get("artifacts", {"log": ""})),
-        }, extra=extra)  # fmt: skip
+        return cls(
+            **{
+                **known,
+                "manifest": ManifestRef(**known["manifest"]),
+                "variant": VariantRef(**known["variant"]),
+                "config": RunConfig(**known["config"]),
+                "target": TargetInfo(**known["target"]),
+                "stages": {name: StageEntry.from_dict(e) for name, e in (known.get("stages") or {}).items()},
+                "notes": tuple(known.get("notes") or ()),
+                "artifacts": Artifacts(**known.get("artifacts", {"log": ""})),
+            },
+            extra=extra,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object, exactly as read (``from_dict(d).to_dict() == d`` for a current-version ``d``)."""
@@ -322,8 +343,16 @@ class Variant(Protocol):
     def workload(self) -> Workload: ...
 
 
-def build_record(*, sweep_id: str, manifest: Manifest, variant: Variant, run: Run, outcome: Outcome,
-                 context: Mapping[str, Any], log_path: str | Path) -> Record:  # fmt: skip
+def build_record(
+    *,
+    sweep_id: str,
+    manifest: Manifest,
+    variant: Variant,
+    run: Run,
+    outcome: Outcome,
+    context: Mapping[str, Any],
+    log_path: str | Path,
+) -> Record:
     """The record of one variant run: the plan's settings, the worker's outcome, where it ran
     (``context``: the sweep's machine, versions and git; the worker adds what it saw of the devices)."""
     result = outcome.result
@@ -334,10 +363,22 @@ def build_record(*, sweep_id: str, manifest: Manifest, variant: Variant, run: Ru
         sweep_id=sweep_id,
         manifest=ManifestRef(str(manifest.path), manifest.sha256),
         variant=VariantRef(variant.name, variant.id, dict(variant.overrides), variant.description, variant.reference),
-        config=RunConfig(variant.preset, dict(variant.config_overrides), result.get("config_resolved"),
-                         variant.workload.to_dict(), run.to_dict()),
-        target=TargetInfo(target.platform, target.mode, dict(target.mesh), target.topology, target.devices,
-                          result.get("mode_used"), dict(target.compiler_options) or None),
+        config=RunConfig(
+            variant.preset,
+            dict(variant.config_overrides),
+            result.get("config_resolved"),
+            variant.workload.to_dict(),
+            run.to_dict(),
+        ),
+        target=TargetInfo(
+            target.platform,
+            target.mode,
+            dict(target.mesh),
+            target.topology,
+            target.devices,
+            result.get("mode_used"),
+            dict(target.compiler_options) or None,
+        ),
         machine={**context["machine"], **(result.get("machine") or {})},
         versions=dict(context["versions"]),
         git=dict(context["git"]),
@@ -349,7 +390,7 @@ def build_record(*, sweep_id: str, manifest: Manifest, variant: Variant, run: Ru
         stages=stages,
         notes=tuple(result.get("notes") or ()),
         artifacts=Artifacts(str(log_path), traces),
-    )  # fmt: skip
+    )
 
 
 def _plain(value: Any) -> Any:

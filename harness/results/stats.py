@@ -91,8 +91,15 @@ def summarize(samples: Samples) -> dict[str, Any]:
         return {"n": 0, "median": None, "min": None, "max": None, "mean": None, "stdev": None, "iqr": None}
     xs = _array(samples)
     s = spread(xs)
-    return {"n": s.n, "median": s.median, "min": s.min, "max": s.max, "mean": float(np.mean(xs)),
-            "stdev": float(np.std(xs, ddof=1)) if xs.size > 1 else 0.0, "iqr": s.iqr}  # fmt: skip
+    return {
+        "n": s.n,
+        "median": s.median,
+        "min": s.min,
+        "max": s.max,
+        "mean": float(np.mean(xs)),
+        "stdev": float(np.std(xs, ddof=1)) if xs.size > 1 else 0.0,
+        "iqr": s.iqr,
+    }
 
 
 def ratio(base: float, head: float) -> float:
@@ -228,16 +235,23 @@ class Verdict:
         assert self.p_value is not None and self.ci is not None and self.alpha is not None
         assert self.threshold is not None
         test = f"Mann-Whitney p={_p(self.p_value)} {'<' if self.significant else '>='} {self.alpha:g}"
-        text = (f"{test}, {CONFIDENCE:.0%} CI of ratio [{self.ci[0]:.3f}, {self.ci[1]:.3f}], "
-                f"n={self.n_base}/{self.n_head}, threshold {self.threshold:.2f}x")
+        text = (
+            f"{test}, {CONFIDENCE:.0%} CI of ratio [{self.ci[0]:.3f}, {self.ci[1]:.3f}], "
+            f"n={self.n_base}/{self.n_head}, threshold {self.threshold:.2f}x"
+        )
         if self.round_ratios:
             agree = all(r > self.threshold for r in self.round_ratios) or all(
-                r < 1 / self.threshold for r in self.round_ratios)
-            text += (f", per-round ratios {', '.join(f'{r:.2f}' for r in self.round_ratios)}"
-                     f"{'' if agree else ' (not consistent)'}")
+                r < 1 / self.threshold for r in self.round_ratios
+            )
+            text += (
+                f", per-round ratios {', '.join(f'{r:.2f}' for r in self.round_ratios)}"
+                f"{'' if agree else ' (not consistent)'}"
+            )
         if not self.can_fire:
-            text += (f"; too few samples: p cannot go below {_p(min_p_value(self.n_base, self.n_head))}, "
-                     f"need >= {min_samples(self.alpha)} per side")
+            text += (
+                f"; too few samples: p cannot go below {_p(min_p_value(self.n_base, self.n_head))}, "
+                f"need >= {min_samples(self.alpha)} per side"
+            )
         return text
 
 
@@ -287,8 +301,9 @@ def compare_samples(
         verdict = NOISE
     if round_ratios and verdict == IMPROVED and not all(x < 1.0 / threshold for x in round_ratios):
         verdict = NOISE
-    return Verdict(verdict, r, mb, mh, int(b.size), int(h.size), threshold, alpha, p, ci, can_fire,
-                   round_ratios=round_ratios)
+    return Verdict(
+        verdict, r, mb, mh, int(b.size), int(h.size), threshold, alpha, p, ci, can_fire, round_ratios=round_ratios
+    )
 
 
 def compare_values(base: float, head: float, tolerance: float = 0.0) -> Verdict:

@@ -26,9 +26,21 @@ RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
 _WARNED: set[tuple[str, str]] = set()  # (file, what was said about one of its lines): said once per process
 SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-__all__ = ["RESULTS_FILE", "InvalidRecordWarning", "NewerRecordError", "RecordError", "SweepIdError",
-           "append_record", "check_sweep_id", "finished_ids", "latest_by_variant", "load_records", "output_dir",
-           "results_path", "to_line"]  # fmt: skip
+__all__ = [
+    "RESULTS_FILE",
+    "InvalidRecordWarning",
+    "NewerRecordError",
+    "RecordError",
+    "SweepIdError",
+    "append_record",
+    "check_sweep_id",
+    "finished_ids",
+    "latest_by_variant",
+    "load_records",
+    "output_dir",
+    "results_path",
+    "to_line",
+]
 
 
 class InvalidRecordWarning(UserWarning):
@@ -45,8 +57,10 @@ class SweepIdError(ValueError):
 def check_sweep_id(sweep_id: str) -> str:
     """A sweep id is one plain folder name under the reports directory (``../x`` would write elsewhere)."""
     if not SWEEP_ID.match(sweep_id) or ".." in sweep_id:
-        raise SweepIdError(f"sweep id {sweep_id!r} is not a plain folder name (letters, digits and . _ + -, not "
-                           "starting with '.', no '..'); results go to <reports>/<sweep id>/: pass --sweep-id NAME")
+        raise SweepIdError(
+            f"sweep id {sweep_id!r} is not a plain folder name (letters, digits and . _ + -, not "
+            "starting with '.', no '..'); results go to <reports>/<sweep id>/: pass --sweep-id NAME"
+        )
     return sweep_id
 
 
@@ -106,8 +120,12 @@ def _repair_tail(fd: int, path: Path) -> None:
         with torn.open("ab") as f:
             f.write(tail + b"\n")
         os.ftruncate(fd, start)
-        warnings.warn(InvalidRecordWarning(f"{path}:{line_no}: torn last line ({len(tail)} bytes) moved to {torn} "
-                                           "before appending"), stacklevel=3)  # fmt: skip
+        warnings.warn(
+            InvalidRecordWarning(
+                f"{path}:{line_no}: torn last line ({len(tail)} bytes) moved to {torn} before appending"
+            ),
+            stacklevel=3,
+        )
     else:
         os.write(fd, b"\n")  # a whole record that lost its newline (an editor): keep it
 
@@ -146,8 +164,10 @@ def load_records(path: str | Path) -> list[Record]:
     skipped = [s for s in skipped if (str(path), s) not in _WARNED]
     _WARNED.update((str(path), s) for s in skipped)
     if skipped:
-        warnings.warn(InvalidRecordWarning(f"{path}: skipped {len(skipped)} line(s) that are not records: "
-                                           + "; ".join(skipped)), stacklevel=2)  # fmt: skip
+        warnings.warn(
+            InvalidRecordWarning(f"{path}: skipped {len(skipped)} line(s) that are not records: " + "; ".join(skipped)),
+            stacklevel=2,
+        )
     return records
 
 

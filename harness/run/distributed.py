@@ -59,14 +59,18 @@ def _median(measured: Mapping[str, Any] | None) -> float:
 
 
 def _static_key(static: Mapping[str, Any] | None) -> str:
-    return json.dumps({k: v for k, v in (static or {}).items() if k not in STATIC_VOLATILE}, sort_keys=True,
-                      default=str)  # fmt: skip
+    return json.dumps(
+        {k: v for k, v in (static or {}).items() if k not in STATIC_VOLATILE}, sort_keys=True, default=str
+    )
 
 
 def _static_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     keys = sorted((set(a) | set(b)) - set(STATIC_VOLATILE))
-    return [k for k in keys if json.dumps(a.get(k), sort_keys=True, default=str)
-            != json.dumps(b.get(k), sort_keys=True, default=str)]  # fmt: skip
+    return [
+        k
+        for k in keys
+        if json.dumps(a.get(k), sort_keys=True, default=str) != json.dumps(b.get(k), sort_keys=True, default=str)
+    ]
 
 
 def merge_stage(name: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -90,15 +94,24 @@ def merge_stage(name: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, An
         slowest = max(range(len(entries)), key=lambda i: _median(measured[i]))
         merged["measured"] = {**measured[slowest], "process": slowest}  # type: ignore[dict-item]
         merged["notes"].append(f"timings: the slowest of {len(entries)} processes (process {slowest})")
-    merged["processes"] = [{"process": i, "wall_s": (e.get("measured") or {}).get("wall_s"),
-                            "phases_s": e.get("phases_s"), "status": e.get("status")}
-                           for i, e in enumerate(entries)]  # fmt: skip
+    merged["processes"] = [
+        {
+            "process": i,
+            "wall_s": (e.get("measured") or {}).get("wall_s"),
+            "phases_s": e.get("phases_s"),
+            "status": e.get("status"),
+        }
+        for i, e in enumerate(entries)
+    ]
     traces: list[Mapping[str, Any]] = [e["trace"] for e in entries if e.get("trace")]
     if traces and len(traces) == len(entries):  # one per-device accounting over the mesh: every process's devices
-        merged["trace"] = {**traces[0], "devices": [{**d, "process": i} for i, t in enumerate(traces)
-                                                    for d in t.get("devices") or ()]}  # fmt: skip
-        merged["trace_processes"] = [{"process": i, "log_dir": t.get("log_dir"), "xplane": t.get("xplane")}
-                                     for i, t in enumerate(traces)]  # fmt: skip
+        merged["trace"] = {
+            **traces[0],
+            "devices": [{**d, "process": i} for i, t in enumerate(traces) for d in t.get("devices") or ()],
+        }
+        merged["trace_processes"] = [
+            {"process": i, "log_dir": t.get("log_dir"), "xplane": t.get("xplane")} for i, t in enumerate(traces)
+        ]
     return merged
 
 
@@ -107,9 +120,10 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     (it died before) keeps process 0's entry, the outcome says which process failed."""
     merged = dict(results[0])
     stages = merged.get("stages") or {}
-    merged["stages"] = {name: merge_stage(name, [entry] + [r["stages"][name] for r in results[1:]
-                                                          if name in (r.get("stages") or {})])
-                        for name, entry in stages.items()}  # fmt: skip
+    merged["stages"] = {
+        name: merge_stage(name, [entry] + [r["stages"][name] for r in results[1:] if name in (r.get("stages") or {})])
+        for name, entry in stages.items()
+    }
     bad = [n for n, e in merged["stages"].items() if e["status"] not in ("ok", "does-not-fit")]
     if bad and merged.get("status") == "ok":
         merged["status"] = "failed"

@@ -23,7 +23,8 @@ from jax.sharding import Mesh
 from harness import targets
 from harness.metrics.attribution import Scopes, instruction_scopes, static_by_scope
 from harness.metrics.collective_cause import ParamLayout, ShardingFacts
-from harness.metrics.hlo import collective_instructions, matmul_flops, memory_traffic_bytes
+from harness.metrics.hlo import collective_instructions
+from harness.metrics.hlo_cost import matmul_flops, memory_traffic_bytes
 from harness.metrics.static import CompilerOptionError, analyze_compiled, lower_and_compile
 from harness.plan.config import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
@@ -64,16 +65,22 @@ class JaxStage:
         self.hlo_text = compiled.as_text() or ""
         out = dataclasses.replace(analyze_compiled(compiled), timing=timing).to_dict()
         attribution = static_by_scope(self.hlo_text, scopes.scope_path, sharding_facts(p, self.mesh))
-        return {**out, "analytic_flops": p.analytic_flops, "matmul_flops": matmul_flops(self.hlo_text),
-                "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text), "attribution": attribution,
-                **p.extra}  # fmt: skip
+        return {
+            **out,
+            "analytic_flops": p.analytic_flops,
+            "matmul_flops": matmul_flops(self.hlo_text),
+            "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text),
+            "attribution": attribution,
+            **p.extra,
+        }
 
     def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None, Scopes]:
         """HLO module name, collective instruction kinds and instruction scopes, to read this
         stage's ops from a trace (a host loop's ops are its step program's: the same module)."""
         if self.hlo_text is None:
-            compiled, _ = lower_and_compile(self.program.fn, *self.program.abstract_args,
-                                            compiler_options=self.compiler_options)
+            compiled, _ = lower_and_compile(
+                self.program.fn, *self.program.abstract_args, compiler_options=self.compiler_options
+            )
             self.hlo_text = compiled.as_text() or ""
         names = instruction_scopes(self.hlo_text, scopes.scope_path)
         return ({names.module} if names.module else None), collective_instructions(self.hlo_text), names
@@ -101,19 +108,22 @@ def device_mesh(target: Target, compile_only: bool) -> tuple[Mesh, dict[str, Any
     if compile_only and target.platform != "cpu":
         if not target.topology:
             example = {"tpu": "v6e:2x4", "gpu": "h100:1x1x8"}.get(target.platform, "...")
-            raise RuntimeError(f"compile-only analysis for {target.platform} needs target.topology "
-                               f"(e.g. {example!r}): no {target.platform} devices here")  # fmt: skip
+            raise RuntimeError(
+                f"compile-only analysis for {target.platform} needs target.topology "
+                f"(e.g. {example!r}): no {target.platform} devices here"
+            )
         devices: list[Any] = targets.compile_devices(target.platform, target.topology)
     else:
         devices = list(jax.devices())
     if len(devices) < n:
         raise RuntimeError(f"mesh {shape} needs {n} devices, found {len(devices)} ({jax.default_backend()})")
     if jax.process_count() > 1 and len(devices) != n:
-        raise RuntimeError(f"mesh {shape} spans {n} devices, the {jax.process_count()} processes have {len(devices)}: "
-                           "a multi-process mesh must use every process's devices")  # fmt: skip
+        raise RuntimeError(
+            f"mesh {shape} spans {n} devices, the {jax.process_count()} processes have {len(devices)}: "
+            "a multi-process mesh must use every process's devices"
+        )
     mesh = build_mesh(shape, devices=devices[:n])
-    machine = {"backend": jax.default_backend(), "device_kind": devices[0].device_kind,
-               "device_count": len(devices)}  # fmt: skip
+    machine = {"backend": jax.default_backend(), "device_kind": devices[0].device_kind, "device_count": len(devices)}
     return mesh, machine
 
 
@@ -131,8 +141,12 @@ class ModelStages:
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def build(self, name: str) -> JaxStage:
-        return JaxStage(build_stage(name, self.cfg, self.workload, self.mesh), self.seed, mesh=self.mesh,
-                        compiler_options=self.compiler_options)
+        return JaxStage(
+            build_stage(name, self.cfg, self.workload, self.mesh),
+            self.seed,
+            mesh=self.mesh,
+            compiler_options=self.compiler_options,
+        )
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
         return jax.set_mesh(self.mesh)
@@ -146,8 +160,15 @@ def open_model(spec: WorkerSpec) -> ModelStages:
     mesh, machine = device_mesh(spec.target, spec.compile_only)
     cfg = build_config(spec.preset, spec.config_overrides)
     memory = (None, "") if spec.compile_only else targets.device_memory(jax.local_devices()[0], mesh.size)
-    return ModelStages(cfg, model_workload(spec.workload), mesh, machine, spec.seed, device_memory=memory,
-                       compiler_options=dict(spec.target.compiler_options))
+    return ModelStages(
+        cfg,
+        model_workload(spec.workload),
+        mesh,
+        machine,
+        spec.seed,
+        device_memory=memory,
+        compiler_options=dict(spec.target.compiler_options),
+    )
 
 
 # --------------------------------------------------------------------------- sharding facts
@@ -180,5 +201,10 @@ def sharding_facts(program: StageProgram, mesh: Mesh | None) -> ShardingFacts | 
         named = tuple(None if n is None else strategy.rule_name(n) for n in logical)
         params.append(ParamLayout(name, tuple(value.shape), named, axes))
     rules = {k: tuple(v) for k, v in strategy.rules.items() if k.startswith("activation_")}
-    return ShardingFacts(program.strategy, tuple((str(a), int(n)) for a, n in mesh.shape.items()), tuple(params),
-                         rules, scopes.attributes())  # fmt: skip
+    return ShardingFacts(
+        program.strategy,
+        tuple((str(a), int(n)) for a, n in mesh.shape.items()),
+        tuple(params),
+        rules,
+        scopes.attributes(),
+    )

@@ -95,8 +95,9 @@ def worker_command(spec: WorkerSpec, python: str, spec_path: Path, out_path: Pat
     return command
 
 
-def _kill_group(proc: subprocess.Popen[bytes], grace_s: float,
-                members: list[subprocess.Popen[bytes]] | None = None) -> None:  # fmt: skip
+def _kill_group(
+    proc: subprocess.Popen[bytes], grace_s: float, members: list[subprocess.Popen[bytes]] | None = None
+) -> None:
     """End the process groups of ``members`` (default just ``proc``; each worker leads its own): SIGTERM,
     then SIGKILL to the groups still there after ``grace_s``, and wait for the workers."""
     members = members or [proc]
@@ -137,8 +138,9 @@ def _exit_reason(rc: int) -> str:
     return f"worker exited with code {rc}"
 
 
-def classify(rc: int, timed_out: bool, where: Mapping[str, Any] | None, result: Mapping[str, Any],
-             timeout_s: float, tail: str) -> tuple[str, str | None]:  # fmt: skip
+def classify(
+    rc: int, timed_out: bool, where: Mapping[str, Any] | None, result: Mapping[str, Any], timeout_s: float, tail: str
+) -> tuple[str, str | None]:
     """(status, error): the worker's own verdict if it finished, else how it died."""
     if timed_out:
         at = f" in {where['stage']}:{where['phase']}" if where and where.get("stage") else ""
@@ -178,11 +180,25 @@ def _specs(spec: WorkerSpec, tmp: Path, log_path: Path) -> list[tuple[WorkerSpec
     coordinator = f"127.0.0.1:{free_port()}" if n > 1 else None
     out = []
     for i in range(n):
-        names = ("spec.json", "out.json", "status.json") if n == 1 else (f"spec-{i}.json", f"out-{i}.json",
-                                                                        f"status-{i}.json")  # fmt: skip
+        names = (
+            ("spec.json", "out.json", "status.json")
+            if n == 1
+            else (f"spec-{i}.json", f"out-{i}.json", f"status-{i}.json")
+        )
         w = _Worker(i, tmp / names[0], tmp / names[1], tmp / names[2], process_log(log_path, i))
-        out.append((dataclasses.replace(spec, status_path=str(w.status_path), parent_pid=os.getpid(),
-                                        scratch_dir=str(tmp), process_id=i, coordinator=coordinator), w))  # fmt: skip
+        out.append(
+            (
+                dataclasses.replace(
+                    spec,
+                    status_path=str(w.status_path),
+                    parent_pid=os.getpid(),
+                    scratch_dir=str(tmp),
+                    process_id=i,
+                    coordinator=coordinator,
+                ),
+                w,
+            )
+        )
     return out
 
 
@@ -208,8 +224,9 @@ class LocalLauncher:
             if progress is not None:
                 where = workers[0].where or {}
                 progress.update(where.get("stage", ""), where.get("phase", "starting"), elapsed)
-            failed = next((w.process_id for w in workers if w.proc is not None and w.proc.poll() not in (None, 0)),
-                          None)  # fmt: skip
+            failed = next(
+                (w.process_id for w in workers if w.proc is not None and w.proc.poll() not in (None, 0)), None
+            )
             if failed is not None and len(workers) > 1:
                 _kill_group(procs[0], self.kill_grace_s, procs)
                 return False, failed
@@ -225,12 +242,20 @@ class LocalLauncher:
 
     def _start(self, spec: WorkerSpec, w: _Worker, log: Any) -> subprocess.Popen[bytes]:
         command = worker_command(spec, self.python, w.spec_path, w.out_path)
-        log.write(f"{LOG_MARK} {now()} {spec.variant_name} ({spec.variant_id})"
-                  f"{f' process {w.process_id} of {spec.processes}' if spec.processes > 1 else ''}: "
-                  f"{' '.join(command)}\n".encode())  # fmt: skip
+        log.write(
+            f"{LOG_MARK} {now()} {spec.variant_name} ({spec.variant_id})"
+            f"{f' process {w.process_id} of {spec.processes}' if spec.processes > 1 else ''}: "
+            f"{' '.join(command)}\n".encode()
+        )
         log.flush()
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=worker_env(spec, self.env), start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=worker_env(spec, self.env),
+            start_new_session=True,
+        )
 
     def run(self, spec: WorkerSpec, *, log_path: Path, progress: Progress | None = None) -> Outcome:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,14 +292,23 @@ class LocalLauncher:
                 raise
             duration = time.monotonic() - start
             for w, log in zip(workers, files, strict=True):
-                log.write(f"{LOG_MARK} {now()} {_exit_reason(w.proc.returncode)} after {duration:.1f} s"  # type: ignore[union-attr]
-                          f"{' (timed out)' if timed_out else ''}\n".encode())  # fmt: skip
+                log.write(
+                    f"{LOG_MARK} {now()} {_exit_reason(w.proc.returncode)} after {duration:.1f} s"  # type: ignore[union-attr]
+                    f"{' (timed out)' if timed_out else ''}\n".encode()
+                )
             results = [_read_json(w.out_path) or {} for w in workers]
         return _outcome(spec, workers, results, timed_out, failed, duration, started_at)
 
 
-def _outcome(spec: WorkerSpec, workers: list[_Worker], results: list[dict[str, Any]], timed_out: bool,
-             failed: int | None, duration: float, started_at: str) -> Outcome:  # fmt: skip
+def _outcome(
+    spec: WorkerSpec,
+    workers: list[_Worker],
+    results: list[dict[str, Any]],
+    timed_out: bool,
+    failed: int | None,
+    duration: float,
+    started_at: str,
+) -> Outcome:
     """One outcome for the variant: a single worker's verdict, or the processes' merged
     (:func:`~harness.run.distributed.merge_results`) unless one failed first, whose reason it carries."""
     timeout_s = spec.run.timeout_s
@@ -286,22 +320,39 @@ def _outcome(spec: WorkerSpec, workers: list[_Worker], results: list[dict[str, A
     if failed is None and not timed_out:
         return Outcome(merged.get("status", "crashed"), merged.get("error"), merged, duration, started_at, now())
     w = workers[0 if failed is None else failed]
-    status, error = classify(w.proc.returncode, timed_out, w.where, results[w.process_id], timeout_s,  # type: ignore[union-attr]
-                             _tail(w.log_path))  # fmt: skip
+    status, error = classify(
+        w.proc.returncode,
+        timed_out,
+        w.where,
+        results[w.process_id],
+        timeout_s,  # type: ignore[union-attr]
+        _tail(w.log_path),
+    )
     if status == "ok":  # exited 0 while another failed: cannot be the one that failed first
         status = "failed"
     others = f"; the other {len(workers) - 1} process(es) were ended" if failed is not None else ""
     if timed_out:  # a hang: where each process was, the one behind the others is the likely culprit
-        where = [f"process {v.process_id} in {(v.where or {}).get('stage') or '-'}:"
-                 f"{(v.where or {}).get('phase', 'starting')}" for v in workers]  # fmt: skip
+        where = [
+            f"process {v.process_id} in {(v.where or {}).get('stage') or '-'}:"
+            f"{(v.where or {}).get('phase', 'starting')}"
+            for v in workers
+        ]
         others = f"; all {len(workers)} ended ({', '.join(where)})"
-    return Outcome(status, f"process {w.process_id} of {len(workers)} (pid {w.proc.pid}): {error}{others}",  # type: ignore[union-attr]
-                   merged, duration, started_at, now())  # fmt: skip
+    return Outcome(
+        status,
+        f"process {w.process_id} of {len(workers)} (pid {w.proc.pid}): {error}{others}",  # type: ignore[union-attr]
+        merged,
+        duration,
+        started_at,
+        now(),
+    )
 
 
 def _refused(spec: WorkerSpec, log_path: Path) -> Outcome:
-    error = (f"target.processes = {spec.processes} on {spec.target.platform}: the local launcher starts several "
-             "processes only on cpu (one host); run it on a cluster (--launcher xpk), or compile only (mode = "
-             "'compile')")  # fmt: skip
+    error = (
+        f"target.processes = {spec.processes} on {spec.target.platform}: the local launcher starts several "
+        "processes only on cpu (one host); run it on a cluster (--launcher xpk), or compile only (mode = "
+        "'compile')"
+    )
     log_path.write_text(f"{LOG_MARK} {now()} {error}\n")
     return Outcome("failed", error, {}, 0.0, now(), now())

@@ -76,11 +76,32 @@ class XpkLauncher:
     def command(self, spec: WorkerSpec) -> list[str]:
         """The exact ``xpk workload create`` argv for one variant."""
         o = self.options
-        inner = shlex.join([o.python, "-m", "harness", "run-variant", str(self.spec_path(spec.variant_id)),
-                            "--out", str(self.sweep_dir / OUTPUTS / spec.variant_id)])  # fmt: skip
-        argv = [o.xpk, "workload", "create", "--cluster", o.cluster, "--workload",
-                workload_name(self.sweep_id, spec.variant_id), "--tpu-type", o.tpu_type, "--docker-image",
-                o.docker_image, "--command", inner]  # fmt: skip
+        inner = shlex.join(
+            [
+                o.python,
+                "-m",
+                "harness",
+                "run-variant",
+                str(self.spec_path(spec.variant_id)),
+                "--out",
+                str(self.sweep_dir / OUTPUTS / spec.variant_id),
+            ]
+        )
+        argv = [
+            o.xpk,
+            "workload",
+            "create",
+            "--cluster",
+            o.cluster,
+            "--workload",
+            workload_name(self.sweep_id, spec.variant_id),
+            "--tpu-type",
+            o.tpu_type,
+            "--docker-image",
+            o.docker_image,
+            "--command",
+            inner,
+        ]
         for flag, value in (("--project", o.project), ("--zone", o.zone)):
             if value:
                 argv += [flag, value]
@@ -90,9 +111,16 @@ class XpkLauncher:
         """The spec as the workload runs it: measured on the slice (``auto`` means the hardware is there),
         no local parent to watch, traces in the shared folder; JAX finds the coordinator itself."""
         mode = "measure" if spec.target.mode == "auto" else spec.target.mode
-        return dataclasses.replace(spec, mode=mode, parent_pid=None, scratch_dir=None, status_path=None,
-                                   cache_dir=None, coordinator=None,
-                                   trace_dir=str(self.sweep_dir / "traces" / spec.variant_id))  # fmt: skip
+        return dataclasses.replace(
+            spec,
+            mode=mode,
+            parent_pid=None,
+            scratch_dir=None,
+            status_path=None,
+            cache_dir=None,
+            coordinator=None,
+            trace_dir=str(self.sweep_dir / "traces" / spec.variant_id),
+        )
 
     def run(self, spec: WorkerSpec, *, log_path: Path, progress: Progress | None = None) -> Outcome | None:
         """Submit (None: submitted, the record comes from collect), or a failed outcome if xpk refused."""

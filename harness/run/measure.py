@@ -108,8 +108,13 @@ def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], 
     modules, categories, scopes = trace_filter() if trace_filter is not None else (None, None, None)
     metrics = analyze_trace(xplane, modules=modules, categories=categories, scopes=scopes).to_dict()
     chrome = xplane.parent / PERFETTO_TRACE
-    return {**metrics, "log_dir": str(log_dir), "xplane": str(xplane), "steps": steps,
-            "chrome_trace": str(chrome) if chrome.exists() else None}  # fmt: skip
+    return {
+        **metrics,
+        "log_dir": str(log_dir),
+        "xplane": str(xplane),
+        "steps": steps,
+        "chrome_trace": str(chrome) if chrome.exists() else None,
+    }
 
 
 TRACE_STEPS = 8  # per-step samples for a diff's intervals

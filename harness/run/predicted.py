@@ -67,8 +67,9 @@ def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpe
     if target.platform == "cpu":
         cal, _ = load_or_measure(calibration_path(spec))
         n = math.prod(spec.mesh_shape.values())
-        return cpu_spec(cal.matmul_flops_per_s, cal.copy_bytes_per_s, cal.op_overhead_s, cal.source,
-                        devices=n), cal.to_dict()  # fmt: skip
+        return cpu_spec(
+            cal.matmul_flops_per_s, cal.copy_bytes_per_s, cal.op_overhead_s, cal.source, devices=n
+        ), cal.to_dict()
     return spec_for(target.topology, target.platform, device_coords(devices)), None
 
 
@@ -81,8 +82,14 @@ def write_chrome(trace: dict[str, Any], where: Path) -> Path:
     return path
 
 
-def predicted_entry(hlo_text: str, tl_spec: TimelineSpec, *, calls_per_video: int, where: Path,
-                    scope_of: Callable[[str], str] | None = None) -> dict[str, Any]:  # fmt: skip
+def predicted_entry(
+    hlo_text: str,
+    tl_spec: TimelineSpec,
+    *,
+    calls_per_video: int,
+    where: Path,
+    scope_of: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
     """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
     prediction = predict(hlo_text, tl_spec, scope_of=scope_of)
     out = prediction.to_dict()
@@ -94,8 +101,9 @@ def predicted_entry(hlo_text: str, tl_spec: TimelineSpec, *, calls_per_video: in
     return out
 
 
-def stage_prediction(name: str, hlo_text: str, spec: WorkerSpec, devices: Sequence[Any], calls_per_video: int,
-                     host_loop: bool = False) -> dict[str, Any]:  # fmt: skip
+def stage_prediction(
+    name: str, hlo_text: str, spec: WorkerSpec, devices: Sequence[Any], calls_per_video: int, host_loop: bool = False
+) -> dict[str, Any]:
     """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring)."""
     tl_spec, calibration = timeline_spec(spec, devices)
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")

@@ -64,25 +64,35 @@ class SweepResult:
 def worker_spec(variant: Variant, run: Run, trace_dir: Path, cache_dir: Path | None = None) -> WorkerSpec:
     """What a worker needs to run ``variant``: its settings, the mesh resolved and the mode decided."""
     return WorkerSpec(
-        variant_name=variant.name, variant_id=variant.id, preset=variant.preset,
-        config_overrides=dict(variant.config_overrides), target=variant.target.resolved(),
-        mode=resolve_mode(variant.target, variant.preset), workload=variant.workload, run=run,
-        trace_dir=str(trace_dir), cache_dir=None if cache_dir is None else str(cache_dir),
-    )  # fmt: skip
+        variant_name=variant.name,
+        variant_id=variant.id,
+        preset=variant.preset,
+        config_overrides=dict(variant.config_overrides),
+        target=variant.target.resolved(),
+        mode=resolve_mode(variant.target, variant.preset),
+        workload=variant.workload,
+        run=run,
+        trace_dir=str(trace_dir),
+        cache_dir=None if cache_dir is None else str(cache_dir),
+    )
 
 
 def context() -> dict[str, Any]:
     """Where this sweep runs: the host, the library versions, the checkout's commit."""
-    return {"machine": provenance.machine_info(), "versions": provenance.library_versions(),
-            "git": provenance.git_info(REPO_ROOT)}  # fmt: skip
+    return {
+        "machine": provenance.machine_info(),
+        "versions": provenance.library_versions(),
+        "git": provenance.git_info(REPO_ROOT),
+    }
 
 
 def run_changes(recorded: Mapping[str, Any], run: Run) -> str:
     """How the manifest's ``[run]`` differs from a record's in what shapes the samples ("" if not at all),
     e.g. ``repeats 2 -> 7``."""
     now = run.to_dict()
-    return ", ".join(f"{k} {_show(recorded.get(k))} -> {_show(now[k])}" for k in SAMPLE_SETTINGS
-                     if recorded.get(k) != now[k])  # fmt: skip
+    return ", ".join(
+        f"{k} {_show(recorded.get(k))} -> {_show(now[k])}" for k in SAMPLE_SETTINGS if recorded.get(k) != now[k]
+    )
 
 
 def _show(value: Any) -> str:
@@ -106,13 +116,15 @@ def _say_reruns(changed: Mapping[str, str], variants: Sequence[Variant], out: Te
         out.write(f"re-running {n} variant{'s' * (n != 1)}: [run] changed ({change})\n")
 
 
-def run_sweep(sweep: Sweep, options: SweepOptions, stream: TextIO | None = None,
-              launcher: Launcher | None = None) -> SweepResult:  # fmt: skip
+def run_sweep(
+    sweep: Sweep, options: SweepOptions, stream: TextIO | None = None, launcher: Launcher | None = None
+) -> SweepResult:
     """Run (or resume) every selected variant, holding the sweep folder; append a record for each one that ran."""
     sweep_id = store.check_sweep_id(options.sweep_id or sweep.manifest.name)
     with sweep_lock(Path(options.reports_dir) / sweep_id):
-        return _run_locked(sweep, options, sweep_id, stream if stream is not None else sys.stderr,
-                           launcher or LocalLauncher())  # fmt: skip
+        return _run_locked(
+            sweep, options, sweep_id, stream if stream is not None else sys.stderr, launcher or LocalLauncher()
+        )
 
 
 def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher) -> SweepResult:
@@ -137,22 +149,34 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
         try:
             outcome = launcher.run(spec, log_path=log_path, progress=progress)
         except Interrupted as e:
-            e.detail = (f"stopped variant {variant.name} ({variant.id}) and its worker; {len(result.records)} "
-                        f"variant(s) of this run recorded in {path}; run the same command again to resume")
+            e.detail = (
+                f"stopped variant {variant.name} ({variant.id}) and its worker; {len(result.records)} "
+                f"variant(s) of this run recorded in {path}; run the same command again to resume"
+            )
             raise
         if outcome is None:
             progress.finish("submitted", 0.0)
             result.submitted.append(variant)
             continue
-        record = build_record(sweep_id=sweep_id, manifest=manifest, variant=variant, run=manifest.run,
-                              outcome=outcome, context=where, log_path=log_path)  # fmt: skip
+        record = build_record(
+            sweep_id=sweep_id,
+            manifest=manifest,
+            variant=variant,
+            run=manifest.run,
+            outcome=outcome,
+            context=where,
+            log_path=log_path,
+        )
         store.append_record(path, record)
         result.records.append(record)
         progress.finish(outcome.status, outcome.duration_s, outcome.error)
     if result.records:
         out.write("\n" + summary_table(result.records) + "\n")
-    sent = f", {len(result.submitted)} submitted (collect with: python -m harness collect {sweep_dir})" \
-        if result.submitted else ""  # fmt: skip
+    sent = (
+        f", {len(result.submitted)} submitted (collect with: python -m harness collect {sweep_dir})"
+        if result.submitted
+        else ""
+    )
     out.write(f"\n{len(result.records)} run, {len(result.skipped)} skipped{sent} -> {path}\n")
     out.flush()
     return result

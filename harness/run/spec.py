@@ -100,17 +100,27 @@ class WorkerSpec:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> WorkerSpec:
         if d.get("spec_version") != SPEC_VERSION:
-            raise ValueError(f"worker spec version {d.get('spec_version')!r} is not readable here "
-                             f"(reads {SPEC_VERSION})")  # fmt: skip
+            raise ValueError(
+                f"worker spec version {d.get('spec_version')!r} is not readable here (reads {SPEC_VERSION})"
+            )
         return cls(
-            variant_name=d["variant"]["name"], variant_id=d["variant"]["id"], preset=d["preset"],
-            config_overrides=dict(d["config_overrides"]), mode=d["mode"],
+            variant_name=d["variant"]["name"],
+            variant_id=d["variant"]["id"],
+            preset=d["preset"],
+            config_overrides=dict(d["config_overrides"]),
+            mode=d["mode"],
             target=Target.from_dict({**d["target"], "mesh": {a: n for a, n in d["target"]["mesh"]}}),
-            workload=Workload.from_dict(d["workload"]), run=Run.from_dict(d["run"]), trace_dir=d["trace_dir"],
-            status_path=d.get("status_path"), cache_dir=d.get("cache_dir"), seed=int(d.get("seed", 0)),
-            parent_pid=d.get("parent_pid"), scratch_dir=d.get("scratch_dir"),
-            process_id=int(d.get("process_id", 0)), coordinator=d.get("coordinator"),
-        )  # fmt: skip
+            workload=Workload.from_dict(d["workload"]),
+            run=Run.from_dict(d["run"]),
+            trace_dir=d["trace_dir"],
+            status_path=d.get("status_path"),
+            cache_dir=d.get("cache_dir"),
+            seed=int(d.get("seed", 0)),
+            parent_pid=d.get("parent_pid"),
+            scratch_dir=d.get("scratch_dir"),
+            process_id=int(d.get("process_id", 0)),
+            coordinator=d.get("coordinator"),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> WorkerSpec:

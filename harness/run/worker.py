@@ -103,15 +103,18 @@ class Stages:
 def open_stages(spec: WorkerSpec) -> Stages:
     """The test preset's JAX-free stages, or the model's on the variant's mesh (JAX loads here)."""
     if testing.is_test_preset(spec.preset):
-        return Stages(lambda name: testing.TestStage(name, spec.preset, dict(spec.config_overrides)),
-                      device_memory=targets.host_memory_per_device(spec.target.devices or 1))
+        return Stages(
+            lambda name: testing.TestStage(name, spec.preset, dict(spec.config_overrides)),
+            device_memory=targets.host_memory_per_device(spec.target.devices or 1),
+        )
     from harness.run import distributed
     from harness.run.jax_stage import open_model
 
     distributed.initialize(spec)
     model = open_model(spec)
-    return Stages(model.build, model.context, model.machine, model.config_resolved, model.unavailable,
-                  model.device_memory)
+    return Stages(
+        model.build, model.context, model.machine, model.config_resolved, model.unavailable, model.device_memory
+    )
 
 
 # --------------------------------------------------------------------------- one stage
@@ -196,15 +199,24 @@ def memory_fit(static: dict[str, Any], device_memory: tuple[int | None, str]) ->
 def _unfit_message(fit: dict[str, Any]) -> str:
     if fit["needed_bytes"] is None:
         return "does not fit: the compiler ran out of device memory; compiled only, not run"
-    return (f"does not fit: needs {fit['needed_bytes'] / GiB:.3g} GiB per device, the device has "
-            f"{fit['available_bytes'] / GiB:.3g} GiB ({fit['source']}); compiled only, not run")
+    return (
+        f"does not fit: needs {fit['needed_bytes'] / GiB:.3g} GiB per device, the device has "
+        f"{fit['available_bytes'] / GiB:.3g} GiB ({fit['source']}); compiled only, not run"
+    )
 
 
 def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -> dict[str, Any]:
     """Everything the manifest asked for about one stage; its errors stay inside its entry."""
     run = spec.run
-    entry: dict[str, Any] = {"status": "ok", "error": None, "notes": [], "static": None, "measured": None,
-                             "trace": None, "predicted": None}  # fmt: skip
+    entry: dict[str, Any] = {
+        "status": "ok",
+        "error": None,
+        "notes": [],
+        "static": None,
+        "measured": None,
+        "trace": None,
+        "predicted": None,
+    }
     try:
         status(name, "build")
         stage = stages.build(name)
@@ -250,8 +262,15 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
 
 def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
     status = StatusFile(spec.status_path)
-    result: dict[str, Any] = {"status": "running", "error": None, "stages": {}, "notes": [], "machine": {},
-                              "mode_used": None, "config_resolved": None}  # fmt: skip
+    result: dict[str, Any] = {
+        "status": "running",
+        "error": None,
+        "stages": {},
+        "notes": [],
+        "machine": {},
+        "mode_used": None,
+        "config_resolved": None,
+    }
     write_json(out_path, result)
     try:
         status("", "start")
@@ -284,8 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     if spec.parent_pid is not None:
         lifeline.hold(spec.parent_pid, spec.scratch_dir)
     one_of = f"process {spec.process_id} of {spec.processes}, " if spec.processes > 1 else ""
-    say(f"worker {os.getpid()}: {one_of}{spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
-        f"{spec.target.platform} mesh {dict(spec.target.mesh)}, stages {', '.join(spec.workload.stages)}")
+    say(
+        f"worker {os.getpid()}: {one_of}{spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
+        f"{spec.target.platform} mesh {dict(spec.target.mesh)}, stages {', '.join(spec.workload.stages)}"
+    )
     return run_spec(spec, args[1])
 
 

@@ -66,8 +66,11 @@ def estimate(facts: ModelFacts, c: Candidate, hw: Hardware) -> Estimate:
         weights += nbytes / _size(mesh, {a for dim in axes for a in dim})
         g = _size(mesh, {a for dim in axes for a in dim if a in data})
         gathered += nbytes * (1 - 1 / g)
-    act = facts.act_itemsize * facts.batch * (facts.video_tokens * facts.inner_dim
-                                              + facts.audio_tokens * facts.audio_inner_dim)  # fmt: skip
+    act = (
+        facts.act_itemsize
+        * facts.batch
+        * (facts.video_tokens * facts.inner_dim + facts.audio_tokens * facts.audio_inner_dim)
+    )
     t, s = _size(mesh, model), _size(mesh, length)
     reduced = 4 * act / _size(mesh, data) * 2 * (t - 1) / t * facts.num_layers
     kv = 2 * act / _size(mesh, data | model) * (s - 1) * facts.num_layers

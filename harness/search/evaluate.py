@@ -67,8 +67,11 @@ class SweepEvaluator:
         depth = self.full_layers if full or not self.proxy else self.proxy_layers
         for c, v in variants.items():
             record = known.get(v.id)
-            scores[c] = Score("failed", variant_id=v.id, error="no record written") if record is None else \
-                score_of(record, self.manifest.workload.stages[0], depth, self.full_layers, self.hbm_bytes)
+            scores[c] = (
+                Score("failed", variant_id=v.id, error="no record written")
+                if record is None
+                else score_of(record, self.manifest.workload.stages[0], depth, self.full_layers, self.hbm_bytes)
+            )
         return {c: scores[c] for c in cands}
 
 
@@ -93,9 +96,13 @@ def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes
     exposed = device.get("exposed_collective_ns")
     return Score(
         status="does-not-fit" if fits is False else "ok",
-        step_s=None if step is None else step * scale, depth=depth, fits=fits, memory_bytes=needed,
+        step_s=None if step is None else step * scale,
+        depth=depth,
+        fits=fits,
+        memory_bytes=needed,
         exposed_all_gather=predicted.get("exposed_all_gather_fraction"),
         exposed_collective_s=None if exposed is None else exposed * 1e-9 * scale,
-        wasted=predicted.get("wasted_fraction"), variant_id=record.variant.id,
+        wasted=predicted.get("wasted_fraction"),
+        variant_id=record.variant.id,
         error=None if step is not None else "no predicted step (see the record's notes)",
-    )  # fmt: skip
+    )

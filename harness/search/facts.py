@@ -83,25 +83,46 @@ def _param_sigs(cfg: PipelineConfig) -> list[ArraySig]:
 def model_facts(cfg: PipelineConfig, wl: ModelWorkload, base: str) -> ModelFacts:
     """The facts of ``cfg`` (full depth) running ``wl``; ``base`` is the strategy rules derive from."""
     t = cfg.transformer
-    plan = Plan.build(cfg, batch=wl.batch, height=wl.height, width=wl.width, num_frames=wl.num_frames,
-                      frame_rate=wl.frame_rate)  # fmt: skip
+    plan = Plan.build(
+        cfg, batch=wl.batch, height=wl.height, width=wl.width, num_frames=wl.num_frames, frame_rate=wl.frame_rate
+    )
     act = int(np.dtype(t.dtype).itemsize)
     B, L, A = wl.batch, plan.video_tokens, plan.audio_frames
     acts = [
         ArraySig("activation", ("activation_batch", "activation_length", "activation_embed"), (B, L, t.inner_dim), act),
-        ArraySig("activation", ("activation_batch", "activation_length", "activation_embed"),
-                 (B, A, t.audio_inner_dim), act),
-        ArraySig("activation", ("activation_batch", "activation_heads", None, None),
-                 (B, t.num_attention_heads, L, t.head_dim), act, kernel="splash"),
-        ArraySig("activation", ("activation_batch", "activation_heads", None, None),
-                 (B, t.audio_num_attention_heads, A, t.audio_head_dim), act, kernel="splash"),
-        ArraySig("input", ("activation_batch", "activation_text_length", None), (B, wl.text_tokens, t.caption_channels),
-                 act),
-    ]  # fmt: skip
+        ArraySig(
+            "activation", ("activation_batch", "activation_length", "activation_embed"), (B, A, t.audio_inner_dim), act
+        ),
+        ArraySig(
+            "activation",
+            ("activation_batch", "activation_heads", None, None),
+            (B, t.num_attention_heads, L, t.head_dim),
+            act,
+            kernel="splash",
+        ),
+        ArraySig(
+            "activation",
+            ("activation_batch", "activation_heads", None, None),
+            (B, t.audio_num_attention_heads, A, t.audio_head_dim),
+            act,
+            kernel="splash",
+        ),
+        ArraySig(
+            "input", ("activation_batch", "activation_text_length", None), (B, wl.text_tokens, t.caption_channels), act
+        ),
+    ]
     return ModelFacts(
-        base=base, arrays=tuple(_param_sigs(cfg) + acts),
-        forward_flops=float(t.forward_flops(L, A, wl.text_tokens, B)), num_layers=t.num_layers,
-        video_tokens=L, audio_tokens=A, batch=B, inner_dim=t.inner_dim, audio_inner_dim=t.audio_inner_dim,
-        act_itemsize=act, text_tokens=wl.text_tokens, heads=t.num_attention_heads,
+        base=base,
+        arrays=tuple(_param_sigs(cfg) + acts),
+        forward_flops=float(t.forward_flops(L, A, wl.text_tokens, B)),
+        num_layers=t.num_layers,
+        video_tokens=L,
+        audio_tokens=A,
+        batch=B,
+        inner_dim=t.inner_dim,
+        audio_inner_dim=t.audio_inner_dim,
+        act_itemsize=act,
+        text_tokens=wl.text_tokens,
+        heads=t.num_attention_heads,
         audio_heads=t.audio_num_attention_heads,
-    )  # fmt: skip
+    )

@@ -24,15 +24,28 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
     out = []
     for rank, (c, s) in enumerate(result.ranked(), start=1):
         est = result.estimates.get(c)
-        out.append({
-            "rank": rank, "name": c.name, "mesh": dict(c.mesh), "attention": c.attention,
-            "rules": {k: list(v) for k, v in c.rules}, "depth": s.depth, "confirmed": c in result.confirmed,
-            "full_depth": s.depth == result.full_layers,
-            "status": s.status, "step_s": s.step_s, "exposed_all_gather": s.exposed_all_gather,
-            "exposed_collective_s": s.exposed_collective_s, "wasted": s.wasted, "memory_bytes": s.memory_bytes,
-            "fits": s.fits, "variant_id": s.variant_id, "error": s.error,
-            "analytic_step_s": None if est is None else est.step_s,
-        })  # fmt: skip
+        out.append(
+            {
+                "rank": rank,
+                "name": c.name,
+                "mesh": dict(c.mesh),
+                "attention": c.attention,
+                "rules": {k: list(v) for k, v in c.rules},
+                "depth": s.depth,
+                "confirmed": c in result.confirmed,
+                "full_depth": s.depth == result.full_layers,
+                "status": s.status,
+                "step_s": s.step_s,
+                "exposed_all_gather": s.exposed_all_gather,
+                "exposed_collective_s": s.exposed_collective_s,
+                "wasted": s.wasted,
+                "memory_bytes": s.memory_bytes,
+                "fits": s.fits,
+                "variant_id": s.variant_id,
+                "error": s.error,
+                "analytic_step_s": None if est is None else est.step_s,
+            }
+        )
     return out
 
 
@@ -49,11 +62,21 @@ def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mappi
     for r in [*table, *references]:
         mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
         rank = str(r.get("rank", "ref"))
-        lines.append((rank, _ms(r["step_s"]), f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
-                      fmt_pct(r["exposed_all_gather"]), _ms(r["exposed_collective_s"]), fmt_pct(r["wasted"]), mem,
-                      {True: "yes", False: "no", None: "?"}[r["fits"]],
-                      "x".join(f"{a}{s}" for a, s in r["mesh"].items()), r["attention"],
-                      r.get("label") or rules_text(r["rules"])))  # fmt: skip
+        lines.append(
+            (
+                rank,
+                _ms(r["step_s"]),
+                f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
+                fmt_pct(r["exposed_all_gather"]),
+                _ms(r["exposed_collective_s"]),
+                fmt_pct(r["wasted"]),
+                mem,
+                {True: "yes", False: "no", None: "?"}[r["fits"]],
+                "x".join(f"{a}{s}" for a, s in r["mesh"].items()),
+                r["attention"],
+                r.get("label") or rules_text(r["rules"]),
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
     return "\n".join(text) + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth)"
@@ -88,28 +111,48 @@ def _table(name: str, table: Mapping[str, Any]) -> list[str]:
 def winners_manifest(manifest: Manifest, winners: Sequence[tuple[Candidate, Mapping[str, Any]]], base: str) -> str:
     """A manifest of the winners (full depth: the search's settings, none of its proxy overrides), in
     rank order, named ``search-1``, ``search-2``...; ``winners`` pairs each candidate with its row."""
-    lines = [f"# Written by `python -m harness search {manifest.path}`: its best layouts, best first.",
-             "# Run them as they are: nox -s sweep -- <this file>", "schema_version = 1", ""]
+    lines = [
+        f"# Written by `python -m harness search {manifest.path}`: its best layouts, best first.",
+        "# Run them as they are: nox -s sweep -- <this file>",
+        "schema_version = 1",
+        "",
+    ]
     for section in COPIED:
         if section in manifest.raw:
             lines += _table(section, manifest.raw[section])
     for i, (c, row) in enumerate(winners, start=1):
         step = "-" if row["step_s"] is None else f"{row['step_s'] * 1e3:.1f} ms"
         about = f"layout search rank {i}: predicted {step} per step (compiled at depth {row['depth']})"
-        lines += ["[[variants]]", f"name = \"search-{i}\"", f"description = {toml_value(about)}",
-                  "[variants.overrides]", *(f"{toml_key(k)} = {toml_value(v)}" for k, v in c.overrides(base).items()),
-                  ""]  # fmt: skip
+        lines += [
+            "[[variants]]",
+            f'name = "search-{i}"',
+            f"description = {toml_value(about)}",
+            "[variants.overrides]",
+            *(f"{toml_key(k)} = {toml_value(v)}" for k, v in c.overrides(base).items()),
+            "",
+        ]
     return "\n".join(lines)
 
 
-def write_outputs(folder: Path, manifest: Manifest, result: SearchResult, base: str, winners: int,
-                  references: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:  # fmt: skip
+def write_outputs(
+    folder: Path,
+    manifest: Manifest,
+    result: SearchResult,
+    base: str,
+    winners: int,
+    references: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Path]:
     """``search.json`` (rows), ``search.html`` (the page) and ``winners.toml`` in ``folder``."""
     table = rows(result)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": folder / "search.json", "html": folder / "search.html", "winners": folder / "winners.toml"}
-    summary = {"declared": result.declared, "pruned": {k: len(v) for k, v in result.pruned.items()},
-               "evaluations": result.evaluations, "rows": table, "references": list(references)}  # fmt: skip
+    summary = {
+        "declared": result.declared,
+        "pruned": {k: len(v) for k, v in result.pruned.items()},
+        "evaluations": result.evaluations,
+        "rows": table,
+        "references": list(references),
+    }
     paths["json"].write_text(json.dumps(summary, indent=1, sort_keys=True))
     paths["html"].write_text(search_page(summary, title=f"Layout search: {manifest.name}"))
     by_name = {c.name: c for c in [*result.proxy, *result.confirmed]}

@@ -40,8 +40,9 @@ class SearchSetup:
 def check_space(m: Manifest, space: SearchSpace, preset: str) -> None:
     """What only the model can say of a ``[search]`` table: names of strategies, logical and mesh axes, kernels."""
     if space.base not in strategy_names():
-        raise m.error(("search", "base"), f"unknown sharding strategy {space.base!r} (known: "
-                      f"{', '.join(strategy_names())})")  # fmt: skip
+        raise m.error(
+            ("search", "base"), f"unknown sharding strategy {space.base!r} (known: {', '.join(strategy_names())})"
+        )
     for logical, options in space.rules:
         for i, axes in enumerate(options):
             try:
@@ -78,8 +79,7 @@ def load_search(path: Path, reports: Path, sweep_id: str | None = None) -> Searc
     sweep = load_sweep(path)
     m = sweep.manifest
     if m.search is None:
-        raise m.error((), "has no [search] table: declare the layout space to search "
-                      "(harness/plan/search_space.py)")
+        raise m.error((), "has no [search] table: declare the layout space to search (harness/plan/search_space.py)")
     space = m.search
     check_space(m, space, m.model.preset)
     base = resolve(m, "search-base", {"transformer.sharding": space.base}, ("search", "base"))
@@ -88,10 +88,15 @@ def load_search(path: Path, reports: Path, sweep_id: str | None = None) -> Searc
     proxy = space.proxy_layers if space.proxy_layers is not None and space.proxy_layers < facts.num_layers else None
     hw = hardware(base.target)
     evaluator = SweepEvaluator(
-        manifest=m, base=space.base, full_layers=facts.num_layers,
-        proxy=proxy_overrides(cfg, proxy) if proxy else {}, proxy_layers=proxy or facts.num_layers,
-        reports_dir=reports, sweep_id=check_sweep_id(sweep_id or m.name), hbm_bytes=hw.hbm_bytes,
-    )  # fmt: skip
+        manifest=m,
+        base=space.base,
+        full_layers=facts.num_layers,
+        proxy=proxy_overrides(cfg, proxy) if proxy else {},
+        proxy_layers=proxy or facts.num_layers,
+        reports_dir=reports,
+        sweep_id=check_sweep_id(sweep_id or m.name),
+        hbm_bytes=hw.hbm_bytes,
+    )
     return SearchSetup(m, sweep, space, facts, base.target.devices or 1, hw, evaluator, seeds(sweep, space, facts))
 
 

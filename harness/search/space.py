@@ -49,8 +49,12 @@ class Candidate:
 
     def overrides(self, base: str) -> dict[str, Any]:
         """The variant overrides that run this layout: base strategy, every searched rule, mesh, kernel."""
-        return {"transformer.sharding": base, **{RULES_PREFIX + k: list(v) for k, v in self.rules},
-                "target.mesh": dict(self.mesh), "transformer.attention_impl": self.attention}  # fmt: skip
+        return {
+            "transformer.sharding": base,
+            **{RULES_PREFIX + k: list(v) for k, v in self.rules},
+            "target.mesh": dict(self.mesh),
+            "transformer.attention_impl": self.attention,
+        }
 
     def replace_rule(self, logical: str, axes: AxesOption) -> Candidate:
         return Candidate(self.mesh, self.attention, tuple((k, axes if k == logical else v) for k, v in self.rules))
@@ -94,8 +98,9 @@ def strategy_axes(strategy: Any, mesh: MeshShape, names: Sequence[str | None]) -
     return [tuple(a for a in strategy.mesh_axes(n) if a in present) for n in names]
 
 
-def as_candidate(facts: ModelFacts, space: SearchSpace, strategy: Any, mesh: MeshShape,
-                 attention: str) -> Candidate | None:  # fmt: skip
+def as_candidate(
+    facts: ModelFacts, space: SearchSpace, strategy: Any, mesh: MeshShape, attention: str
+) -> Candidate | None:
     """A hand-written layout (a strategy on a mesh) as a point of ``space``: its rule for every searched
     axis, when each is one of the declared options and the result lays out every array of the step as
     ``strategy`` does; None when the space cannot express it."""
@@ -106,8 +111,11 @@ def as_candidate(facts: ModelFacts, space: SearchSpace, strategy: Any, mesh: Mes
     if any(v not in declared[k] for k, v in c.rules):
         return None
     try:
-        same = all(strategy_axes(strategy, mesh, a.names) == dim_axes(facts, c, a.names)
-                   for a in facts.arrays if a.kernel in (None, attention))  # fmt: skip
+        same = all(
+            strategy_axes(strategy, mesh, a.names) == dim_axes(facts, c, a.names)
+            for a in facts.arrays
+            if a.kernel in (None, attention)
+        )
     except ValueError:
         return None
     return c if same else None
@@ -150,8 +158,11 @@ def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> Pruned | None
         for name, size, dim in zip(array.names, array.shape, axes, strict=True):
             shards = math.prod(shape[a] for a in dim)
             if size % shards:
-                return Pruned(NOT_DIVISIBLE, f"{array.what} {array.names} {array.shape}: {name} ({size}) does not "
-                              f"divide over {' x '.join(dim)} ({shards})")  # fmt: skip
+                return Pruned(
+                    NOT_DIVISIBLE,
+                    f"{array.what} {array.names} {array.shape}: {name} ({size}) does not "
+                    f"divide over {' x '.join(dim)} ({shards})",
+                )
     return None
 
 

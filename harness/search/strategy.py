@@ -75,6 +75,7 @@ class SearchResult:
 
     def ranked(self) -> list[tuple[Candidate, Score]]:
         """Confirmed candidates by full-depth step, then the other usable proxies, then the rest."""
+
         def key(item: tuple[Candidate, Score]) -> tuple[int, float]:
             c, s = item
             return (0 if c in self.confirmed else 1 if s.usable else 2, s.step_s if s.step_s is not None else 0.0)
@@ -87,8 +88,9 @@ class SearchResult:
         return len(self.proxy) + len(self.confirmed)
 
 
-def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware,
-               result: SearchResult) -> list[Candidate]:  # fmt: skip
+def candidates(
+    space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, result: SearchResult
+) -> list[Candidate]:
     """The pruned space ordered by the analytic estimate (prunings and estimates noted in ``result``)."""
     kept = []
     layouts = result.layouts
@@ -100,8 +102,11 @@ def candidates(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware
         if reason is None:
             est = estimate(facts, c, hw)
             if hw.hbm_bytes is not None and est.weight_bytes > hw.hbm_bytes:
-                reason = Pruned(WEIGHTS, f"{est.weight_bytes / 2**30:.1f} GiB of weights per device, the device "
-                                f"has {hw.hbm_bytes / 2**30:.1f} GiB")  # fmt: skip
+                reason = Pruned(
+                    WEIGHTS,
+                    f"{est.weight_bytes / 2**30:.1f} GiB of weights per device, the device "
+                    f"has {hw.hbm_bytes / 2**30:.1f} GiB",
+                )
             else:
                 result.estimates[c] = est
                 kept.append(c)
@@ -129,8 +134,16 @@ def _best(scores: Mapping[Candidate, Score]) -> Candidate | None:
     return min(usable)[2] if usable else None
 
 
-def search(space: SearchSpace, facts: ModelFacts, devices: int, hw: Hardware, evaluate: Evaluate,
-           budget: int, round_size: int = ROUND_SIZE, seeds: Sequence[Candidate] = ()) -> SearchResult:  # fmt: skip
+def search(
+    space: SearchSpace,
+    facts: ModelFacts,
+    devices: int,
+    hw: Hardware,
+    evaluate: Evaluate,
+    budget: int,
+    round_size: int = ROUND_SIZE,
+    seeds: Sequence[Candidate] = (),
+) -> SearchResult:
     """Run the search (module docstring) within ``budget`` evaluations; ``seeds`` (hand-written layouts
     the space expresses) are compiled first, with the best analytic candidate."""
     result = SearchResult(full_layers=facts.num_layers)

@@ -39,9 +39,7 @@ class Rule:
 
     def regex(self) -> re.Pattern[str]:
         parts = re.split(r"(\{\w+\})", self.source)
-        pattern = "".join(
-            f"(?P<{p[1:-1]}>\\d+)" if p.startswith("{") else re.escape(p) for p in parts if p
-        )
+        pattern = "".join(f"(?P<{p[1:-1]}>\\d+)" if p.startswith("{") else re.escape(p) for p in parts if p)
         return re.compile(pattern + r"\Z")
 
 

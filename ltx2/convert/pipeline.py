@@ -82,9 +82,18 @@ def _gemma_config(root: Path, conn: ConnectorsConfig) -> GemmaConfig:
         )
     text = read_json(path)
     text = text.get("text_config", text)
-    names = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "num_key_value_heads", "head_dim", "query_pre_attn_scalar", "sliding_window",
-             "max_position_embeddings"}  # fmt: skip
+    names = {
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "query_pre_attn_scalar",
+        "sliding_window",
+        "max_position_embeddings",
+    }
     return GemmaConfig(**{k: int(v) for k, v in text.items() if k in names})
 
 
@@ -166,11 +175,19 @@ def diffusers_call_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
     ``output_type``. For side-by-side runs (parity tests, benchmarks)."""
     g, o = cfg.guidance, cfg.pipeline
     return dict(
-        height=o.height, width=o.width, num_frames=o.num_frames, frame_rate=o.frame_rate,
-        num_inference_steps=o.num_inference_steps, guidance_scale=g.guidance_scale, stg_scale=g.stg_scale,
-        modality_scale=g.modality_scale, guidance_rescale=g.guidance_rescale,
-        audio_guidance_scale=g.audio_guidance_scale, audio_stg_scale=g.audio_stg_scale,
-        audio_modality_scale=g.audio_modality_scale, audio_guidance_rescale=g.audio_guidance_rescale,
+        height=o.height,
+        width=o.width,
+        num_frames=o.num_frames,
+        frame_rate=o.frame_rate,
+        num_inference_steps=o.num_inference_steps,
+        guidance_scale=g.guidance_scale,
+        stg_scale=g.stg_scale,
+        modality_scale=g.modality_scale,
+        guidance_rescale=g.guidance_rescale,
+        audio_guidance_scale=g.audio_guidance_scale,
+        audio_stg_scale=g.audio_stg_scale,
+        audio_modality_scale=g.audio_modality_scale,
+        audio_guidance_rescale=g.audio_guidance_rescale,
         spatio_temporal_guidance_blocks=list(o.spatio_temporal_guidance_blocks),
         use_cross_timestep=o.use_cross_timestep,
-    )  # fmt: skip
+    )

@@ -58,9 +58,15 @@ def video_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return (random_state(state, seed), concrete(packed, seed + 1), key)
 
     notes = (f"video_decode = video VAE decode of {s.videos} video(s) (layout {strategy})",)
-    return StageProgram("video_decode", jax.jit(decode), (state, packed, key_abs), make_args, notes=notes,
-                        extra={"videos": s.videos, "latent_grid": [plan.frames, plan.height, plan.width]},
-                        strategy=strategy)
+    return StageProgram(
+        "video_decode",
+        jax.jit(decode),
+        (state, packed, key_abs),
+        make_args,
+        notes=notes,
+        extra={"videos": s.videos, "latent_grid": [plan.frames, plan.height, plan.width]},
+        strategy=strategy,
+    )
 
 
 def audio_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -69,11 +75,13 @@ def audio_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     s = setup(cfg, wl)
     c, plan = s.cfg, s.plan
     voc_cls: Any = LTX2VocoderWithBWE if isinstance(c.vocoder, VocoderWithBWEConfig) else LTX2Vocoder
-    vae_graph, vae_state = abstract_state(lambda: AutoencoderKLLTX2Audio(c.audio_vae, rngs=nnx.Rngs(0)),
-                                          c.audio_vae.sharding, mesh)  # fmt: skip
+    vae_graph, vae_state = abstract_state(
+        lambda: AutoencoderKLLTX2Audio(c.audio_vae, rngs=nnx.Rngs(0)), c.audio_vae.sharding, mesh
+    )
     voc_graph, voc_state = abstract_state(lambda: voc_cls(c.vocoder, rngs=nnx.Rngs(0)), c.vocoder.sharding, mesh)
-    packed = sds((s.videos, plan.audio_frames, c.transformer.audio_in_channels), jnp.float32, BATCH3,
-                 c.audio_vae.sharding, mesh)  # fmt: skip
+    packed = sds(
+        (s.videos, plan.audio_frames, c.transformer.audio_in_channels), jnp.float32, BATCH3, c.audio_vae.sharding, mesh
+    )
 
     def decode(sv: Any, so: Any, x: Any) -> Any:
         return waveform(nnx.merge(vae_graph, sv), nnx.merge(voc_graph, so), x, plan)
@@ -81,10 +89,15 @@ def audio_decode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     def make_args(seed: int) -> tuple[Any, ...]:
         return (random_state(vae_state, seed), random_state(voc_state, seed + 1), concrete(packed, seed + 2))
 
-    return StageProgram("audio_decode", jax.jit(decode), (vae_state, voc_state, packed), make_args,
-                        extra={"videos": s.videos, "audio_latent_frames": plan.audio_frames},
-                        notes=("audio_decode = audio VAE decode + vocoder",),
-                        strategy=c.audio_vae.sharding)  # fmt: skip
+    return StageProgram(
+        "audio_decode",
+        jax.jit(decode),
+        (vae_state, voc_state, packed),
+        make_args,
+        extra={"videos": s.videos, "audio_latent_frames": plan.audio_frames},
+        notes=("audio_decode = audio VAE decode + vocoder",),
+        strategy=c.audio_vae.sharding,
+    )
 
 
 def upsample(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -97,8 +110,13 @@ def upsample(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         raise StageUnavailable("this config has no latent upsampler (upsampler = None)")
     strategy = up_cfg.sharding
     graphdef, state = abstract_state(lambda: LTX2LatentUpsamplerModel(up_cfg, rngs=nnx.Rngs(0)), strategy, mesh)
-    latents = sds((s.videos, c.video_vae.latent_channels, plan.frames, plan.height, plan.width), jnp.float32,
-                  ("activation_batch", None, None, None, None), strategy, mesh)  # fmt: skip
+    latents = sds(
+        (s.videos, c.video_vae.latent_channels, plan.frames, plan.height, plan.width),
+        jnp.float32,
+        ("activation_batch", None, None, None, None),
+        strategy,
+        mesh,
+    )
     factors_host = (np.float32(1.0), np.float32(0.0))  # AdaIN factor, tone-map compression
     factors = replicated_like(factors_host, mesh)
 
@@ -108,6 +126,12 @@ def upsample(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     def make_args(seed: int) -> tuple[Any, ...]:
         return (random_state(state, seed), concrete(latents, seed + 1), *put(factors_host, factors))
 
-    return StageProgram("upsample", jax.jit(up), (state, latents, *factors), make_args, extra={"videos": s.videos},
-                        notes=("upsample = latent upsampler + AdaIN (factor 1) as LTX2LatentUpsamplePipeline",),
-                        strategy=strategy)
+    return StageProgram(
+        "upsample",
+        jax.jit(up),
+        (state, latents, *factors),
+        make_args,
+        extra={"videos": s.videos},
+        notes=("upsample = latent upsampler + AdaIN (factor 1) as LTX2LatentUpsamplePipeline",),
+        strategy=strategy,
+    )

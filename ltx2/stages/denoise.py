@@ -58,11 +58,15 @@ def _step_inputs(t: TransformerConfig, B: int, L: int, A: int, S: int) -> list[t
     text_c, audio_text_c = _text_widths(t)
     rows = ("activation_batch",)
     return [
-        ((B, L, t.in_channels), dt, SEQ), ((B, A, t.audio_in_channels), dt, SEQ),  # latents
-        ((B, S, text_c), dt, TEXT), ((B, S, audio_text_c), dt, TEXT),  # prompt embeddings
+        ((B, L, t.in_channels), dt, SEQ),
+        ((B, A, t.audio_in_channels), dt, SEQ),  # latents
+        ((B, S, text_c), dt, TEXT),
+        ((B, S, audio_text_c), dt, TEXT),  # prompt embeddings
         ((B, S), f32, ("activation_batch", None)),  # text keep-mask
-        ((B,), f32, rows), ((B,), f32, rows), ((), f32, ()),  # timestep, sigma, sigma step
-    ]  # fmt: skip
+        ((B,), f32, rows),
+        ((B,), f32, rows),
+        ((), f32, ()),  # timestep, sigma, sigma step
+    ]
 
 
 def denoise_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -79,12 +83,22 @@ def denoise_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     inputs = _step_inputs(t, B, L, A, S)
     shardings = [input_sharding(names, t.sharding, mesh) for _, _, names in inputs]
     graphdef, state = abstract_state(lambda: LTX2Transformer(t, rngs=nnx.Rngs(0)), t.sharding, mesh)
-    grid = dict(num_frames=plan.frames, height=plan.height, width=plan.width, fps=plan.fps,
-                audio_num_frames=plan.audio_frames)  # fmt: skip
+    grid = dict(
+        num_frames=plan.frames, height=plan.height, width=plan.width, fps=plan.fps, audio_num_frames=plan.audio_frames
+    )
 
     def step(state, x, a, text, audio_text, mask, timestep, sigma, dsigma):  # type: ignore[no-untyped-def]
-        v, va = nnx.merge(graphdef, state)(x, a, text, audio_text, timestep, sigma=sigma, encoder_attention_mask=mask,
-                                           audio_encoder_attention_mask=mask, **grid)  # fmt: skip
+        v, va = nnx.merge(graphdef, state)(
+            x,
+            a,
+            text,
+            audio_text,
+            timestep,
+            sigma=sigma,
+            encoder_attention_mask=mask,
+            audio_encoder_attention_mask=mask,
+            **grid,
+        )
         # The scheduler's Euler step over the sigma difference dsigma (from 0 to dsigma), in float32.
         zero = jnp.zeros((), jnp.float32)
         return euler_step(x, v.astype(jnp.float32), zero, dsigma), euler_step(a, va.astype(jnp.float32), zero, dsigma)
@@ -92,19 +106,28 @@ def denoise_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     def make_args(seed: int) -> tuple[Any, ...]:
         rng = np.random.default_rng(seed + 1)
         host = [rng.standard_normal(shape, np.float32).astype(d) for shape, d, _ in inputs[:4]]
-        host += [np.ones(inputs[4][0], np.float32), np.full(inputs[5][0], 900.0, np.float32),
-                 np.full(inputs[6][0], 0.9, np.float32), np.asarray(-0.1, np.float32)]  # fmt: skip
+        host += [
+            np.ones(inputs[4][0], np.float32),
+            np.full(inputs[5][0], 900.0, np.float32),
+            np.full(inputs[6][0], 0.9, np.float32),
+            np.asarray(-0.1, np.float32),
+        ]
         return (random_state(state, seed), *map(place, host, shardings))
 
-    abstract_inputs = [jax.ShapeDtypeStruct(shape, d, sharding=s)
-                       for (shape, d, _), s in zip(inputs, shardings, strict=True)]  # fmt: skip
+    abstract_inputs = [
+        jax.ShapeDtypeStruct(shape, d, sharding=s) for (shape, d, _), s in zip(inputs, shardings, strict=True)
+    ]
     return StageProgram(
-        "denoise_step", jax.jit(step), (state, *abstract_inputs), make_args,
-        analytic_flops=float(t.forward_flops(L, A, S, B)), calls_per_video=wl.steps,
+        "denoise_step",
+        jax.jit(step),
+        (state, *abstract_inputs),
+        make_args,
+        analytic_flops=float(t.forward_flops(L, A, S, B)),
+        calls_per_video=wl.steps,
         extra={"tokens": token_facts(plan, S)},
         notes=("denoise_step = one transformer forward + Euler update; guidance passes are in the batch",),
         strategy=t.sharding,
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------- guided steps
@@ -132,21 +155,30 @@ class _Loop:
 
     def make_inputs(self, seed: int) -> tuple[Any, ...]:
         """(state, latents, text embeddings, schedule, scales) on the devices."""
-        return (random_state(self.state, seed), concrete(self.latents, seed + 1),
-                concrete(self.embeds, seed + 2, _mask_fill), put(self.schedule, self.schedule_abs),
-                put(self.scales, self.scales_abs))  # fmt: skip
+        return (
+            random_state(self.state, seed),
+            concrete(self.latents, seed + 1),
+            concrete(self.embeds, seed + 2, _mask_fill),
+            put(self.schedule, self.schedule_abs),
+            put(self.scales, self.scales_abs),
+        )
 
     @property
     def extra(self) -> dict[str, Any]:
         s = self.s
-        return {"steps": s.cfg.pipeline.num_inference_steps, "videos": s.videos, "rows_per_step": s.rows,
-                "guidance_passes": s.plan.passes._asdict()}  # fmt: skip
+        return {
+            "steps": s.cfg.pipeline.num_inference_steps,
+            "videos": s.videos,
+            "rows_per_step": s.rows,
+            "guidance_passes": s.plan.passes._asdict(),
+        }
 
     def flops(self, text_tokens: int) -> float:
         """Analytic FLOPs of one guided step (every pass's rows)."""
         plan = self.s.plan
-        return float(self.s.cfg.transformer.forward_flops(plan.video_tokens, plan.audio_frames, text_tokens,
-                                                          self.s.rows))  # fmt: skip
+        return float(
+            self.s.cfg.transformer.forward_flops(plan.video_tokens, plan.audio_frames, text_tokens, self.s.rows)
+        )
 
 
 def _mask_fill(a: Any, rng: Any) -> Any:
@@ -165,12 +197,17 @@ def _loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> _Loop:
     # Latents are float32 whatever the model's dtype, as LTX2Pipeline.prepare_latents makes them (and
     # diffusers): the scheduler's update stays in float32 and the scan's carry keeps one dtype.
     f32 = jnp.float32
-    latents = Latents(sds((s.videos, plan.video_tokens, t.in_channels), f32, SEQ, strategy, mesh),
-                      sds((s.videos, plan.audio_frames, t.audio_in_channels), f32, SEQ, strategy, mesh))  # fmt: skip
+    latents = Latents(
+        sds((s.videos, plan.video_tokens, t.in_channels), f32, SEQ, strategy, mesh),
+        sds((s.videos, plan.audio_frames, t.audio_in_channels), f32, SEQ, strategy, mesh),
+    )
     rows, S = s.videos * (2 if plan.passes.cfg else 1), wl.text_tokens
     dv, da = _text_widths(t)
-    embeds = TextEmbeddings(sds((rows, S, dv), dt, TEXT, strategy, mesh), sds((rows, S, da), dt, TEXT, strategy, mesh),
-                            sds((rows, S), jnp.int32, ("activation_batch", None), strategy, mesh))  # fmt: skip
+    embeds = TextEmbeddings(
+        sds((rows, S, dv), dt, TEXT, strategy, mesh),
+        sds((rows, S, da), dt, TEXT, strategy, mesh),
+        sds((rows, S), jnp.int32, ("activation_batch", None), strategy, mesh),
+    )
     sched = c.scheduler
     sigmas = sigma_schedule(sched, c.pipeline.num_inference_steps, mu=sched.mu(plan.video_tokens))
     # Host arrays in the Schedule container: placed on the mesh by the stage (replicated).
@@ -180,8 +217,18 @@ def _loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> _Loop:
     scales = c.guidance.host_scales()  # host values: a compile-only backend has no device to make them on
     kv = jax.eval_shape(lambda st, e: text_kv_once(graphdef, st, e, plan=plan), state, embeds)
     kv_abs = None if kv is None else jax.tree.map(lambda a: sds(a.shape, a.dtype, TEXT_KV, strategy, mesh), kv)
-    return _Loop(s, graphdef, state, latents, embeds, schedule, scales, replicated_like(schedule, mesh),
-                 replicated_like(scales, mesh), kv_abs)  # fmt: skip
+    return _Loop(
+        s,
+        graphdef,
+        state,
+        latents,
+        embeds,
+        schedule,
+        scales,
+        replicated_like(schedule, mesh),
+        replicated_like(scales, mesh),
+        kv_abs,
+    )
 
 
 def _passes(loop: _Loop) -> str:
@@ -191,8 +238,10 @@ def _passes(loop: _Loop) -> str:
 def _kv_note(loop: _Loop) -> tuple[str, ...]:
     if loop.text_kv_abs is None:
         return ()
-    return ("the text keys/values are an input: made once per video before the loop (ltx2.denoise.text_kv_once), "
-            "not part of this step's metrics",)
+    return (
+        "the text keys/values are an input: made once per video before the loop (ltx2.denoise.text_kv_once), "
+        "not part of this step's metrics",
+    )
 
 
 def guided_step(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -214,12 +263,20 @@ def _guided(loop: _Loop, wl: Workload) -> StageProgram:
 
     steps = loop.s.cfg.pipeline.num_inference_steps
     return StageProgram(
-        "guided_step", jax.jit(one_step),
-        (loop.state, loop.latents, loop.embeds, scalar, scalar, scalar, loop.scales_abs, loop.text_kv_abs), make_args,
-        analytic_flops=loop.flops(wl.text_tokens), calls_per_video=steps, extra=loop.extra,
-        notes=(f"guided_step = one denoising step with every guidance pass ({_passes(loop)}); "
-               f"a video runs it {steps} times",) + _kv_note(loop), strategy=loop.s.cfg.transformer.sharding,
-    )  # fmt: skip
+        "guided_step",
+        jax.jit(one_step),
+        (loop.state, loop.latents, loop.embeds, scalar, scalar, scalar, loop.scales_abs, loop.text_kv_abs),
+        make_args,
+        analytic_flops=loop.flops(wl.text_tokens),
+        calls_per_video=steps,
+        extra=loop.extra,
+        notes=(
+            f"guided_step = one denoising step with every guidance pass ({_passes(loop)}); "
+            f"a video runs it {steps} times",
+        )
+        + _kv_note(loop),
+        strategy=loop.s.cfg.transformer.sharding,
+    )
 
 
 def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
@@ -234,10 +291,16 @@ def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         def whole(st: Any, x: Any, text: Any, sch: Any, sc: Any) -> Any:
             return denoise_scan(graphdef, st, x, text, sch, sc, plan=plan)
 
-        return StageProgram("denoise_loop", jax.jit(whole),
-                            (loop.state, loop.latents, loop.embeds, loop.schedule_abs, loop.scales_abs),
-                            loop.make_inputs, analytic_flops=loop.flops(wl.text_tokens) * steps, extra=loop.extra,
-                            notes=notes, strategy=c.transformer.sharding)  # fmt: skip
+        return StageProgram(
+            "denoise_loop",
+            jax.jit(whole),
+            (loop.state, loop.latents, loop.embeds, loop.schedule_abs, loop.scales_abs),
+            loop.make_inputs,
+            analytic_flops=loop.flops(wl.text_tokens) * steps,
+            extra=loop.extra,
+            notes=notes,
+            strategy=c.transformer.sharding,
+        )
 
     step = _guided(loop, wl)
 
@@ -254,7 +317,10 @@ def denoise_loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         return x
 
     return dataclasses.replace(
-        step, name="denoise_loop", make_args=make_args, host_run=python_loop,
-        notes=notes + ("static metrics are of one step (the program the loop calls); per video they repeat once "
-                       "per step",),
-    )  # fmt: skip
+        step,
+        name="denoise_loop",
+        make_args=make_args,
+        host_run=python_loop,
+        notes=notes
+        + ("static metrics are of one step (the program the loop calls); per video they repeat once per step",),
+    )

@@ -95,15 +95,21 @@ class StageProgram:
 def workload_config(cfg: PipelineConfig, wl: Workload) -> PipelineConfig:
     """``cfg`` with the workload's size and steps as pipeline options, and the VAEs, vocoder and
     upsampler laid out by ``pipeline.vae_replication`` (:func:`ltx2.components.vae_configs`)."""
-    opts = cfg.pipeline.replace(height=wl.height, width=wl.width, num_frames=wl.num_frames,
-                                frame_rate=float(wl.frame_rate), num_inference_steps=wl.steps)  # fmt: skip
+    opts = cfg.pipeline.replace(
+        height=wl.height,
+        width=wl.width,
+        num_frames=wl.num_frames,
+        frame_rate=float(wl.frame_rate),
+        num_inference_steps=wl.steps,
+    )
     return vae_configs(cfg.replace(pipeline=opts))
 
 
 def workload_plan(cfg: PipelineConfig, wl: Workload, batch: int) -> Plan:
     """The :class:`~ltx2.latents.Plan` (latent grid, audio length, passes) of a workload."""
-    return Plan.build(cfg, batch=batch, height=wl.height, width=wl.width, num_frames=wl.num_frames,
-                      frame_rate=wl.frame_rate)  # fmt: skip
+    return Plan.build(
+        cfg, batch=batch, height=wl.height, width=wl.width, num_frames=wl.num_frames, frame_rate=wl.frame_rate
+    )
 
 
 @dataclass(frozen=True)
@@ -136,35 +142,56 @@ def check_workload(cfg: PipelineConfig, wl: Workload, mesh_shape: Mapping[str, i
         return
     t = cfg.transformer
     st, sh, sw = t.vae_scale_factors
-    off_grid = tuple(name for name, rest in (("height", wl.height % (sh * t.patch_size)),
-                                             ("width", wl.width % (sw * t.patch_size)),
-                                             ("num_frames", (wl.num_frames - 1) % st)) if rest)  # fmt: skip
+    off_grid = tuple(
+        name
+        for name, rest in (
+            ("height", wl.height % (sh * t.patch_size)),
+            ("width", wl.width % (sw * t.patch_size)),
+            ("num_frames", (wl.num_frames - 1) % st),
+        )
+        if rest
+    )
     if off_grid:
-        raise WorkloadError(f"workload {wl.width}x{wl.height}x{wl.num_frames} does not fit the latent grid: width "
-                            f"and height must be multiples of {sw * t.patch_size}, frames of the form {st}k + 1",
-                            off_grid)  # fmt: skip
+        raise WorkloadError(
+            f"workload {wl.width}x{wl.height}x{wl.num_frames} does not fit the latent grid: width "
+            f"and height must be multiples of {sw * t.patch_size}, frames of the form {st}k + 1",
+            off_grid,
+        )
     plan = workload_plan(cfg, wl, wl.batch)
     if plan.frames % t.patch_size_t:
-        raise WorkloadError(f"{plan.frames} latent frames are not a multiple of patch_size_t={t.patch_size_t}",
-                            ("num_frames",))  # fmt: skip
+        raise WorkloadError(
+            f"{plan.frames} latent frames are not a multiple of patch_size_t={t.patch_size_t}", ("num_frames",)
+        )
     strategy = get_strategy(t.sharding)
-    dims = (("batch", wl.batch, "activation_batch", ("batch",)),
-            ("video tokens", plan.video_tokens, "activation_length", ("height", "width", "num_frames")),
-            ("audio tokens", plan.audio_frames, "activation_length", ("num_frames", "frame_rate")),
-            ("text tokens", wl.text_tokens, "activation_text_length", ("text_tokens",)))  # fmt: skip
+    dims = (
+        ("batch", wl.batch, "activation_batch", ("batch",)),
+        ("video tokens", plan.video_tokens, "activation_length", ("height", "width", "num_frames")),
+        ("audio tokens", plan.audio_frames, "activation_length", ("num_frames", "frame_rate")),
+        ("text tokens", wl.text_tokens, "activation_text_length", ("text_tokens",)),
+    )
     for what, size, logical, fields in dims:
         axes = [a for a in strategy.mesh_axes(logical) if mesh_shape.get(a, 1) > 1]
         shards = math.prod(mesh_shape[a] for a in axes)
         if size % shards:
-            raise WorkloadError(f"{what} ({size}) do not divide into {shards} shards ({logical} over "
-                                f"{' x '.join(axes)} under strategy {strategy.name!r})", fields, sharded=True)
+            raise WorkloadError(
+                f"{what} ({size}) do not divide into {shards} shards ({logical} over "
+                f"{' x '.join(axes)} under strategy {strategy.name!r})",
+                fields,
+                sharded=True,
+            )
 
 
 def token_facts(plan: Plan, text_tokens: int) -> dict[str, int]:
     """The latent grid and token counts a transformer stage records (``extra["tokens"]``)."""
-    return {"latent_frames": plan.frames, "latent_height": plan.height, "latent_width": plan.width,
-            "video_tokens": plan.video_tokens, "audio_frames": plan.audio_frames,
-            "audio_tokens": plan.audio_frames, "text_tokens": text_tokens}  # fmt: skip
+    return {
+        "latent_frames": plan.frames,
+        "latent_height": plan.height,
+        "latent_width": plan.width,
+        "video_tokens": plan.video_tokens,
+        "audio_frames": plan.audio_frames,
+        "audio_tokens": plan.audio_frames,
+        "text_tokens": text_tokens,
+    }
 
 
 # --------------------------------------------------------------------------- arguments

@@ -34,9 +34,11 @@ def text_encode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
     s = setup(cfg, wl)
     c = s.cfg
     if c.gemma.hidden_size * c.gemma.num_hidden_layers > MAX_HOST_GEMMA:
-        raise StageUnavailable("text_encode at full size: the Gemma-3 encoder runs through torchax, which needs "
-                               "its PyTorch weights materialised on the host (48 GB fp32 for 12B); compile-only "
-                               "analysis covers the DiT and the decoders")  # fmt: skip
+        raise StageUnavailable(
+            "text_encode at full size: the Gemma-3 encoder runs through torchax, which needs "
+            "its PyTorch weights materialised on the host (48 GB fp32 for 12B); compile-only "
+            "analysis covers the DiT and the decoders"
+        )
     videos, seq = s.videos, wl.text_tokens
     strategy = c.connectors.sharding
     cgraph, cstate = abstract_state(lambda: LTX2TextConnectors(c.connectors, rngs=nnx.Rngs(0)), strategy, mesh)
@@ -56,12 +58,22 @@ def text_encode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
             out += [ids, mask]
         return tuple(out)
 
-    notes = (f"text_encode = Gemma-3 ({c.text_encoder.placement}, batching {c.text_encoder.batching}) "
-             "+ text connectors; random token ids, left padded by a quarter",)  # fmt: skip
+    notes = (
+        f"text_encode = Gemma-3 ({c.text_encoder.placement}, batching {c.text_encoder.batching}) "
+        "+ text connectors; random token ids, left padded by a quarter",
+    )
     if c.text_encoder.placement == "host":
-        abstract_in = (cstate, sds((videos * (1 + cfg_on), seq, encoder.hidden_size, encoder.num_hidden_states),
-                                   jnp.float32, ("activation_batch", None, None, None), strategy, mesh),
-                       sds((videos * (1 + cfg_on), seq), jnp.int32, IDS, strategy, mesh))  # fmt: skip
+        abstract_in = (
+            cstate,
+            sds(
+                (videos * (1 + cfg_on), seq, encoder.hidden_size, encoder.num_hidden_states),
+                jnp.float32,
+                ("activation_batch", None, None, None),
+                strategy,
+                mesh,
+            ),
+            sds((videos * (1 + cfg_on), seq), jnp.int32, IDS, strategy, mesh),
+        )
         connect_jit = jax.jit(connect)
 
         def run_host(state: Any, *ids_masks: Any) -> Any:
@@ -71,15 +83,26 @@ def text_encode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
                 hidden, mask = np.concatenate([neg, pos]), np.concatenate([ids_masks[3], ids_masks[1]])
             else:
                 hidden, mask = encoder.encode(*ids_masks), ids_masks[1]
-            return connect_jit(state, jax.device_put(hidden, abstract_in[1].sharding),
-                               jax.device_put(mask, abstract_in[2].sharding))  # fmt: skip
+            return connect_jit(
+                state, jax.device_put(hidden, abstract_in[1].sharding), jax.device_put(mask, abstract_in[2].sharding)
+            )
 
         def make_host(seed: int) -> tuple[Any, ...]:
             return (random_state(cstate, seed), *ids_and_masks(np.random.default_rng(seed + 1)))
 
-        return StageProgram("text_encode", connect_jit, abstract_in, make_host, host_run=run_host, strategy=strategy,
-                            notes=notes + ("static metrics cover the connectors only: Gemma-3 runs in PyTorch on "
-                                           "the host (text_encoder.placement = 'host')",))  # fmt: skip
+        return StageProgram(
+            "text_encode",
+            connect_jit,
+            abstract_in,
+            make_host,
+            host_run=run_host,
+            strategy=strategy,
+            notes=notes
+            + (
+                "static metrics cover the connectors only: Gemma-3 runs in PyTorch on "
+                "the host (text_encoder.placement = 'host')",
+            ),
+        )
 
     assert encoder.apply is not None and encoder.weights is not None
     apply, weights = encoder.apply, encoder.weights
@@ -99,5 +122,12 @@ def text_encode(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> StageProgram:
         ids = [jax.device_put(x, id_sds.sharding) for x in ids_and_masks(np.random.default_rng(seed + 1))]
         return (put(weights, gemma_abstract), random_state(cstate, seed), *ids)
 
-    return StageProgram("text_encode", jax.jit(encode), abstract_args, make_args, notes=notes,
-                        extra={"text_tokens": seq, "videos": videos}, strategy=strategy)  # fmt: skip
+    return StageProgram(
+        "text_encode",
+        jax.jit(encode),
+        abstract_args,
+        make_args,
+        notes=notes,
+        extra={"text_tokens": seq, "videos": videos},
+        strategy=strategy,
+    )

@@ -120,8 +120,11 @@ class ConnectorsConfig:
                 else (self.caption_channels, "caption_channels")
             )
             if s.inner_dim != width:
-                raise _fail(f"{prefix}_connector_num_attention_heads", s.num_heads,
-                            f"heads * head_dim = {s.inner_dim} must equal {what} = {width}")  # fmt: skip
+                raise _fail(
+                    f"{prefix}_connector_num_attention_heads",
+                    s.num_heads,
+                    f"heads * head_dim = {s.inner_dim} must equal {what} = {width}",
+                )
             if s.head_dim % 2:
                 raise _fail(f"{prefix}_connector_attention_head_dim", s.head_dim, "must be even (RoPE pairs)")
 
@@ -135,35 +138,57 @@ class ConnectorsConfig:
         if modality not in ("video", "audio"):
             raise ValueError(f"modality must be 'video' or 'audio', got {modality!r}")
         get = lambda f: getattr(self, f"{modality}_connector_{f}")  # noqa: E731
-        return Stream(get("num_attention_heads"), get("attention_head_dim"), get("num_layers"),
-                      get("num_learnable_registers"), getattr(self, f"{modality}_gated_attn"))  # fmt: skip
+        return Stream(
+            get("num_attention_heads"),
+            get("attention_head_dim"),
+            get("num_layers"),
+            get("num_learnable_registers"),
+            getattr(self, f"{modality}_gated_attn"),
+        )
 
     # ---- presets ---------------------------------------------------------------------------
     @classmethod
     def tiny(cls, **overrides: Any) -> ConnectorsConfig:
         """The reference tiny LTX-2.0 connectors: C=24, L'=3, heads 2x12, 2/1 layers, 8 registers."""
         base = dict(
-            caption_channels=24, text_proj_in_factor=3,
-            video_connector_num_attention_heads=2, video_connector_attention_head_dim=12,
-            video_connector_num_layers=2, video_connector_num_learnable_registers=8,
-            audio_connector_num_attention_heads=2, audio_connector_attention_head_dim=12,
-            audio_connector_num_layers=1, audio_connector_num_learnable_registers=8,
-            rope_type="split", video_hidden_dim=32, audio_hidden_dim=16,
-        )  # fmt: skip
+            caption_channels=24,
+            text_proj_in_factor=3,
+            video_connector_num_attention_heads=2,
+            video_connector_attention_head_dim=12,
+            video_connector_num_layers=2,
+            video_connector_num_learnable_registers=8,
+            audio_connector_num_attention_heads=2,
+            audio_connector_attention_head_dim=12,
+            audio_connector_num_layers=1,
+            audio_connector_num_learnable_registers=8,
+            rope_type="split",
+            video_hidden_dim=32,
+            audio_hidden_dim=16,
+        )
         return cls(**{**base, **overrides})
 
     @classmethod
     def tiny_ltx2_3(cls, **overrides: Any) -> ConnectorsConfig:
         """Tiny LTX-2.3 connectors: per-modality projections to 32 (2x16) / 16 (2x8), gated."""
         base = dict(
-            caption_channels=24, text_proj_in_factor=3,
-            video_connector_num_attention_heads=2, video_connector_attention_head_dim=16,
-            video_connector_num_layers=2, video_connector_num_learnable_registers=8, video_gated_attn=True,
-            audio_connector_num_attention_heads=2, audio_connector_attention_head_dim=8,
-            audio_connector_num_layers=1, audio_connector_num_learnable_registers=8, audio_gated_attn=True,
-            rope_type="split", per_modality_projections=True, video_hidden_dim=32, audio_hidden_dim=16,
+            caption_channels=24,
+            text_proj_in_factor=3,
+            video_connector_num_attention_heads=2,
+            video_connector_attention_head_dim=16,
+            video_connector_num_layers=2,
+            video_connector_num_learnable_registers=8,
+            video_gated_attn=True,
+            audio_connector_num_attention_heads=2,
+            audio_connector_attention_head_dim=8,
+            audio_connector_num_layers=1,
+            audio_connector_num_learnable_registers=8,
+            audio_gated_attn=True,
+            rope_type="split",
+            per_modality_projections=True,
+            video_hidden_dim=32,
+            audio_hidden_dim=16,
             proj_bias=True,
-        )  # fmt: skip
+        )
         return cls(**{**base, **overrides})
 
     @classmethod
@@ -176,12 +201,18 @@ class ConnectorsConfig:
         """LTX-2.3 connectors: 32x128 video / 32x64 audio, 8 layers each, gated attention,
         per-modality projections with bias (diffusers converter config)."""
         base = dict(
-            video_connector_num_attention_heads=32, video_connector_attention_head_dim=128,
-            video_connector_num_layers=8, video_gated_attn=True,
-            audio_connector_num_attention_heads=32, audio_connector_attention_head_dim=64,
-            audio_connector_num_layers=8, audio_gated_attn=True,
-            rope_type="split", per_modality_projections=True, proj_bias=True,
-        )  # fmt: skip
+            video_connector_num_attention_heads=32,
+            video_connector_attention_head_dim=128,
+            video_connector_num_layers=8,
+            video_gated_attn=True,
+            audio_connector_num_attention_heads=32,
+            audio_connector_attention_head_dim=64,
+            audio_connector_num_layers=8,
+            audio_gated_attn=True,
+            rope_type="split",
+            per_modality_projections=True,
+            proj_bias=True,
+        )
         return cls(**{**base, **overrides})
 
     @classmethod
@@ -260,10 +291,14 @@ def connector_rope(batch: int, seq_len: int, stream: Stream, cfg: ConnectorsConf
     """1-D RoPE over token positions / ``connector_rope_base_seq_len`` (``LTX2RotaryPosEmbed1d``)."""
     positions = jnp.broadcast_to(jnp.arange(seq_len, dtype=jnp.float32), (batch, 1, seq_len))  # [B, 1 axis, S]
     return rope_tables(
-        positions, dim=stream.inner_dim, max_positions=(cfg.connector_rope_base_seq_len,),
-        theta=cfg.rope_theta, double_precision=cfg.rope_double_precision, rope_type=cfg.rope_type,
+        positions,
+        dim=stream.inner_dim,
+        max_positions=(cfg.connector_rope_base_seq_len,),
+        theta=cfg.rope_theta,
+        double_precision=cfg.rope_double_precision,
+        rope_type=cfg.rope_type,
         num_heads=stream.num_heads,
-    )  # fmt: skip
+    )
 
 
 # ---- modules ----------------------------------------------------------------------------------
@@ -376,8 +411,14 @@ class LTX2TextConnectors(nnx.Module):
 
     def __init__(self, cfg: ConnectorsConfig, *, rngs: nnx.Rngs):
         def proj(width: int) -> Linear:
-            return Linear(cfg.text_encoder_dim, width, axes=("caption", "embed"), use_bias=cfg.proj_bias,
-                          dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)  # fmt: skip
+            return Linear(
+                cfg.text_encoder_dim,
+                width,
+                axes=("caption", "embed"),
+                use_bias=cfg.proj_bias,
+                dtype=jnp.dtype(cfg.param_dtype),
+                rngs=rngs,
+            )
 
         per_modality = cfg.per_modality_projections
         self.text_proj_in = None if per_modality else proj(cfg.caption_channels)

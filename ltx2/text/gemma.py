@@ -179,7 +179,12 @@ def _extract(language_model: Any, strategy: str) -> tuple[dict[str, jax.Array], 
 
 
 def encode_pair_with(
-    encode: Callable[[Any, Any], Any], batching: str, pos_ids: Any, pos_mask: Any, neg_ids: Any, neg_mask: Any,
+    encode: Callable[[Any, Any], Any],
+    batching: str,
+    pos_ids: Any,
+    pos_mask: Any,
+    neg_ids: Any,
+    neg_mask: Any,
     xp: Any = jnp,
 ) -> tuple[Any, Any]:
     """(positive, negative) ``encode(ids, mask)`` outputs: one pass of ``[negative; positive]``

@@ -76,9 +76,7 @@ class Conv(nnx.Module):
         self.stride = _ntuple(stride, n, "stride")
         self.dilation = _ntuple(dilation, n, "dilation")
         if in_channels <= 0 or out_channels <= 0 or groups <= 0:
-            raise ValueError(
-                f"Conv needs positive sizes, got in={in_channels}, out={out_channels}, groups={groups}"
-            )
+            raise ValueError(f"Conv needs positive sizes, got in={in_channels}, out={out_channels}, groups={groups}")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in={in_channels} and out={out_channels}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
@@ -97,8 +95,9 @@ class Conv(nnx.Module):
             # XLA:CPU's 3-D convolution is a slow generic loop; a sum of 2-D convolutions over the time
             # taps ran 2.7-3.4x faster on decoder shapes (e.g. 49 -> 18 ms at 5x34x34x64 -> 64, 2 cores).
             # Chosen by lowering platform, so TPU/GPU targets (also compiled from a CPU host) keep the 3-D op.
-            taps = functools.partial(_conv3d_by_time_taps, stride=self.stride, dilation=self.dilation,
-                                     groups=self.groups)  # fmt: skip
+            taps = functools.partial(
+                _conv3d_by_time_taps, stride=self.stride, dilation=self.dilation, groups=self.groups
+            )
             y = jax.lax.platform_dependent(x, kernel, cpu=taps, default=conv)
         else:
             y = conv(x, kernel)
@@ -112,9 +111,14 @@ def _conv(x: jax.Array, kernel: jax.Array, *, stride: Sequence[int], dilation: S
     spatial = "DHW"[-(x.ndim - 2) :]
     lhs = f"N{spatial}C"
     return jax.lax.conv_general_dilated(
-        x, kernel, window_strides=stride, padding="VALID", rhs_dilation=dilation,
-        dimension_numbers=(lhs, f"{spatial}IO", lhs), feature_group_count=groups,
-    )  # fmt: skip
+        x,
+        kernel,
+        window_strides=stride,
+        padding="VALID",
+        rhs_dilation=dilation,
+        dimension_numbers=(lhs, f"{spatial}IO", lhs),
+        feature_group_count=groups,
+    )
 
 
 def _conv3d_by_time_taps(
@@ -163,9 +167,7 @@ class CausalConv3d(nnx.Module):
         rngs: nnx.Rngs,
     ):
         if spatial_padding_mode not in PADDING_MODES:
-            raise ValueError(
-                f"spatial_padding_mode {spatial_padding_mode!r} is not one of {sorted(PADDING_MODES)}"
-            )
+            raise ValueError(f"spatial_padding_mode {spatial_padding_mode!r} is not one of {sorted(PADDING_MODES)}")
         kernel = _ntuple(kernel_size, 3, "kernel_size")
         # diffusers: an int dilation applies to time only.
         dil = (dilation, 1, 1) if isinstance(dilation, int) else _ntuple(dilation, 3, "dilation")

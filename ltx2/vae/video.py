@@ -409,5 +409,14 @@ def mix_decode_noise(z: jax.Array, noise: jax.Array, scale: jax.Array | float) -
     return (1 - s) * z + s * noise
 
 
-__all__ = ["DownPlan", "UpPlan", "VideoDecoder", "VideoEncoder", "VideoVAE", "VideoVAEConfig", "decoder_plan",
-           "encoder_plan", "mix_decode_noise"]  # fmt: skip
+__all__ = [
+    "DownPlan",
+    "UpPlan",
+    "VideoDecoder",
+    "VideoEncoder",
+    "VideoVAE",
+    "VideoVAEConfig",
+    "decoder_plan",
+    "encoder_plan",
+    "mix_decode_noise",
+]

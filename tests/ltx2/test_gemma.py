@@ -24,10 +24,18 @@ def text_config() -> Any:
     from transformers import Gemma3TextConfig
 
     return Gemma3TextConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, max_position_embeddings=256, sliding_window=4,
-        query_pre_attn_scalar=16, layer_types=["sliding_attention", "full_attention"] * 2,
-    )  # fmt: skip
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+        sliding_window=4,
+        query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+    )
 
 
 def tiny_gemma(text_config: Any, seed: int = 0) -> Any:
@@ -178,9 +186,13 @@ def test_wrappers_convert_to_their_language_model(text_config: Any, gemma: Any, 
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
     )
     multimodal_cfg = Gemma3Config(
-        text_config=text_config, vision_config=vision, mm_tokens_per_image=4,
-        image_token_index=127, boi_token_index=125, eoi_token_index=126,
-    )  # fmt: skip
+        text_config=text_config,
+        vision_config=vision,
+        mm_tokens_per_image=4,
+        image_token_index=127,
+        boi_token_index=125,
+        eoi_token_index=126,
+    )
     multimodal = Gemma3ForConditionalGeneration(multimodal_cfg).eval()
     multimodal.model.language_model.load_state_dict(gemma.state_dict())
     assert language_model(causal) is causal.model

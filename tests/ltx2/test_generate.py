@@ -17,9 +17,13 @@ import ltx2
 from ltx2.generate import RANDOM_WEIGHTS_PROMPT_IDS, parse_args, token_ids
 
 # The subprocess imports the ltx2 under test, wherever this checkout is (not an installed copy).
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join(
-    [str(Path(ltx2.__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
-)}  # fmt: skip
+ENV = {
+    **os.environ,
+    "JAX_PLATFORMS": "cpu",
+    "PYTHONPATH": os.pathsep.join(
+        [str(Path(ltx2.__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
+    ),
+}
 
 
 def _generate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -31,8 +35,9 @@ def _streams(mp4: Path) -> list[tuple[str, str, str]]:
     """(kind, codec, details) of each stream, as the ffmpeg binary of imageio-ffmpeg reads the file."""
     import imageio_ffmpeg
 
-    probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i", str(mp4)],
-                           capture_output=True, text=True)  # fmt: skip
+    probe = subprocess.run(
+        [imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i", str(mp4)], capture_output=True, text=True
+    )
     return re.findall(r"Stream #0:\d+.*?: (Video|Audio): (\w+)(.*)", probe.stderr)
 
 
@@ -98,8 +103,10 @@ def test_prompt_with_a_tokenizer_folder_parses(tmp_path: Path) -> None:
     assert args.prompt == "a cat" and args.prompt_ids is None and not args.fixed_prompt
 
 
-@pytest.mark.parametrize(("text", "message"), [("2,128", r"in \[0, 128\)"), ("2,x", "comma-separated integers"),
-                                               ("", "need 1..16 token ids")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("2,128", r"in \[0, 128\)"), ("2,x", "comma-separated integers"), ("", "need 1..16 token ids")],
+)
 def test_token_ids_reject_bad_ids(text: str, message: str) -> None:
     with pytest.raises(SystemExit, match=message):
         token_ids(text, 16, vocab_size=128)

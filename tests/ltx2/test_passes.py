@@ -40,10 +40,17 @@ LAYERS = 3
 T = jnp.float32(640.0)  # the step's timestep
 CONFIGS = {
     "ltx2.0": TransformerConfig.tiny(num_layers=LAYERS, perturbed_attn=True),
-    "ltx2.3": TransformerConfig.tiny(num_layers=LAYERS, gated_attn=True, audio_gated_attn=True, cross_attn_mod=True,
-                                     audio_cross_attn_mod=True, use_prompt_embeddings=False, perturbed_attn=True),
+    "ltx2.3": TransformerConfig.tiny(
+        num_layers=LAYERS,
+        gated_attn=True,
+        audio_gated_attn=True,
+        cross_attn_mod=True,
+        audio_cross_attn_mod=True,
+        use_prompt_embeddings=False,
+        perturbed_attn=True,
+    ),
     "ltx2.0-no-perturbed-attn": TransformerConfig.tiny(num_layers=LAYERS),
-}  # fmt: skip
+}
 CONFIGS["ltx2.3-trillium"] = CONFIGS["ltx2.3"].replace(sharding="trillium")
 CONFIGS["ltx2.3-bf16"] = CONFIGS["ltx2.3"].replace(dtype="bfloat16", param_dtype="bfloat16")
 # bfloat16 (8 significant bits): the bound test_transformer.py states for the bf16 forward against
@@ -71,12 +78,14 @@ class Case:
 # LTX-2.0 with every knob combination is the end-to-end test's (test_pipeline.py, against diffusers).
 CASES = {
     "ltx2.3": Case("ltx2.3", knobs=ALL),
-    "ltx2.3-two-videos": Case("ltx2.3", videos=2, stg_blocks=(2,), knobs=(DEFAULT, ("sequential", True, False),
-                                                                          ("batched", False, False))),
+    "ltx2.3-two-videos": Case(
+        "ltx2.3", videos=2, stg_blocks=(2,), knobs=(DEFAULT, ("sequential", True, False), ("batched", False, False))
+    ),
     "stg-block-0": Case("ltx2.3", stg_blocks=(0,)),
     "stg-blocks-1-2": Case("ltx2.0", stg_blocks=(2, 1), knobs=(DEFAULT, ("sequential", True, False))),
-    "stg-inert": Case("ltx2.0-no-perturbed-attn",
-                      knobs=(DEFAULT, ("sequential", True, False), ("batched", False, True))),
+    "stg-inert": Case(
+        "ltx2.0-no-perturbed-attn", knobs=(DEFAULT, ("sequential", True, False), ("batched", False, True))
+    ),
     "no-cfg": Case("ltx2.3", passes=GuidancePasses(False, True, True)),
     "cfg-and-stg": Case("ltx2.0", videos=2, passes=GuidancePasses(True, True, False)),
 }
@@ -84,17 +93,36 @@ CASES = {
 # alone; the rest of the matrix is marked slow (each item compiles a step, ~2-5 s on 2 busy cores).
 CORE = {("ltx2.3", k) for k in (OLD, ("sequential", True, True), ("batched", False, True), ("batched", True, False))}
 PARAMS = [
-    pytest.param(name, knobs, id=f"{name}-{_knob_id(knobs)}",
-                 marks=() if knobs == DEFAULT or (name, knobs) in CORE else pytest.mark.slow)
-    for name, case in CASES.items() for knobs in case.knobs
-]  # fmt: skip
+    pytest.param(
+        name,
+        knobs,
+        id=f"{name}-{_knob_id(knobs)}",
+        marks=() if knobs == DEFAULT or (name, knobs) in CORE else pytest.mark.slow,
+    )
+    for name, case in CASES.items()
+    for knobs in case.knobs
+]
 
 
 def _plan(case: Case, knobs: tuple[str, bool, bool]) -> Plan:
     batching, fork, kv = knobs
-    return Plan(batch=case.videos, frames=F, height=H, width=W, audio_frames=A, latent_mel_bins=4, fps=24.0,
-                passes=case.passes, stg_blocks=case.stg_blocks, use_cross_timestep=True, patch_size=1,
-                patch_size_t=1, guidance_batching=batching, stg_fork=fork, text_kv_cache=kv)  # fmt: skip
+    return Plan(
+        batch=case.videos,
+        frames=F,
+        height=H,
+        width=W,
+        audio_frames=A,
+        latent_mel_bins=4,
+        fps=24.0,
+        passes=case.passes,
+        stg_blocks=case.stg_blocks,
+        use_cross_timestep=True,
+        patch_size=1,
+        patch_size_t=1,
+        guidance_batching=batching,
+        stg_fork=fork,
+        text_kv_cache=kv,
+    )
 
 
 def _model(name: str) -> LTX2Transformer:
@@ -124,11 +152,22 @@ def reference(model: LTX2Transformer, plan: Plan, x: Latents, text: TextEmbeddin
         n = x.video.shape[0] * copies
         t_b = jnp.broadcast_to(t, (n,))
         return model(
-            jnp.tile(x.video, (copies, 1, 1)), jnp.tile(x.audio, (copies, 1, 1)), text.video[rows], text.audio[rows],
-            t_b, sigma=t_b, encoder_attention_mask=text.mask[rows], audio_encoder_attention_mask=text.mask[rows],
-            num_frames=F, height=H, width=W, fps=plan.fps, audio_num_frames=A,
-            use_cross_timestep=plan.use_cross_timestep, **kw,
-        )  # fmt: skip
+            jnp.tile(x.video, (copies, 1, 1)),
+            jnp.tile(x.audio, (copies, 1, 1)),
+            text.video[rows],
+            text.audio[rows],
+            t_b,
+            sigma=t_b,
+            encoder_attention_mask=text.mask[rows],
+            audio_encoder_attention_mask=text.mask[rows],
+            num_frames=F,
+            height=H,
+            width=W,
+            fps=plan.fps,
+            audio_num_frames=A,
+            use_cross_timestep=plan.use_cross_timestep,
+            **kw,
+        )
 
     B, out = x.video.shape[0], {}
     pos = slice(B, 2 * B) if plan.passes.cfg else slice(0, B)
@@ -157,8 +196,7 @@ def models() -> dict[str, LTX2Transformer]:
     return _Models()
 
 
-def _run(model: LTX2Transformer, plan: Plan, x: Latents, text: TextEmbeddings, t: jax.Array,
-         kv: Any) -> dict[str, Any]:  # fmt: skip
+def _run(model: LTX2Transformer, plan: Plan, x: Latents, text: TextEmbeddings, t: jax.Array, kv: Any) -> dict[str, Any]:
     graphdef, state = nnx.split(model)
 
     @jax.jit
@@ -186,12 +224,14 @@ def expected(models: dict[str, LTX2Transformer]) -> Callable[[str], dict[str, An
 
 
 @pytest.mark.parametrize(("case_name", "knobs"), PARAMS)
-def test_knobs_match_the_three_forwards(models: dict, expected: Callable, case_name: str,
-                                        knobs: tuple[str, bool, bool]) -> None:  # fmt: skip
+def test_knobs_match_the_three_forwards(
+    models: dict, expected: Callable, case_name: str, knobs: tuple[str, bool, bool]
+) -> None:
     case = CASES[case_name]
     model, (x, text), plan, want = models[case.config], _inputs(case), _plan(case, knobs), expected(case_name)
-    assert set(want) == {g for g, on in zip(("uncond", "perturbed", "isolated"), case.passes, strict=True)
-                         if on} | {"cond"}  # fmt: skip
+    assert set(want) == {g for g, on in zip(("uncond", "perturbed", "isolated"), case.passes, strict=True) if on} | {
+        "cond"
+    }
     graphdef, state = nnx.split(model)
     kv = text_kv_once(graphdef, state, text, plan=plan)
     assert (kv is not None) == (knobs[2] and case.config != "ltx2.3")  # 2.3's prompt AdaLN: per step
@@ -244,7 +284,7 @@ def test_fork_block_and_text_kv_follow_the_config(models: dict) -> None:
 
 def _step_matmul_flops(model: LTX2Transformer, plan: Plan, x: Latents, text: TextEmbeddings) -> int:
     """Matmul FLOPs of one compiled step (the harness's HLO count: 2 x m x n x k per dot)."""
-    from harness.metrics.hlo import matmul_flops
+    from harness.metrics.hlo_cost import matmul_flops
 
     graphdef, state = nnx.split(model)
     kv = text_kv_once(graphdef, state, text, plan=plan)
@@ -260,8 +300,13 @@ def test_each_knob_removes_the_work_it_names(models: dict) -> None:
     (the isolated row skips a2v/v2a as a row range: no mesh splits the rows here)."""
     case, model, cfg = Case("ltx2.0"), models["ltx2.0"], CONFIGS["ltx2.0"]
     x, text = _inputs(case)
-    knobs = [("sequential", False, True), ("sequential", True, True), ("batched", False, True),
-             ("batched", True, True), ("batched", False, False)]  # fmt: skip
+    knobs = [
+        ("sequential", False, True),
+        ("sequential", True, True),
+        ("batched", False, True),
+        ("batched", True, True),
+        ("batched", False, False),
+    ]
     flops = {k: _step_matmul_flops(model, _plan(case, k), x, text) for k in knobs}
     L, D, Da, Dc = F * H * W, cfg.inner_dim, cfg.audio_inner_dim, cfg.caption_channels
     text_kv = 2 * S * 2 * (D * D + Da * Da)  # K and V of one row in one layer, both streams

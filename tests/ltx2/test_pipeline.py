@@ -78,18 +78,26 @@ def diffusers_pipeline(cfg: PipelineConfig) -> Any:
             m.latents_std.uniform_(0.5, 2.0, generator=gen)
     return Reference(
         scheduler=FlowMatchEulerDiscreteScheduler(**dataclasses.asdict(cfg.scheduler)),
-        vae=vae, audio_vae=audio_vae, text_encoder=None, tokenizer=None,
+        vae=vae,
+        audio_vae=audio_vae,
+        text_encoder=None,
+        tokenizer=None,
         connectors=LTX2TextConnectors(**_kwargs(cfg.connectors)).eval(),
-        transformer=transformer, vocoder=LTX2Vocoder(**_kwargs(cfg.vocoder)).eval(),
-    )  # fmt: skip
+        transformer=transformer,
+        vocoder=LTX2Vocoder(**_kwargs(cfg.vocoder)).eval(),
+    )
 
 
 def converted(cfg: PipelineConfig, ref: Any, **extra: Any) -> LTX2Pipeline:
     return LTX2Pipeline(
-        cfg, transformer=from_diffusers(ref.transformer), connectors=from_diffusers(ref.connectors),
-        video_vae=from_diffusers(ref.vae), audio_vae=from_diffusers(ref.audio_vae),
-        vocoder=from_diffusers(ref.vocoder), **extra,
-    )  # fmt: skip
+        cfg,
+        transformer=from_diffusers(ref.transformer),
+        connectors=from_diffusers(ref.connectors),
+        video_vae=from_diffusers(ref.vae),
+        audio_vae=from_diffusers(ref.audio_vae),
+        vocoder=from_diffusers(ref.vocoder),
+        **extra,
+    )
 
 
 def _error(ours: Any, ref: np.ndarray) -> float:
@@ -115,17 +123,33 @@ def case() -> dict[str, Any]:
     video, audio = video.astype(np.float32), audio.astype(np.float32)
     t = torch.from_numpy
     ref_video, ref_audio = ref(
-        prompt_embeds=t(pos), prompt_attention_mask=t(pos_mask),
-        negative_prompt_embeds=t(neg), negative_prompt_attention_mask=t(neg_mask),
-        **diffusers_call_kwargs(cfg), latents=t(video), audio_latents=t(audio),
-        output_type="np", return_dict=False,
-    )  # fmt: skip
+        prompt_embeds=t(pos),
+        prompt_attention_mask=t(pos_mask),
+        negative_prompt_embeds=t(neg),
+        negative_prompt_attention_mask=t(neg_mask),
+        **diffusers_call_kwargs(cfg),
+        latents=t(video),
+        audio_latents=t(audio),
+        output_type="np",
+        return_dict=False,
+    )
     text = ours.embed_text(pos, pos_mask, neg, neg_mask)
     x0 = ours.prepare_latents(plan, video=video, audio=audio)
     schedule, scales = ours.schedule(plan), ours.scales()
     out = ours.denoise(x0, text, schedule, scales, plan, loop="scan")
-    return dict(cfg=cfg, ours=ours, plan=plan, text=text, x0=x0, schedule=schedule, scales=scales, out=out,
-                ref_video=np.asarray(ref_video), ref_audio=ref_audio.float().numpy(), ref=ref)  # fmt: skip
+    return dict(
+        cfg=cfg,
+        ours=ours,
+        plan=plan,
+        text=text,
+        x0=x0,
+        schedule=schedule,
+        scales=scales,
+        out=out,
+        ref_video=np.asarray(ref_video),
+        ref_audio=ref_audio.float().numpy(),
+        ref=ref,
+    )
 
 
 # The guided step's knobs (pipeline.guidance_batching, stg_fork, text_kv_cache): every combination.
@@ -143,8 +167,14 @@ def with_knobs(case: dict[str, Any], knobs: tuple[str, bool, bool]) -> tuple[LTX
     cfg = case["cfg"]
     cfg = cfg.replace(pipeline=cfg.pipeline.replace(guidance_batching=batching, stg_fork=fork, text_kv_cache=kv))
     o = case["ours"]
-    pipe = LTX2Pipeline(cfg, transformer=o.transformer, connectors=o.connectors, video_vae=o.video_vae,
-                        audio_vae=o.audio_vae, vocoder=o.vocoder)  # fmt: skip
+    pipe = LTX2Pipeline(
+        cfg,
+        transformer=o.transformer,
+        connectors=o.connectors,
+        video_vae=o.video_vae,
+        audio_vae=o.audio_vae,
+        vocoder=o.vocoder,
+    )
     return pipe, pipe.plan()
 
 
@@ -222,8 +252,10 @@ def test_joint_and_separate_text_encoding_agree(case: dict[str, Any]) -> None:
     from ltx2.components import random_gemma
 
     cfg = case["cfg"]
-    encoders = {b: random_gemma(cfg.replace(text_encoder=dataclasses.replace(cfg.text_encoder, batching=b)), 0)
-                for b in ("joint", "separate")}  # fmt: skip
+    encoders = {
+        b: random_gemma(cfg.replace(text_encoder=dataclasses.replace(cfg.text_encoder, batching=b)), 0)
+        for b in ("joint", "separate")
+    }
     rng = np.random.default_rng(1)
     s = cfg.text_encoder.max_sequence_length
     ids = rng.integers(1, cfg.gemma.vocab_size, size=(2, 2, s)).astype(np.int32)
@@ -232,9 +264,15 @@ def test_joint_and_separate_text_encoding_agree(case: dict[str, Any]) -> None:
     ids[masks == 0] = 0
     emb = {}
     for b, enc in encoders.items():
-        pipe = LTX2Pipeline(cfg, transformer=case["ours"].transformer, connectors=case["ours"].connectors,
-                            video_vae=case["ours"].video_vae, audio_vae=case["ours"].audio_vae,
-                            vocoder=case["ours"].vocoder, text_encoder=enc)  # fmt: skip
+        pipe = LTX2Pipeline(
+            cfg,
+            transformer=case["ours"].transformer,
+            connectors=case["ours"].connectors,
+            video_vae=case["ours"].video_vae,
+            audio_vae=case["ours"].audio_vae,
+            vocoder=case["ours"].vocoder,
+            text_encoder=enc,
+        )
         emb[b] = pipe.encode_prompt(ids[0], masks[0], ids[1], masks[1])
     for joint, separate in zip(emb["joint"], emb["separate"], strict=True):
         assert joint.shape == separate.shape and joint.shape[0] == 4  # [negative; positive] x 2 prompts

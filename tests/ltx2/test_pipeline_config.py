@@ -10,8 +10,19 @@ import pytest
 from ltx2.config import TransformerConfig
 from ltx2.pipeline_config import PRESETS, GemmaConfig, PipelineConfig, PipelineOptions
 
-FIELDS = ["transformer", "connectors", "text_encoder", "gemma", "video_vae", "audio_vae", "vocoder", "upsampler",
-          "scheduler", "guidance", "pipeline"]  # fmt: skip
+FIELDS = [
+    "transformer",
+    "connectors",
+    "text_encoder",
+    "gemma",
+    "video_vae",
+    "audio_vae",
+    "vocoder",
+    "upsampler",
+    "scheduler",
+    "guidance",
+    "pipeline",
+]
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -75,5 +86,9 @@ def test_medium_is_small_with_the_wide_transformer() -> None:
     assert medium.transformer == TransformerConfig.medium(perturbed_attn=True)
     assert (medium.connectors.caption_channels, medium.gemma.hidden_size) == (1024, 1024)
     assert (medium.video_vae, medium.audio_vae, medium.vocoder, medium.pipeline) == (
-        small.video_vae, small.audio_vae, small.vocoder, small.pipeline)
+        small.video_vae,
+        small.audio_vae,
+        small.vocoder,
+        small.pipeline,
+    )
     assert PRESETS.index("medium") == PRESETS.index("small") + 1

@@ -52,18 +52,31 @@ def test_every_part_of_the_step_is_scoped(mesh: jax.sharding.Mesh) -> None:
     """The scope paths in the bare step's optimized HLO: each part of a block, down to q/k/v."""
     hlo = _compiled("denoise_step", PipelineConfig.tiny(), mesh)
     paths = {scopes.scope_path(m) for m in re.findall(r'op_name="([^"]*)"', hlo)}
-    for expected in [("transformer", "block", "attn1", "qkv"), ("transformer", "block", "attn1", "core"),
-                     ("transformer", "block", "attn1", "out"), ("transformer", "block", "audio_attn2", "qkv"),
-                     ("transformer", "block", "a2v", "core"), ("transformer", "block", "v2a", "out"),
-                     ("transformer", "block", "ff", "proj_in"), ("transformer", "block", "audio_ff", "proj_out"),
-                     ("transformer", "embed"), ("transformer", "timestep"), ("transformer", "output"),
-                     ("transformer", "rope"), ("scheduler",)]:  # fmt: skip
+    for expected in [
+        ("transformer", "block", "attn1", "qkv"),
+        ("transformer", "block", "attn1", "core"),
+        ("transformer", "block", "attn1", "out"),
+        ("transformer", "block", "audio_attn2", "qkv"),
+        ("transformer", "block", "a2v", "core"),
+        ("transformer", "block", "v2a", "out"),
+        ("transformer", "block", "ff", "proj_in"),
+        ("transformer", "block", "audio_ff", "proj_out"),
+        ("transformer", "embed"),
+        ("transformer", "timestep"),
+        ("transformer", "output"),
+        ("transformer", "rope"),
+        ("scheduler",),
+    ]:
         assert expected in paths, sorted(paths)
 
 
 def test_scope_path_keeps_only_table_names() -> None:
     assert scopes.scope_path("jit(step)/while/body/closed_call/transformer/block/ff/proj_in/dot_general") == (
-        "transformer", "block", "ff", "proj_in")
+        "transformer",
+        "block",
+        "ff",
+        "proj_in",
+    )
     assert scopes.scope_path("jit(decode)/audio_vae/up.2/conv/conv_general_dilated") == ("audio_vae", "up.2")
     assert scopes.scope_path("jit(f)/while/body/add") == ()
     # an op XLA combined from several: the scopes its parts share

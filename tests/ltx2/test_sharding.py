@@ -92,10 +92,14 @@ def test_vae_strategy_tables() -> None:
     assert sharding.vae_strategy("replicated", replicate=True).name == "replicated"
     assert sharding.vae_strategy("ironwood", replicate=False) is sharding.vae_strategy("ironwood", replicate=False)
     assert sharding.component_strategies("trillium", vae_replication=True) == {
-        "transformer": "trillium", "connectors": "trillium", "text_encoder": "trillium",
-        "video_vae": "trillium+vae-replicated", "audio_vae": "trillium+vae-replicated",
-        "vocoder": "trillium+vae-replicated", "upsampler": "trillium+vae-replicated",
-    }  # fmt: skip
+        "transformer": "trillium",
+        "connectors": "trillium",
+        "text_encoder": "trillium",
+        "video_vae": "trillium+vae-replicated",
+        "audio_vae": "trillium+vae-replicated",
+        "vocoder": "trillium+vae-replicated",
+        "upsampler": "trillium+vae-replicated",
+    }
     with pytest.raises(ValueError, match="'context' is already registered with other rules"):
         sharding.register(sharding.Strategy("context", {"mlp": ("tensor",)}))
 

@@ -24,8 +24,11 @@ NEW_AXES = ("mlp_in", "qkv_in")
 
 
 def _params(module: nnx.Module) -> list[tuple[str, tuple[int, ...], sharding.LogicalAxes]]:
-    return [(".".join(map(str, path)), tuple(var.shape), sharding.logical_axes(var))
-            for path, var in nnx.iter_graph(module) if isinstance(var, nnx.Variable)]
+    return [
+        (".".join(map(str, path)), tuple(var.shape), sharding.logical_axes(var))
+        for path, var in nnx.iter_graph(module)
+        if isinstance(var, nnx.Variable)
+    ]
 
 
 def _as_embed(names: sharding.LogicalAxes) -> sharding.LogicalAxes:
@@ -88,8 +91,9 @@ def test_derived_strategy_name_spells_the_rules_and_is_registered_once() -> None
     assert "naive" in sharding.strategy_names()
     spec = ffn.spec(("layers", "mlp_in", "mlp"), tuple(MESH), shape=(4, 64, 256), mesh_shape=MESH)
     assert spec == P(None, None, None)
-    assert sharding.get_strategy("naive").spec(("layers", "mlp_in", "mlp"), tuple(MESH)) == \
-        P(None, ("context", "fsdp"), None)
+    assert sharding.get_strategy("naive").spec(("layers", "mlp_in", "mlp"), tuple(MESH)) == P(
+        None, ("context", "fsdp"), None
+    )
 
 
 @pytest.mark.parametrize(
@@ -108,15 +112,16 @@ def test_bad_rules_are_errors_naming_them(rules: dict[str, Any], message: str) -
 
 def test_pipeline_config_rules_reach_every_component_of_the_strategy() -> None:
     base = PipelineConfig.tiny()
-    cfg = base.replace(transformer=dataclasses.replace(base.transformer, sharding="naive"),
-                       connectors=dataclasses.replace(base.connectors, sharding="naive"))  # fmt: skip
+    cfg = base.replace(
+        transformer=dataclasses.replace(base.transformer, sharding="naive"),
+        connectors=dataclasses.replace(base.connectors, sharding="naive"),
+    )
     assert cfg.with_sharding_rules({}) is cfg
     ruled = cfg.with_sharding_rules({"mlp_in": [], "qkv_in": []})
     assert ruled.transformer.sharding == ruled.connectors.sharding == "naive+mlp_in=-+qkv_in=-"
     assert ruled.text_encoder.sharding == "replicated"  # named another strategy: left as it was
     assert vae_configs(ruled).video_vae.sharding == "naive+mlp_in=-+qkv_in=-+vae-replicated"
     assert ruled.replace(transformer=cfg.transformer, connectors=cfg.connectors) == cfg
-
 
 
 def test_a_kernel_is_named_by_the_rule_that_places_it() -> None:

@@ -35,8 +35,15 @@ def mesh() -> jax.sharding.Mesh:
 
 
 def test_stage_names() -> None:
-    assert STAGES == ("text_encode", "denoise_step", "guided_step", "denoise_loop", "video_decode", "audio_decode",
-                      "upsample")  # fmt: skip
+    assert STAGES == (
+        "text_encode",
+        "denoise_step",
+        "guided_step",
+        "denoise_loop",
+        "video_decode",
+        "audio_decode",
+        "upsample",
+    )
 
 
 def test_denoise_step_takes_its_token_counts_from_the_plan(mesh: jax.sharding.Mesh) -> None:
@@ -44,8 +51,15 @@ def test_denoise_step_takes_its_token_counts_from_the_plan(mesh: jax.sharding.Me
     program = build_stage("denoise_step", cfg, WL, mesh)
     plan = Plan.build(cfg, batch=2, height=64, width=64, num_frames=65, frame_rate=24.0)
     assert (plan.frames, plan.height, plan.width, plan.video_tokens, plan.audio_frames) == (9, 2, 2, 36, 68)
-    assert program.extra["tokens"] == {"latent_frames": 9, "latent_height": 2, "latent_width": 2, "video_tokens": 36,
-                                       "audio_frames": 68, "audio_tokens": 68, "text_tokens": 16}  # fmt: skip
+    assert program.extra["tokens"] == {
+        "latent_frames": 9,
+        "latent_height": 2,
+        "latent_width": 2,
+        "video_tokens": 36,
+        "audio_frames": 68,
+        "audio_tokens": 68,
+        "text_tokens": 16,
+    }
     _, x, a, text, _, mask, t, sigma, dsigma = program.abstract_args
     t_cfg = cfg.transformer
     assert (x.shape, a.shape, text.shape, mask.shape) == ((2, 36, 8), (2, 68, 8), (2, 16, 24), (2, 16))
@@ -57,12 +71,15 @@ def test_denoise_step_takes_its_token_counts_from_the_plan(mesh: jax.sharding.Me
 def test_guided_step_is_the_loop_step_with_every_pass(mesh: jax.sharding.Mesh) -> None:
     cfg = PipelineConfig.tiny()
     step = build_stage("guided_step", cfg, WL, mesh)
-    python = build_stage("denoise_loop", cfg.replace(pipeline=cfg.pipeline.replace(diffusion_loop="python")), WL,
-                         mesh)  # fmt: skip
+    python = build_stage("denoise_loop", cfg.replace(pipeline=cfg.pipeline.replace(diffusion_loop="python")), WL, mesh)
     scan = build_stage("denoise_loop", cfg, WL, mesh)
     # One video with CFG: 2 rows for the CFG pair, 1 each for STG and modality isolation.
-    assert step.extra == {"steps": 2, "videos": 1, "rows_per_step": 4,
-                          "guidance_passes": {"cfg": True, "stg": True, "modality": True}}  # fmt: skip
+    assert step.extra == {
+        "steps": 2,
+        "videos": 1,
+        "rows_per_step": 4,
+        "guidance_passes": {"cfg": True, "stg": True, "modality": True},
+    }
     assert step.analytic_flops == cfg.transformer.forward_flops(36, 68, 16, 4) and step.calls_per_video == 2
     # The Python loop's static program is the guided step, run per step by a host loop; the scan is one program.
     assert python.calls_per_video == 2 and python.host_run is not None and step.host_run is None
@@ -127,18 +144,35 @@ def test_unknown_stage_and_missing_upsampler_are_unavailable(mesh: jax.sharding.
 @pytest.mark.parametrize(
     ("wl", "strategy", "message", "fields", "sharded"),
     [
-        ({"height": 100}, "replicated", "workload 64x100x65 does not fit the latent grid: width and height must be "
-                                        "multiples of 32, frames of the form 8k \\+ 1", ("height",), False),
+        (
+            {"height": 100},
+            "replicated",
+            "workload 64x100x65 does not fit the latent grid: width and height must be "
+            "multiples of 32, frames of the form 8k \\+ 1",
+            ("height",),
+            False,
+        ),
         ({"width": 48, "num_frames": 64}, "replicated", "frames of the form 8k", ("width", "num_frames"), False),
-        ({"batch": 3}, "trillium", r"batch \(3\) do not divide into 2 shards \(activation_batch over fsdp",
-         ("batch",), True),
-        ({"height": 96}, "context", r"video tokens \(54\) do not divide into 4 shards \(activation_length over "
-                                    r"context x fsdp under strategy 'context'\)", ("height", "width", "num_frames"),
-         True),
+        (
+            {"batch": 3},
+            "trillium",
+            r"batch \(3\) do not divide into 2 shards \(activation_batch over fsdp",
+            ("batch",),
+            True,
+        ),
+        (
+            {"height": 96},
+            "context",
+            r"video tokens \(54\) do not divide into 4 shards \(activation_length over "
+            r"context x fsdp under strategy 'context'\)",
+            ("height", "width", "num_frames"),
+            True,
+        ),
     ],
 )
-def test_check_workload_names_the_dimension(wl: dict, strategy: str, message: str, fields: tuple[str, ...],
-                                            sharded: bool) -> None:  # fmt: skip
+def test_check_workload_names_the_dimension(
+    wl: dict, strategy: str, message: str, fields: tuple[str, ...], sharded: bool
+) -> None:
     cfg = PipelineConfig.tiny()
     cfg = cfg.replace(transformer=cfg.transformer.replace(sharding=strategy))
     with pytest.raises(WorkloadError, match=message) as info:
@@ -159,14 +193,27 @@ def test_denoise_step_is_one_forward_and_an_euler_update() -> None:
     program = build_stage("denoise_step", PipelineConfig.tiny(), WL, one)
     args = program.make_args(0)
     state, x, a, text, audio_text, mask, t, sigma, dsigma = args
-    graphdef = nnx.graphdef(nnx.eval_shape(lambda: LTX2Transformer(PipelineConfig.tiny().transformer,
-                                                                   rngs=nnx.Rngs(0))))  # fmt: skip
+    graphdef = nnx.graphdef(
+        nnx.eval_shape(lambda: LTX2Transformer(PipelineConfig.tiny().transformer, rngs=nnx.Rngs(0)))
+    )
 
     @jax.jit
     def velocities(state, x, a, text, audio_text, mask, t, sigma):  # type: ignore[no-untyped-def]
-        return nnx.merge(graphdef, state)(x, a, text, audio_text, t, sigma=sigma, encoder_attention_mask=mask,
-                                          audio_encoder_attention_mask=mask, num_frames=9, height=2, width=2,
-                                          fps=24.0, audio_num_frames=68)  # fmt: skip
+        return nnx.merge(graphdef, state)(
+            x,
+            a,
+            text,
+            audio_text,
+            t,
+            sigma=sigma,
+            encoder_attention_mask=mask,
+            audio_encoder_attention_mask=mask,
+            num_frames=9,
+            height=2,
+            width=2,
+            fps=24.0,
+            audio_num_frames=68,
+        )
 
     with jax.set_mesh(one):
         out_x, out_a = program.run(*args)

@@ -111,9 +111,13 @@ def _step_inputs(cfg: TransformerConfig, grid: dict[str, int]) -> dict[str, np.n
 
 
 _INPUT_AXES: dict[str, sharding.LogicalAxes] = {
-    "x": ACTIVATION, "a": ACTIVATION, "text": TEXT, "audio_text": TEXT,
-    "sigma": ("activation_batch",), "sigma_next": ("activation_batch",),
-}  # fmt: skip
+    "x": ACTIVATION,
+    "a": ACTIVATION,
+    "text": TEXT,
+    "audio_text": TEXT,
+    "sigma": ("activation_batch",),
+    "sigma_next": ("activation_batch",),
+}
 
 
 def _denoise_step(graphdef: nnx.GraphDef, grid: dict[str, int]) -> Callable[..., tuple[jax.Array, jax.Array]]:
@@ -122,9 +126,16 @@ def _denoise_step(graphdef: nnx.GraphDef, grid: dict[str, int]) -> Callable[...,
     def run(state: nnx.State, inp: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
         model = nnx.merge(graphdef, state)
         v, va = model(
-            inp["x"], inp["a"], inp["text"], inp["audio_text"], inp["sigma"] * 1000.0,
-            num_frames=grid["frames"], height=grid["height"], width=grid["width"], audio_num_frames=grid["audio"],
-        )  # fmt: skip
+            inp["x"],
+            inp["a"],
+            inp["text"],
+            inp["audio_text"],
+            inp["sigma"] * 1000.0,
+            num_frames=grid["frames"],
+            height=grid["height"],
+            width=grid["width"],
+            audio_num_frames=grid["audio"],
+        )
         sig, nxt = inp["sigma"][:, None, None], inp["sigma_next"][:, None, None]
         return step(inp["x"], v, sig, nxt), step(inp["a"], va, sig, nxt)
 
@@ -248,8 +259,9 @@ def _decoders(preset: str, strategy: str, weights: nnx.State | None = None) -> n
 
     def make() -> nnx.Module:
         rngs = nnx.Rngs(0)
-        return nnx.List([VideoVAE(video, rngs=rngs), AutoencoderKLLTX2Audio(audio, rngs=rngs),
-                         LTX2Vocoder(vocoder, rngs=rngs)])  # fmt: skip
+        return nnx.List(
+            [VideoVAE(video, rngs=rngs), AutoencoderKLLTX2Audio(audio, rngs=rngs), LTX2Vocoder(vocoder, rngs=rngs)]
+        )
 
     return _build(make, weights)
 
@@ -281,8 +293,10 @@ def _check_decode(preset: str, strategy: str, replicate: bool, mesh: Mesh) -> No
     vae = sharding.vae_strategy(strategy, replicate)
     weights, reference = _reference_decode(preset)
     graphdef, state = _place(_decoders(preset, vae.name, weights), vae.name, mesh)
-    names = {"z": ("activation_batch", None, "activation_frames", None, None),
-             "za": ("activation_batch", None, "activation_frames", None)}  # fmt: skip
+    names = {
+        "z": ("activation_batch", None, "activation_frames", None, None),
+        "za": ("activation_batch", None, "activation_frames", None),
+    }
     host = _decoder_inputs(preset)
     inputs = {k: jax.device_put(v, sharding.input_sharding(names[k], vae, mesh, v.shape)) for k, v in host.items()}
     with jax.set_mesh(mesh):
@@ -317,22 +331,49 @@ def _block_inputs(cfg: TransformerConfig, grid: dict[str, int]) -> tuple[tuple[A
     like the RoPE tables that the model computes from host constants)."""
     b, s, tokens = grid["batch"], grid["text"], grid["frames"] * grid["height"] * grid["width"]
     video_coords = prepare_video_coords(
-        b, grid["frames"], grid["height"], grid["width"], patch_size=cfg.patch_size, patch_size_t=cfg.patch_size_t,
-        scale_factors=cfg.vae_scale_factors, causal_offset=cfg.causal_offset,
-    )  # fmt: skip
+        b,
+        grid["frames"],
+        grid["height"],
+        grid["width"],
+        patch_size=cfg.patch_size,
+        patch_size_t=cfg.patch_size_t,
+        scale_factors=cfg.vae_scale_factors,
+        causal_offset=cfg.causal_offset,
+    )
     audio_coords = prepare_audio_coords(
-        b, grid["audio"], patch_size_t=cfg.audio_patch_size_t, scale_factor=cfg.audio_scale_factor,
-        causal_offset=cfg.causal_offset, hop_length=cfg.audio_hop_length, sampling_rate=cfg.audio_sampling_rate,
-    )  # fmt: skip
+        b,
+        grid["audio"],
+        patch_size_t=cfg.audio_patch_size_t,
+        scale_factor=cfg.audio_scale_factor,
+        causal_offset=cfg.causal_offset,
+        hop_length=cfg.audio_hop_length,
+        sampling_rate=cfg.audio_sampling_rate,
+    )
     rope = av_rope(cfg, video_coords, audio_coords)
     temb = ("activation_batch", None, None)
 
     def stream(width: int, mods: int, self_rope: Any, cross_rope: Any) -> tuple[StreamInputs, StreamInputs]:
         sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
-        values = StreamInputs(sds(b, s, width), None, sds(b, 1, mods * width), sds(b, 1, 4 * width), sds(b, 1, width),
-                              None, self_rope, cross_rope)  # fmt: skip
-        names = StreamInputs(TEXT, None, temb, temb, temb, None, jax.tree.map(lambda _: None, self_rope),
-                             jax.tree.map(lambda _: None, cross_rope))  # fmt: skip
+        values = StreamInputs(
+            sds(b, s, width),
+            None,
+            sds(b, 1, mods * width),
+            sds(b, 1, 4 * width),
+            sds(b, 1, width),
+            None,
+            self_rope,
+            cross_rope,
+        )
+        names = StreamInputs(
+            TEXT,
+            None,
+            temb,
+            temb,
+            temb,
+            None,
+            jax.tree.map(lambda _: None, self_rope),
+            jax.tree.map(lambda _: None, cross_rope),
+        )
         return values, names
 
     video, video_names = stream(cfg.inner_dim, cfg.video_mod_params, rope.video, rope.cross_video)

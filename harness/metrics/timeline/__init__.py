@@ -29,8 +29,10 @@ BLOCK_SCOPE = "block"  # the model scope of one transformer block (ltx2.scopes)
 
 def _critical_path(sim: Simulator, ops_scope: dict[str, str]) -> tuple[dict[str, Any], ...]:
     ranked = sorted(sim.state.critical.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    return tuple({"op": name, "scope": ops_scope.get(name, ""), "category": category, "ns": ns, "count": int(count)}
-                 for (name, category), (ns, count) in ranked[:CRITICAL_PATH_TOP])  # fmt: skip
+    return tuple(
+        {"op": name, "scope": ops_scope.get(name, ""), "category": category, "ns": ns, "count": int(count)}
+        for (name, category), (ns, count) in ranked[:CRITICAL_PATH_TOP]
+    )
 
 
 def _is_block(scope: str) -> bool:
@@ -71,8 +73,10 @@ def _block_events(loops: list[Loop], events: list[Event]) -> tuple[Event, ...]:
 
 
 def _notes(program: Program, spec: TimelineSpec) -> tuple[str, ...]:
-    notes = ["predicted from the scheduled HLO (one device; SPMD: every device runs the same program, "
-             "a collective goes at its slowest group's pace, a conditional at its slowest branch's)"]  # fmt: skip
+    notes = [
+        "predicted from the scheduled HLO (one device; SPMD: every device runs the same program, "
+        "a collective goes at its slowest group's pace, a conditional at its slowest branch's)"
+    ]
     if program.unknown_trip_counts:
         notes.append(f"while loops with no known trip count run once: {', '.join(program.unknown_trip_counts[:5])}")
     assumed = [k for k, c in spec.constants.items() if c.source.startswith("assumed")]
@@ -133,10 +137,31 @@ def sensitivity(hlo_text: str, spec: TimelineSpec, *, factor: float = 0.2) -> di
         high = step_ns(program, spec.scaled(name, 1 + factor)) / 1e9
         out[name] = {"low_step_s": low, "high_step_s": high, "range_s": abs(high - low)}
     most = max(out, key=lambda k: (out[k]["range_s"], k)) if out else None
-    return {"factor": factor, "step_s": base / 1e9, "constants": out, "most": most,
-            "most_range_fraction": (out[most]["range_s"] / (base / 1e9)) if most and base > 0 else 0.0}  # fmt: skip
+    return {
+        "factor": factor,
+        "step_s": base / 1e9,
+        "constants": out,
+        "most": most,
+        "most_range_fraction": (out[most]["range_s"] / (base / 1e9)) if most and base > 0 else 0.0,
+    }
 
 
-__all__ = ["LANES", "Constant", "Event", "Prediction", "Program", "TimelineSpec", "Topology", "build_program",
-           "chrome_trace", "cpu_spec", "device_dict", "op_events", "predict", "sensitivity", "simulate",
-           "spec_for", "step_ns"]  # fmt: skip
+__all__ = [
+    "LANES",
+    "Constant",
+    "Event",
+    "Prediction",
+    "Program",
+    "TimelineSpec",
+    "Topology",
+    "build_program",
+    "chrome_trace",
+    "cpu_spec",
+    "device_dict",
+    "op_events",
+    "predict",
+    "sensitivity",
+    "simulate",
+    "spec_for",
+    "step_ns",
+]

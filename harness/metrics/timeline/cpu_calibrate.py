@@ -48,8 +48,13 @@ class CpuCalibration:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "calibration") -> CpuCalibration:
         try:
-            out = cls(float(raw["matmul_flops_per_s"]), float(raw["copy_bytes_per_s"]),
-                      float(raw["op_overhead_s"]), str(raw["source"]), str(raw.get("measured_at", "")))
+            out = cls(
+                float(raw["matmul_flops_per_s"]),
+                float(raw["copy_bytes_per_s"]),
+                float(raw["op_overhead_s"]),
+                str(raw["source"]),
+                str(raw.get("measured_at", "")),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{where}: not a CPU calibration ({type(e).__name__}: {e})") from None
         if min(out.matmul_flops_per_s, out.copy_bytes_per_s, out.op_overhead_s) <= 0:
@@ -103,11 +108,14 @@ def _measure(device: Any, repeats: int) -> CpuCalibration:
     small = jax.device_put(jnp.eye(8, dtype=jnp.float32), device)
     chained = jax.jit(chain)
     t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats)
-    source = (f"measured on this CPU ({device.device_kind}, {os.cpu_count()} cores): {MATMUL_N}^2 float32 "
-              f"matmul, x + 1 in place over {COPY_BYTES >> 20} MiB, a chain of {CHAIN} dependent 8x8 matmuls; "
-              f"median of {repeats} calls each")
-    return CpuCalibration(2 * MATMUL_N**3 / t_mm, 2 * COPY_BYTES / t_copy, t_chain / CHAIN, source,
-                          time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    source = (
+        f"measured on this CPU ({device.device_kind}, {os.cpu_count()} cores): {MATMUL_N}^2 float32 "
+        f"matmul, x + 1 in place over {COPY_BYTES >> 20} MiB, a chain of {CHAIN} dependent 8x8 matmuls; "
+        f"median of {repeats} calls each"
+    )
+    return CpuCalibration(
+        2 * MATMUL_N**3 / t_mm, 2 * COPY_BYTES / t_copy, t_chain / CHAIN, source, time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    )
 
 
 def load_or_measure(path: str | Path | None) -> tuple[CpuCalibration, bool]:

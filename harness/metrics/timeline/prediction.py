@@ -33,10 +33,23 @@ def op_events(events: Sequence[Event], device: int = 0) -> list[OpEvent]:
 def device_dict(events: Sequence[Event], exposed_by_kind: dict[str, float]) -> dict[str, Any]:
     """``DeviceMetrics`` of one device (``asdict``) plus ``exposed_ns_by_kind``."""
     metrics = device_metrics(op_events(events))
-    base = asdict(metrics[0]) if metrics else {"device": 0, "window_ns": 0.0, "busy_ns": 0.0, "compute_ns": 0.0,
-                                               "collective_ns": 0.0, "collective_ns_by_kind": {},
-                                               "exposed_collective_ns": 0.0, "idle_ns": 0.0, "wasted_ns": 0.0,
-                                               "wasted_fraction": 0.0, "rendezvous_wait_ns": 0.0}  # fmt: skip
+    base = (
+        asdict(metrics[0])
+        if metrics
+        else {
+            "device": 0,
+            "window_ns": 0.0,
+            "busy_ns": 0.0,
+            "compute_ns": 0.0,
+            "collective_ns": 0.0,
+            "collective_ns_by_kind": {},
+            "exposed_collective_ns": 0.0,
+            "idle_ns": 0.0,
+            "wasted_ns": 0.0,
+            "wasted_fraction": 0.0,
+            "rendezvous_wait_ns": 0.0,
+        }
+    )
     return {**base, "exposed_ns_by_kind": {k: exposed_by_kind[k] for k in KINDS if exposed_by_kind.get(k)}}
 
 
@@ -87,12 +100,30 @@ class Prediction:
 def chrome_trace(events: Sequence[Event], device: int = 0, label: str = "") -> dict[str, Any]:
     """Chrome trace-event JSON of timeline events (see :meth:`Prediction.chrome_trace`)."""
     used = [lane for lane in LANES if any(e.lane == lane for e in events)]
-    meta: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": device, "tid": 0,
-                                   "args": {"name": f"predicted device {device} ({label})"}}]  # fmt: skip
-    meta += [{"ph": "M", "name": "thread_name", "pid": device, "tid": LANES.index(lane), "args": {"name": lane}}
-             for lane in used]  # fmt: skip
-    spans = [{"ph": "X", "name": e.name, "cat": e.category, "pid": device, "tid": LANES.index(e.lane),
-              "ts": e.start_ns / 1e3, "dur": (e.end_ns - e.start_ns) / 1e3,
-              "args": {"category": e.category, "scope": e.scope, "module": PREDICTED_MODULE}}
-             for e in events]  # fmt: skip
+    meta: list[dict[str, Any]] = [
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": device,
+            "tid": 0,
+            "args": {"name": f"predicted device {device} ({label})"},
+        }
+    ]
+    meta += [
+        {"ph": "M", "name": "thread_name", "pid": device, "tid": LANES.index(lane), "args": {"name": lane}}
+        for lane in used
+    ]
+    spans = [
+        {
+            "ph": "X",
+            "name": e.name,
+            "cat": e.category,
+            "pid": device,
+            "tid": LANES.index(e.lane),
+            "ts": e.start_ns / 1e3,
+            "dur": (e.end_ns - e.start_ns) / 1e3,
+            "args": {"category": e.category, "scope": e.scope, "module": PREDICTED_MODULE},
+        }
+        for e in events
+    ]
     return {"traceEvents": meta + spans, "displayTimeUnit": "ns", "otherData": {"predicted": True, "spec": label}}

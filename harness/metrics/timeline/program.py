@@ -8,8 +8,8 @@ Classes of instruction:
   ``-done`` and ``dynamic-slice-start``/``-done``: prefetches run by DMA engines beside compute;
   their HBM traffic is not priced, the ops that read the result are);
 * ``compute``: everything else that runs, priced by its matmul FLOPs (a fusion: those of the
-  computations it calls; the splash kernel: :func:`harness.metrics.hlo.instruction_flops`) and
-  the bytes it reads and writes (:func:`harness.metrics.hlo.instruction_traffic`);
+  computations it calls; the splash kernel: :func:`harness.metrics.hlo_cost.instruction_flops`) and
+  the bytes it reads and writes (:func:`harness.metrics.hlo_cost.instruction_traffic`);
 * ``sync`` / ``start`` / ``done``: collectives (a TPU reduce-scatter fusion is a sync
   reduce-scatter; ``async-start`` calling a collective is that collective's start; a TPU async
   collective fusion, :func:`harness.metrics.hlo.async_collective_fusion`, whose computation ends in
@@ -31,15 +31,35 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from harness.metrics import hlo
+from harness.metrics import hlo, hlo_cost
 from harness.metrics.aot import ring_wire_bytes
 from harness.metrics.hlo_parse import Instruction, Module, aliased_operands, parse_module, shape_bytes
 from harness.metrics.timeline.groups import Groups, permute_pairs, replica_groups
 
-FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id",
-                  "replica-id", "opt-barrier", "add-dependency", "domain", "copy-start", "copy-done",
-                  "async-update", "get-dimension-size", "set-dimension-size", "slice-start", "slice-done",
-                  "dynamic-slice-start", "dynamic-slice-done"})  # fmt: skip
+FREE = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "add-dependency",
+        "domain",
+        "copy-start",
+        "copy-done",
+        "async-update",
+        "get-dimension-size",
+        "set-dimension-size",
+        "slice-start",
+        "slice-done",
+        "dynamic-slice-start",
+        "dynamic-slice-done",
+    }
+)
 _PASS_THROUGH = frozenset({"bitcast", "opt-barrier", "copy-start", "copy-done", "async-update", "add-dependency"})
 _BRANCHES = re.compile(r"\b(?:true_computation|false_computation)=%?([\w.\-]+)")
 _NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
@@ -97,8 +117,15 @@ def _async_collective(instr: Instruction, module: Module) -> Instruction | None:
     return None
 
 
-def _collective(instr: Instruction, cls: str, kind: str, shapes: Mapping[str, str], module: Module,
-                devices: int, grouped: Instruction | None = None) -> Op:
+def _collective(
+    instr: Instruction,
+    cls: str,
+    kind: str,
+    shapes: Mapping[str, str],
+    module: Module,
+    devices: int,
+    grouped: Instruction | None = None,
+) -> Op:
     """A collective op; ``grouped`` is the instruction whose attributes name its groups (the
     all-reduce inside a TPU reduce-scatter fusion, the collective an async-start wraps)."""
     source = grouped or instr
@@ -117,8 +144,15 @@ def _fused_groups(instr: Instruction, module: Module) -> Instruction | None:
     return None
 
 
-def _async_fusion(instr: Instruction, role: str, collective: Instruction, shapes: Mapping[str, str], module: Module,
-                  devices: int, flops_of: Callable[[str], int]) -> Op:
+def _async_fusion(
+    instr: Instruction,
+    role: str,
+    collective: Instruction,
+    shapes: Mapping[str, str],
+    module: Module,
+    devices: int,
+    flops_of: Callable[[str], int],
+) -> Op:
     """A TPU async collective fusion: its start issues the collective (groups from the one inside), its
     done waits for it; a continuation is compute, priced without the collective's state it passes through
     (aliased operands, read and written in place: the transfer's, not the compute's, bytes)."""
@@ -131,12 +165,13 @@ def _async_fusion(instr: Instruction, role: str, collective: Instruction, shapes
     size = {i: shape_bytes(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in aliased}
     state = sum(size.values()) + sum(size[i] for i in aliased)  # each state operand read, each aliased output written
     flops = sum(flops_of(c) for c in hlo.callees(instr) if c in module.computations)
-    traffic = hlo.instruction_traffic(instr, shapes, module)
+    traffic = hlo_cost.instruction_traffic(instr, shapes, module)
     return Op(instr, "continuation", flops=float(flops), bytes=float(max(traffic - state, 0)), kind=kind)
 
 
-def classify(instr: Instruction, shapes: Mapping[str, str], module: Module, devices: int,
-             flops_of: Callable[[str], int]) -> Op:
+def classify(
+    instr: Instruction, shapes: Mapping[str, str], module: Module, devices: int, flops_of: Callable[[str], int]
+) -> Op:
     """One instruction's :class:`Op` (see the module docstring)."""
     op = instr.opcode
     if op == "get-tuple-element" or op == "parameter":
@@ -178,9 +213,9 @@ def classify(instr: Instruction, shapes: Mapping[str, str], module: Module, devi
     if op in ("call", "conditional"):
         callees = tuple(hlo.callees(instr)) + tuple(_BRANCHES.findall(instr.attributes))
         return Op(instr, op, callees=tuple(c for c in callees if c in module.computations))
-    own = hlo.instruction_flops(instr, shapes)
+    own = hlo_cost.instruction_flops(instr, shapes)
     flops = own if own is not None else sum(flops_of(c) for c in hlo.callees(instr) if c in module.computations)
-    return Op(instr, "compute", flops=float(flops), bytes=float(hlo.instruction_traffic(instr, shapes, module)))
+    return Op(instr, "compute", flops=float(flops), bytes=float(hlo_cost.instruction_traffic(instr, shapes, module)))
 
 
 def _running(module: Module) -> set[str]:
@@ -188,7 +223,7 @@ def _running(module: Module) -> set[str]:
     out = {module.entry} if module.entry else set()
     for instrs in module.computations.values():
         for instr in instrs:
-            if instr.opcode in hlo.CONTROL_FLOW:
+            if instr.opcode in hlo_cost.CONTROL_FLOW:
                 out.update(hlo.callees(instr))
                 out.update(_BRANCHES.findall(instr.attributes))
     return out
@@ -202,14 +237,16 @@ def build_program(hlo_text: str) -> Program:
     header = hlo_text.split("\n", 1)[0]
     m = _NUM_PARTITIONS.search(header)
     program = Program(module, num_devices=int(m.group(1)) if m else 1)
-    flops_of = hlo.computation_flops(module)
+    flops_of = hlo_cost.computation_flops(module)
     for name in _running(module):
         instrs = module.computations.get(name, [])
         shapes = {i.name: i.shape for i in instrs}
         ops = [classify(i, shapes, module, program.num_devices, flops_of) for i in instrs]
         collective_calls = {o.name for o in ops if o.cls == "start" and o.instr.opcode == "call-start"}
-        program.ops[name] = [Op(o.instr, "free") if o.instr.opcode == "call-done"
-                             and not set(o.instr.operands) & collective_calls else o for o in ops]  # fmt: skip
+        program.ops[name] = [
+            Op(o.instr, "free") if o.instr.opcode == "call-done" and not set(o.instr.operands) & collective_calls else o
+            for o in ops
+        ]
         program.unknown_trip_counts += [o.name for o in program.ops[name] if o.cls == "while" and o.trip_count is None]
     return program
 

@@ -87,8 +87,16 @@ class State:
     loops: list[Loop] = field(default_factory=list)
 
     def snapshot(self) -> tuple[Any, ...]:
-        return (self.t, dict(self.queues), dict(self.pending), self.next_token, len(self.events), dict(self.exposed),
-                {k: list(v) for k, v in self.critical.items()}, len(self.loops))  # fmt: skip
+        return (
+            self.t,
+            dict(self.queues),
+            dict(self.pending),
+            self.next_token,
+            len(self.events),
+            dict(self.exposed),
+            {k: list(v) for k, v in self.critical.items()},
+            len(self.loops),
+        )
 
     def restore(self, snap: tuple[Any, ...]) -> None:
         self.t, self.queues, self.pending, self.next_token, n, self.exposed, self.critical, loops = snap
@@ -107,8 +115,9 @@ def _tokens(value: Any) -> list[int]:
 class Simulator:
     """Runs a :class:`Program` with a :class:`TimelineSpec` (see the module docstring)."""
 
-    def __init__(self, program: Program, spec: TimelineSpec, scope_of: Callable[[str], str] | None = None,
-                 record: bool = True):
+    def __init__(
+        self, program: Program, spec: TimelineSpec, scope_of: Callable[[str], str] | None = None, record: bool = True
+    ):
         self.program, self.spec, self.record = program, spec, record
         self.scope_of = scope_of
         self.peak = spec.value("peak_flops_per_s")

@@ -55,9 +55,14 @@ class Topology:
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "shape": list(self.shape), "wraparound": list(self.wraparound),
-                "devices_per_chip": self.devices_per_chip, "device_coords": [list(c) for c in self.device_coords],
-                "source": self.source}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "shape": list(self.shape),
+            "wraparound": list(self.wraparound),
+            "devices_per_chip": self.devices_per_chip,
+            "device_coords": [list(c) for c in self.device_coords],
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,19 +90,26 @@ class TimelineSpec:
         return dataclasses.replace(self, constants={**self.constants, constant: new})
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "platform": self.platform,
-                "constants": {k: c.to_dict() for k, c in self.constants.items()},
-                "topology": self.topology.to_dict(), "notes": list(self.notes)}  # fmt: skip
+        return {
+            "name": self.name,
+            "platform": self.platform,
+            "constants": {k: c.to_dict() for k, c in self.constants.items()},
+            "topology": self.topology.to_dict(),
+            "notes": list(self.notes),
+        }
 
 
 # --------------------------------------------------------------------------- the tables
 
 _V6E_DOC = "cloud.google.com/tpu/docs/v6e"
 _TPU7X_DOC = "cloud.google.com/tpu/docs/tpu7x"
-_ASSUMED_OVERHEAD = ("assumed: ~1 us fixed cost per executed HLO op (pipeline fill/drain of a fusion); "
-                     "no published figure, check against an XProf trace")  # fmt: skip
-_ASSUMED_ICI_LATENCY = ("assumed: ~10 us per collective (barrier + first hop over ICI); no published "
-                        "figure, check against an XProf trace")  # fmt: skip
+_ASSUMED_OVERHEAD = (
+    "assumed: ~1 us fixed cost per executed HLO op (pipeline fill/drain of a fusion); "
+    "no published figure, check against an XProf trace"
+)
+_ASSUMED_ICI_LATENCY = (
+    "assumed: ~10 us per collective (barrier + first hop over ICI); no published figure, check against an XProf trace"
+)
 
 
 def _from_targets(name: str) -> dict[str, Constant]:
@@ -114,10 +126,13 @@ def _v6e() -> dict[str, Constant]:
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
         "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
         # 3,584 Gbps of ICI per chip over 4 ports, both directions: 3584e9 / 8 / 4 / 2 B/s per port per direction.
-        "link_bytes_per_s": Constant(3584e9 / 8 / 4 / 2, "B/s",
-                                     f"{_V6E_DOC}: ICI bandwidth 3,584 Gbps per chip, 4 ICI ports per chip, 2D "
-                                     "torus; one port, one direction = 3584e9/8/4/2"),
-    }  # fmt: skip
+        "link_bytes_per_s": Constant(
+            3584e9 / 8 / 4 / 2,
+            "B/s",
+            f"{_V6E_DOC}: ICI bandwidth 3,584 Gbps per chip, 4 ICI ports per chip, 2D "
+            "torus; one port, one direction = 3584e9/8/4/2",
+        ),
+    }
 
 
 def _tpu7x() -> dict[str, Constant]:
@@ -126,27 +141,41 @@ def _tpu7x() -> dict[str, Constant]:
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
         "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
         # 1.2 TB/s bidirectional per chip over the 6 ports of a 3D torus (assumption: 6 ports, +-x, +-y, +-z).
-        "link_bytes_per_s": Constant(1.2e12 / 6 / 2, "B/s",
-                                     f"{_TPU7X_DOC}: ICI 1.2 TB/s bidirectional per chip, 3D torus; assumed 6 "
-                                     "ports (+-x, +-y, +-z): one port, one direction = 1.2e12/6/2"),
-        "on_chip_bytes_per_s": Constant(targets.SPECS["tpu7x"].hbm_bytes_per_s, "B/s",
-                                        "assumed: the two TensorCores of a chip exchange data at one core's HBM "
-                                        "bandwidth (no published die-to-die figure)"),
-    }  # fmt: skip
+        "link_bytes_per_s": Constant(
+            1.2e12 / 6 / 2,
+            "B/s",
+            f"{_TPU7X_DOC}: ICI 1.2 TB/s bidirectional per chip, 3D torus; assumed 6 "
+            "ports (+-x, +-y, +-z): one port, one direction = 1.2e12/6/2",
+        ),
+        "on_chip_bytes_per_s": Constant(
+            targets.SPECS["tpu7x"].hbm_bytes_per_s,
+            "B/s",
+            "assumed: the two TensorCores of a chip exchange data at one core's HBM "
+            "bandwidth (no published die-to-die figure)",
+        ),
+    }
 
 
 def _gpu(name: str) -> dict[str, Constant]:
     t = targets.SPECS[name]
     return {
         **_from_targets(name),
-        "op_overhead_s": Constant(4e-6, "s", "assumed: ~4 us per kernel (launch + tail), XLA GPU without CUDA "
-                                             "graphs; check against an nsys / XProf trace"),
-        "collective_latency_s": Constant(15e-6, "s", "assumed: ~15 us NCCL small-message latency inside one "
-                                                    "NVSwitch node; check against nccl-tests"),
-        "link_bytes_per_s": Constant(t.interconnect_bytes_per_s, "B/s",
-                                     f"harness.targets.SPECS[{name!r}]: NVLink 4, 900 GB/s bidirectional per GPU "
-                                     "through NVSwitch: 450 GB/s one direction to any group"),
-    }  # fmt: skip
+        "op_overhead_s": Constant(
+            4e-6,
+            "s",
+            "assumed: ~4 us per kernel (launch + tail), XLA GPU without CUDA "
+            "graphs; check against an nsys / XProf trace",
+        ),
+        "collective_latency_s": Constant(
+            15e-6, "s", "assumed: ~15 us NCCL small-message latency inside one NVSwitch node; check against nccl-tests"
+        ),
+        "link_bytes_per_s": Constant(
+            t.interconnect_bytes_per_s,
+            "B/s",
+            f"harness.targets.SPECS[{name!r}]: NVLink 4, 900 GB/s bidirectional per GPU "
+            "through NVSwitch: 450 GB/s one direction to any group",
+        ),
+    }
 
 
 _TABLES = {"v6e": _v6e, "tpu7x": _tpu7x, "h100": lambda: _gpu("h100"), "h200": lambda: _gpu("h200")}
@@ -156,11 +185,12 @@ _TABLES = {"v6e": _v6e, "tpu7x": _tpu7x, "h100": lambda: _gpu("h100"), "h200": l
 _POD_EXTENT = {"v6e": 16, "tpu7x": 4}
 _WRAP_SOURCE = {
     "v6e": "assumed: a v6e dimension wraps around only when the slice spans the pod's full 16 chips in it ("
-           + _V6E_DOC + " lists the pod as one 16x16 2D torus and says nothing of sub-slices); shorter "
-           "dimensions are lines",
+    + _V6E_DOC
+    + " lists the pod as one 16x16 2D torus and says nothing of sub-slices); shorter "
+    "dimensions are lines",
     "tpu7x": "assumed by analogy with cloud.google.com/tpu/docs/v5p ('All 4x4x4 and larger slices (one cube) "
-             "have full 3D torus'): a tpu7x dimension wraps around when it spans a multiple of 4 chips",
-}  # fmt: skip
+    "have full 3D torus'): a tpu7x dimension wraps around when it spans a multiple of 4 chips",
+}
 
 
 def _row_major_coords(shape: Sequence[int], per_chip: int) -> tuple[tuple[int, ...], ...]:
@@ -181,8 +211,9 @@ def _tpu_topology(name: str, dims: tuple[int, ...], device_coords: Sequence[tupl
     wrap = tuple(n >= extent and n % extent == 0 for n in dims)
     if device_coords:
         # (*device.coords, device.core_on_chip): the chip's first len(dims) coordinates, then the core.
-        coords = tuple((*(int(v) for v in c[: len(dims)]), int(c[-1]) if len(c) > len(dims) else 0)
-                       for c in device_coords)  # fmt: skip
+        coords = tuple(
+            (*(int(v) for v in c[: len(dims)]), int(c[-1]) if len(c) > len(dims) else 0) for c in device_coords
+        )
         source = f"{_WRAP_SOURCE[name]}; device coords from the worker's devices (.coords, .core_on_chip)"
     else:
         coords = _row_major_coords(dims, per_chip)
@@ -190,29 +221,37 @@ def _tpu_topology(name: str, dims: tuple[int, ...], device_coords: Sequence[tupl
     return Topology("torus", dims, wrap, per_chip, coords, source)
 
 
-def spec_for(topology: str | None, platform: str,
-             device_coords: Sequence[tuple[int, ...]] | None = None) -> TimelineSpec:
+def spec_for(
+    topology: str | None, platform: str, device_coords: Sequence[tuple[int, ...]] | None = None
+) -> TimelineSpec:
     """The spec of a compile-only target (``"v6e:2x4"``, ``"tpu7x:2x2x1"``, ``"h100:1x1x8"``) and its
     topology. ``device_coords``: per device of the program's mesh in device-assignment order, the
     chip coordinates then the core on the chip (TPU ``device.coords`` + ``device.core_on_chip``);
     without them TPU devices are assumed numbered row-major, x fastest. ValueError for a target
     with no table (CPU specs are measured: :func:`cpu_spec`)."""
     if topology is None or platform == "cpu":
-        raise ValueError(f"no timeline spec for platform {platform!r} topology {topology!r}: CPU constants are "
-                         "measured, build one with cpu_spec(...)")  # fmt: skip
+        raise ValueError(
+            f"no timeline spec for platform {platform!r} topology {topology!r}: CPU constants are "
+            "measured, build one with cpu_spec(...)"
+        )
     name, dims = targets.check_topology(topology, platform)
     if name not in _TABLES:
         raise ValueError(f"no timeline spec for {name!r} (topology {topology!r}; known: {', '.join(_TABLES)})")
     if platform == "tpu":
         topo = _tpu_topology(name, dims, device_coords)
     else:
-        topo = Topology("switch", dims, source="NVSwitch: every GPU of a node reaches every other at its full "
-                                               "NVLink bandwidth (NVIDIA HGX H100/H200)")  # fmt: skip
+        topo = Topology(
+            "switch",
+            dims,
+            source="NVSwitch: every GPU of a node reaches every other at its full "
+            "NVLink bandwidth (NVIDIA HGX H100/H200)",
+        )
     return TimelineSpec(f"{name}:{'x'.join(map(str, dims))}", platform, _TABLES[name](), topo)
 
 
-def cpu_spec(matmul_flops_per_s: float, copy_bytes_per_s: float, op_overhead_s: float, source: str,
-             devices: int = 1) -> TimelineSpec:
+def cpu_spec(
+    matmul_flops_per_s: float, copy_bytes_per_s: float, op_overhead_s: float, source: str, devices: int = 1
+) -> TimelineSpec:
     """A host CPU's spec from measured constants (``source`` says how they were measured). The
     simulated CPU devices share the host: a collective is a memcpy at ``copy_bytes_per_s`` plus
     ``op_overhead_s``."""

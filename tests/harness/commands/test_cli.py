@@ -102,8 +102,9 @@ def test_a_report_that_cannot_be_written_warns_and_keeps_the_results(
     assert len((reports / "s" / "results.jsonl").read_text().splitlines()) == 1
 
 
-def test_sweep_and_report_read_past_lines_that_are_no_records(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_sweep_and_report_read_past_lines_that_are_no_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`{"record_version": 1}` crashed both with a KeyError; a torn last line was warned about forever."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -122,18 +123,24 @@ def test_sweep_and_report_read_past_lines_that_are_no_records(tmp_path: Path, ca
         f"warning: {results}: skipped 2 line(s) that are not records: line 2: not a result record: missing "
         "sweep_id, manifest, variant, config, target, machine, versions, git, started_at, finished_at, duration_s, "
         "status, error, stages; line 3: torn last line (56 bytes)",
-        f"warning: {results}:3: torn last line (56 bytes) moved to {results}.torn before appending"]
+        f"warning: {results}:3: torn last line (56 bytes) moved to {results}.torn before appending",
+    ]
     assert "Traceback" not in err and "[1/2] first" in err and "skipped: ok record exists" in err
     assert [json.loads(line).get("variant", {}).get("name") for line in results.read_text().splitlines()] == [
-        "first", None, "second"]
+        "first",
+        None,
+        "second",
+    ]
     elsewhere = reports / "copy" / "results.jsonl"  # the report verb, in a process that has not read it yet
     elsewhere.parent.mkdir()
     elsewhere.write_bytes(results.read_bytes())
     assert cli.main(["report", str(elsewhere)]) == 0
     out, err = capsys.readouterr()
-    assert err == f"warning: {elsewhere}: skipped 1 line(s) that are not records: line 2: not a result record: " \
-        "missing sweep_id, manifest, variant, config, target, machine, versions, git, started_at, finished_at, " \
+    assert (
+        err == f"warning: {elsewhere}: skipped 1 line(s) that are not records: line 2: not a result record: "
+        "missing sweep_id, manifest, variant, config, target, machine, versions, git, started_at, finished_at, "
         "duration_s, status, error, stages\n"
+    )
     assert f"wrote {elsewhere.parent / 'index.html'}" in out
     assert list(scratch.iterdir()) == []
 
@@ -147,9 +154,8 @@ def test_a_sweep_id_is_a_folder_name_under_reports(tmp_path: Path, capsys: pytes
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised() -> None:
     stage = {"status": "failed", "error": "-1 x", "notes": [], "static": None, "measured": None, "trace": None}
-    names = ["=HYPERLINK(\"http://x\",\"y\")", "+1", "-2", "@SUM(A1)", "\tx", "plain"]
+    names = ['=HYPERLINK("http://x","y")', "+1", "-2", "@SUM(A1)", "\tx", "plain"]
     records = [Record.from_dict({**synthetic.minimal(name), "stages": {"denoise_step": stage}}) for name in names]
     rows = list(csv.DictReader(to_csv(records).splitlines()))
-    assert [r["variant"] for r in rows] == ["'=HYPERLINK(\"http://x\",\"y\")", "'+1", "'-2", "'@SUM(A1)", "'\tx",
-                                            "plain"]  # fmt: skip
+    assert [r["variant"] for r in rows] == ['\'=HYPERLINK("http://x","y")', "'+1", "'-2", "'@SUM(A1)", "'\tx", "plain"]
     assert all(r["variant_id"] == r["variant"] for r in rows) and {r["stage_status"] for r in rows} == {"failed"}

@@ -16,7 +16,7 @@ import pytest
 
 from harness import targets
 from harness.metrics.aot import analyze, oom_static, parse_oom, wire_bytes
-from harness.metrics.hlo import matmul_flops
+from harness.metrics.hlo_cost import matmul_flops
 
 REPO = Path(__file__).resolve().parents[3]
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
@@ -24,10 +24,14 @@ needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the [tpu-aot] ex
 V6E = targets.SPECS["v6e"]
 
 # libtpu's own words for a program that does not fit (profiling_toolchain.md section 6).
-OOM_MESSAGE = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
-               "Used 40.00G of 31.25G hbm. Exceeded hbm capacity by 8.75G.")
-OOM_TEMPS = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
-             "(136.97G) exceeds available HBM (31.25G).")
+OOM_MESSAGE = (
+    "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
+    "Used 40.00G of 31.25G hbm. Exceeded hbm capacity by 8.75G."
+)
+OOM_TEMPS = (
+    "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+    "(136.97G) exceeds available HBM (31.25G)."
+)
 
 
 # --------------------------------------------------------------------------- targets
@@ -72,14 +76,21 @@ def test_out_of_memory_compile_is_a_result(message: str, required: int) -> None:
 
 def test_analyze_scales_per_call_to_per_video() -> None:
     static = {
-        "collectives": {"by_kind": {"all-gather": {"count": 3, "operand_bytes": 100, "result_bytes": 800},
-                                    "all-reduce": {"count": 0, "operand_bytes": 0, "result_bytes": 0}}},
+        "collectives": {
+            "by_kind": {
+                "all-gather": {"count": 3, "operand_bytes": 100, "result_bytes": 800},
+                "all-reduce": {"count": 0, "operand_bytes": 0, "result_bytes": 0},
+            }
+        },
         "memory": {"argument_bytes": 1000, "output_bytes": 10, "temp_bytes": 500, "peak_bytes": 1510},
-        "cost": {"flops": 1.0, "bytes_accessed": 50.0}, "matmul_flops": 918e9, "analytic_flops": 8.0,
-    }  # fmt: skip
+        "cost": {"flops": 1.0, "bytes_accessed": 50.0},
+        "matmul_flops": 918e9,
+        "analytic_flops": 8.0,
+    }
     result = analyze(static, V6E, calls_per_video=40, devices=8)
-    assert result["collectives_per_call"] == {"all-gather": {"count": 3, "bytes": 100, "result_bytes": 800,
-                                                             "wire_bytes": 700}}
+    assert result["collectives_per_call"] == {
+        "all-gather": {"count": 3, "bytes": 100, "result_bytes": 800, "wire_bytes": 700}
+    }
     assert result["collectives_per_video"]["all-gather"]["bytes"] == 4000
     assert result["fits"] is True and result["memory"]["needed_bytes"] == 1510
     assert result["flops_per_device"] == 918e9  # HLO matmul FLOPs win over the cost model's loop-once count
@@ -90,17 +101,26 @@ def test_analyze_scales_per_call_to_per_video() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is not None, reason="a jax plugin is installed")
 def test_missing_gpu_extra_names_it() -> None:
-    with pytest.raises(targets.MissingExtra, match=r"compiling for GPU topology 'h100:1x1x8' without a GPU needs "
-                                                   r"the optional extra \[gpu-aot\]"):
+    with pytest.raises(
+        targets.MissingExtra,
+        match=r"compiling for GPU topology 'h100:1x1x8' without a GPU needs "
+        r"the optional extra \[gpu-aot\]",
+    ):
         targets.compile_devices("gpu", "h100:1x1x8")
 
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name.startswith(("libtpu", "jax_plugins")) else real(name, *a))
-    with pytest.raises(targets.MissingExtra, match=r"needs the optional extra \[tpu-aot\]: pip install -e "
-                                                   r"'\.\[tpu-aot\]'"):
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.startswith(("libtpu", "jax_plugins")) else real(name, *a),
+    )
+    with pytest.raises(
+        targets.MissingExtra,
+        match=r"needs the optional extra \[tpu-aot\]: pip install -e "
+        r"'\.\[tpu-aot\]'",
+    ):
         targets.compile_devices("tpu", "v6e:2x4")
     with pytest.raises(targets.MissingExtra, match=r"\[gpu-aot\]"):
         targets.compile_devices("gpu", "h100:1x1x8")
@@ -157,8 +177,11 @@ def _cpu_collectives(strategy: str) -> dict[str, int]:
     from ltx2 import Workload, build_stage
 
     mesh, _ = device_mesh(Target("cpu", "measure", (("fsdp", 2), ("context", 2), ("tensor", 2)), None, 8), False)
-    overrides = {"transformer.sharding": strategy, "transformer.dtype": "bfloat16",
-                 "transformer.param_dtype": "bfloat16"}
+    overrides = {
+        "transformer.sharding": strategy,
+        "transformer.dtype": "bfloat16",
+        "transformer.param_dtype": "bfloat16",
+    }
     wl = Workload(height=256, width=256, num_frames=65, frame_rate=24.0, batch=2, steps=8, text_tokens=128)
     with jax.set_mesh(mesh):
         static = JaxStage(build_stage("denoise_step", build_config("small", overrides), wl, mesh)).static()
@@ -178,8 +201,7 @@ def test_small_model_compiles_for_v6e_and_caches(tmp_path: Path) -> None:
     by_name = {r["variant"]["name"].split("=")[1]: r for r in records}
     for name, r in by_name.items():
         entry = r["stages"]["denoise_step"]
-        assert (r["status"], r["target"]["mode_used"], r["machine"]["device_kind"]) == ("ok", "compile",
-                                                                                         "TPU v6 lite")
+        assert (r["status"], r["target"]["mode_used"], r["machine"]["device_kind"]) == ("ok", "compile", "TPU v6 lite")
         assert entry["measured"] is None and any("compile-only" in n for n in entry["notes"])
         t = entry["static"]["target"]
         assert t["fits"] is True and 0 < t["memory"]["peak_bytes"] < V6E.hbm_bytes
@@ -194,8 +216,9 @@ def test_small_model_compiles_for_v6e_and_caches(tmp_path: Path) -> None:
     assert not by_name["replicated"]["stages"]["denoise_step"]["static"]["target"]["collectives_per_call"]
     assert by_name["trillium"]["stages"]["denoise_step"]["static"]["target"]["collectives_per_call"]
     # Second run of the unchanged manifest: every variant comes from the compile cache.
-    again = subprocess.run(cmd + ["--rerun", "--sweep-id", "again"], cwd=REPO, capture_output=True, text=True,
-                           timeout=900)
+    again = subprocess.run(
+        cmd + ["--rerun", "--sweep-id", "again"], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     rerun = [json.loads(line) for line in (tmp_path / "reports/again/results.jsonl").read_text().splitlines()]
     for r in rerun:
@@ -208,19 +231,31 @@ def test_small_model_compiles_for_v6e_and_caches(tmp_path: Path) -> None:
 def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
     from harness.report import html, tables
 
-    fits = {"collectives": {"by_kind": {"all-gather": {"count": 2, "operand_bytes": 2**30, "result_bytes": 2**33}}},
-            "memory": {"argument_bytes": 5 * 2**30, "peak_bytes": 6 * 2**30}, "matmul_flops": 1e12}
+    fits = {
+        "collectives": {"by_kind": {"all-gather": {"count": 2, "operand_bytes": 2**30, "result_bytes": 2**33}}},
+        "memory": {"argument_bytes": 5 * 2**30, "peak_bytes": 6 * 2**30},
+        "matmul_flops": 1e12,
+    }
     oom = oom_static(RuntimeError(OOM_TEMPS), "tpu")
     assert oom is not None
-    entries = {name: {"status": "ok", "static": {**static, "target": analyze(static, V6E, 40, 8)}}
-               for name, static in (("trillium", fits), ("replicated", oom))}
+    entries = {
+        name: {"status": "ok", "static": {**static, "target": analyze(static, V6E, 40, 8)}}
+        for name, static in (("trillium", fits), ("replicated", oom))
+    }
     spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
     synthetic = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(synthetic)
-    target = {"platform": "tpu", "mode": "auto", "mesh": {"fsdp": 8}, "topology": "v6e:2x4", "devices": 8,
-              "mode_used": "compile"}
-    records = synthetic.records([synthetic.minimal(name, {"denoise_step": entry}, target=target)
-                                 for name, entry in entries.items()])
+    target = {
+        "platform": "tpu",
+        "mode": "auto",
+        "mesh": {"fsdp": 8},
+        "topology": "v6e:2x4",
+        "devices": 8,
+        "mode_used": "compile",
+    }
+    records = synthetic.records(
+        [synthetic.minimal(name, {"denoise_step": entry}, target=target) for name, entry in entries.items()]
+    )
     rows = {r.variant: r for r in tables.target_rows(records)}
     assert rows["trillium"].fits and rows["trillium"].collective_bytes_per_call == {"all-gather": 2**30}
     assert rows["trillium"].collective_bytes_per_video == 40 * 2**30
@@ -249,7 +284,7 @@ def test_small_model_compiles_for_h100(tmp_path: Path) -> None:
 
 
 def test_memory_traffic_counts_scan_slices_not_whole_stacks() -> None:
-    from harness.metrics.hlo import memory_traffic_bytes
+    from harness.metrics.hlo_cost import memory_traffic_bytes
 
     layers, m, k = 6, 64, 256
 
@@ -257,8 +292,9 @@ def test_memory_traffic_counts_scan_slices_not_whole_stacks() -> None:
         return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws, unroll=unroll)[0]
 
     x, ws = jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((layers, k, k), jnp.float32)
-    scanned, unrolled = (memory_traffic_bytes(jax.jit(f, static_argnums=2).lower(x, ws, u).compile().as_text())
-                         for u in (1, layers))
+    scanned, unrolled = (
+        memory_traffic_bytes(jax.jit(f, static_argnums=2).lower(x, ws, u).compile().as_text()) for u in (1, layers)
+    )
     # Each step touches its k x k slice of the stack (XLA:CPU copies the slice out, then the dot reads
     # it: 3 passes) and a few m x k activations, never the whole stack (layers x the stack).
     weights, activations = layers * k * k * 4, layers * m * k * 4
@@ -285,8 +321,9 @@ def test_splash_attention_compiles_for_v6e_without_the_score_matrix() -> None:
     """attention_impl="splash" lowers the Mosaic kernel for a TPU target from this CPU host; XLA's
     path materialises the [1, 8, 4096, 4096] float32 logits (512 MiB), the kernel keeps tiles in VMEM."""
     env = {**os.environ, **targets.compile_env("tpu"), "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", SPLASH_V6E], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SPLASH_V6E], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = {impl: (int(temp), int(calls)) for impl, temp, calls in (ln.split() for ln in done.stdout.splitlines())}
     assert got["xla"][1] == 0 and got["splash"][1] == 1
@@ -294,7 +331,8 @@ def test_splash_attention_compiles_for_v6e_without_the_score_matrix() -> None:
 
 
 GUIDED_V6E = SMALL_V6E.replace('stages = ["denoise_step"]', 'stages = ["guided_step", "denoise_loop"]').replace(
-    '"transformer.sharding" = ["replicated", "trillium", "context"]', '"transformer.sharding" = ["trillium"]')
+    '"transformer.sharding" = ["replicated", "trillium", "context"]', '"transformer.sharding" = ["trillium"]'
+)
 
 
 @pytest.mark.aot
@@ -305,8 +343,16 @@ def test_guided_stages_compile_for_v6e(tmp_path: Path) -> None:
     that cannot run anything: every guided variant of v6e.toml failed building its stage)."""
     manifest = tmp_path / "guided_v6e.toml"
     manifest.write_text(GUIDED_V6E)
-    cmd = [sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(tmp_path / "reports"),
-           "--no-report"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        str(manifest),
+        "--reports",
+        str(tmp_path / "reports"),
+        "--no-report",
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     (record,) = [json.loads(ln) for ln in (tmp_path / "reports/guided_v6e/results.jsonl").read_text().splitlines()]

@@ -30,11 +30,15 @@ from ltx2 import scopes
 
 MESH = (("fsdp", 2), ("context", 2), ("tensor", 2))
 FACTS = ShardingFacts(
-    "test", MESH,
-    (ParamLayout("ff.proj_in.kernel", (32, 128), ("embed", "mlp"), (("fsdp",), ("tensor",))),
-     ParamLayout("ff.proj_out.kernel", (128, 32), ("mlp", "embed"), (("tensor",), ()))),
-    {"activation_length": ("context",)}, scopes.attributes(),
-)  # fmt: skip
+    "test",
+    MESH,
+    (
+        ParamLayout("ff.proj_in.kernel", (32, 128), ("embed", "mlp"), (("fsdp",), ("tensor",))),
+        ParamLayout("ff.proj_out.kernel", (128, 32), ("mlp", "embed"), (("tensor",), ())),
+    ),
+    {"activation_length": ("context",)},
+    scopes.attributes(),
+)
 
 
 def feed_forward(x, w, w2):  # type: ignore[no-untyped-def]
@@ -71,8 +75,10 @@ def test_flops_bytes_and_collectives_by_scope(hlo_text: str) -> None:
     causes = {(s["scope"], s["kind"]): s for s in out["collective_sites"]}
     gather = causes[("ff/proj_in", "all-gather")]
     assert gather["axes"] == ["fsdp"] and gather["logical"] == "embed"
-    assert gather["cause"] == ("weights `embed` sharded over `fsdp` (rule embed -> fsdp), gathered whole for the op "
-                               "(shape match: ff.proj_in.kernel)")
+    assert gather["cause"] == (
+        "weights `embed` sharded over `fsdp` (rule embed -> fsdp), gathered whole for the op "
+        "(shape match: ff.proj_in.kernel)"
+    )
     reduce = causes[("ff/proj_out", "all-reduce")]
     assert reduce["axes"] == ["tensor"] and reduce["logical"] == "mlp"
     assert "contract `mlp`, sharded over `tensor` (rule mlp -> tensor)" in reduce["cause"]
@@ -142,11 +148,18 @@ def test_time_by_scope_rollup_and_coverage() -> None:
         ("replica_groups={{0,4},{1,5},{2,6},{3,7}}, dimensions={0}", [[0, 4], [1, 5], [2, 6], [3, 7]], ("fsdp",)),
         ("replica_groups=[4,2]<=[8], use_global_device_ids=true", [[0, 1], [2, 3], [4, 5], [6, 7]], ("tensor",)),
         ("replica_groups=[2,4]<=[2,2,2]T(1,0,2)", [[0, 1, 4, 5], [2, 3, 6, 7]], ("fsdp", "tensor")),
-        ("replica_groups=mesh['axis_0'=2,'axis_1'=1,'axis_2'=2,'axis_3'=2], device_ids=([2,2,2]T(0,2,1)) "
-         "{'axis_2'}, use_global_device_ids=true", [[0, 1], [2, 3], [4, 5], [6, 7]], ("tensor",)),
+        (
+            "replica_groups=mesh['axis_0'=2,'axis_1'=1,'axis_2'=2,'axis_3'=2], device_ids=([2,2,2]T(0,2,1)) "
+            "{'axis_2'}, use_global_device_ids=true",
+            [[0, 1], [2, 3], [4, 5], [6, 7]],
+            ("tensor",),
+        ),
         # v6e 19B trillium step: the mesh form without device_ids (devices in mesh order)
-        ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={1}", [[0, 4], [1, 5], [2, 6], [3, 7]],
-         ("fsdp",)),
+        (
+            "replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={1}",
+            [[0, 4], [1, 5], [2, 6], [3, 7]],
+            ("fsdp",),
+        ),
         ("source_target_pairs={{0,0},{2,4},{4,2}}", [[0, 0], [2, 4], [4, 2]], ("fsdp", "context")),
         ("replica_groups={}, to_apply=%add", [[]], ("fsdp", "context", "tensor")),
     ],
@@ -192,9 +205,20 @@ def test_a_tpu_reduce_scatter_fusion_gets_its_cause_from_the_all_reduce_it_calls
 def test_a_gathered_layer_slice_of_stacked_weights_is_named_as_weights() -> None:
     """In a scan over stacked layers TPU gathers ``[1, embed/fsdp, mlp/tensor]`` slices of one layer
     (the v6e 19B trillium step's ff/proj_in all-gather): matched to the stacked parameter's shard."""
-    facts = ShardingFacts("trillium", (("fsdp", 2), ("tensor", 4)), (ParamLayout(
-        "transformer_blocks.ff.proj_in.kernel.value", (48, 64, 256), ("layers", "embed", "mlp"),
-        ((), ("fsdp",), ("tensor",))),), {"activation_batch": ("fsdp",)}, scopes.attributes())  # fmt: skip
+    facts = ShardingFacts(
+        "trillium",
+        (("fsdp", 2), ("tensor", 4)),
+        (
+            ParamLayout(
+                "transformer_blocks.ff.proj_in.kernel.value",
+                (48, 64, 256),
+                ("layers", "embed", "mlp"),
+                ((), ("fsdp",), ("tensor",)),
+            ),
+        ),
+        {"activation_batch": ("fsdp",)},
+        scopes.attributes(),
+    )
     (instr,) = parse_module(GATHERED_SLICE).computations["main"][1:]
     cause = explain(instr, "all-gather", {"slice.1": "bf16[1,32,64]"}, facts, "transformer/block/ff/proj_in")
     assert cause.logical == "embed" and cause.text.startswith("weights `embed` sharded over `fsdp`"), cause.text

@@ -9,9 +9,9 @@ from harness.metrics.hlo import (
     CollectiveCount,
     collective_instructions,
     collective_stats,
-    matmul_flops,
     shape_bytes,
 )
+from harness.metrics.hlo_cost import matmul_flops
 
 ADD = """
 %add (a: f32[], b: f32[]) -> f32[] {

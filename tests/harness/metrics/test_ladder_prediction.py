@@ -22,14 +22,24 @@ LADDER = ("naive", "naive-ffn-fixed", "naive-ffn-qkv-fixed")
 pytestmark = [
     pytest.mark.aot,
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                       reason="needs the [tpu-aot] extra (libtpu): nox -s aot"),  # fmt: skip
+    pytest.mark.skipif(
+        importlib.util.find_spec("libtpu") is None, reason="needs the [tpu-aot] extra (libtpu): nox -s aot"
+    ),
 ]
 
 
 def _predicted(manifest: str, reports: Path) -> dict[str, dict]:
-    cmd = [sys.executable, "-m", "harness", "sweep", f"experiments/{manifest}", "--reports", str(reports),
-           "--no-report", *(a for name in LADDER for a in ("--variant", name))]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        f"experiments/{manifest}",
+        "--reports",
+        str(reports),
+        "--no-report",
+        *(a for name in LADDER for a in ("--variant", name)),
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3000)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in next(reports.glob("*/results.jsonl")).read_text().splitlines()]

@@ -33,7 +33,11 @@ def test_each_printed_form_gives_its_groups(attributes: str, expected: list[list
 
 def test_the_simulator_reads_sub_axes_and_treats_empty_groups_as_all_devices() -> None:
     assert replica_groups("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0':(2)2}", 8) == (
-        (0, 2), (1, 3), (4, 6), (5, 7))  # fmt: skip
+        (0, 2),
+        (1, 3),
+        (4, 6),
+        (5, 7),
+    )
     assert replica_groups("replica_groups={}", 4) == ((0, 1, 2, 3),)
     assert replica_groups("dimensions={0}", 2) == ((0, 1),)
     assert pairs("source_target_pairs={{0,1},{1,2},{2,0}}") == ((0, 1), (1, 2), (2, 0))

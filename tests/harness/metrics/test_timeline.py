@@ -125,7 +125,8 @@ COND = f"""%cond (cp: {TUPLE}) -> pred[] {{
   %cp = {TUPLE} parameter(0)
   ROOT %k = pred[] constant(true)
 }}"""
-LOOP = _module(f"""ENTRY %main (p: f32[1000], y: f32[250], z: f32[500], w: f32[4000]) -> f32[4000] {{
+LOOP = _module(
+    f"""ENTRY %main (p: f32[1000], y: f32[250], z: f32[500], w: f32[4000]) -> f32[4000] {{
   %p = f32[1000]{{0}} parameter(0)
   %y = f32[250]{{0}} parameter(1)
   %z = f32[500]{{0}} parameter(2)
@@ -138,7 +139,10 @@ LOOP = _module(f"""ENTRY %main (p: f32[1000], y: f32[250], z: f32[500], w: f32[4
   %g = {AGS} get-tuple-element({TUPLE} %loop), index=4
   %all-gather-done.1 = f32[4000]{{0}} all-gather-done({AGS} %g)
   ROOT %r = f32[4000]{{0}} add(f32[4000]{{0}} %w, f32[4000]{{0}} %w)
-}}""", COND, BODY)
+}}""",
+    COND,
+    BODY,
+)
 
 
 def test_while_loop_with_collective_pipelined_across_iterations():
@@ -203,20 +207,30 @@ def test_chrome_json_round_trip_gives_the_same_accounting():
     p = timeline.predict(LOOP, _spec())
     table = read_chrome_trace(json.dumps(p.chrome_trace()))
     (back,) = device_metrics(table.events)
-    for key in ("window_ns", "busy_ns", "compute_ns", "collective_ns", "exposed_collective_ns", "idle_ns",
-                "wasted_ns", "wasted_fraction"):
+    for key in (
+        "window_ns",
+        "busy_ns",
+        "compute_ns",
+        "collective_ns",
+        "exposed_collective_ns",
+        "idle_ns",
+        "wasted_ns",
+        "wasted_fraction",
+    ):
         assert getattr(back, key) == pytest.approx(p.device[key], rel=1e-9, abs=1e-6), key
     assert back.collective_ns_by_kind == pytest.approx(p.device["collective_ns_by_kind"], rel=1e-9)
     lanes = {e["args"]["name"] for e in p.chrome_trace()["traceEvents"] if e.get("name") == "thread_name"}
     assert lanes == {"compute", "all-gather"}
 
 
-@pytest.mark.parametrize("topology, platform", [("v6e:2x4", "tpu"), ("tpu7x:2x2x1", "tpu"), ("h100:1x1x8", "gpu"),
-                                                ("h200:1x1x8", "gpu")])  # fmt: skip
+@pytest.mark.parametrize(
+    "topology, platform", [("v6e:2x4", "tpu"), ("tpu7x:2x2x1", "tpu"), ("h100:1x1x8", "gpu"), ("h200:1x1x8", "gpu")]
+)
 def test_spec_table_constants_have_unit_and_source(topology, platform):
     spec = timeline.spec_for(topology, platform)
-    assert {"peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s", "collective_latency_s",
-            "link_bytes_per_s"} <= set(spec.constants)  # fmt: skip
+    assert {"peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s", "collective_latency_s", "link_bytes_per_s"} <= set(
+        spec.constants
+    )
     for name, c in spec.constants.items():
         assert c.unit and c.source and math.isfinite(c.value) and c.value > 0, name
     assert spec.topology.source
@@ -252,8 +266,16 @@ def test_prediction_to_dict_is_json():
     p = timeline.predict(LOOP, _spec(), scope_of=lambda op_name: "")
     out = json.loads(json.dumps(p.to_dict()))
     assert out["step_s"] == pytest.approx(p.step_ns / 1e9)
-    assert {"exposed_all_gather_fraction", "wasted_fraction", "critical_path", "block_gantt", "spec", "notes",
-            "simulate_s", "device"} <= set(out)  # fmt: skip
+    assert {
+        "exposed_all_gather_fraction",
+        "wasted_fraction",
+        "critical_path",
+        "block_gantt",
+        "spec",
+        "notes",
+        "simulate_s",
+        "device",
+    } <= set(out)
     # Without scopes the loop's middle iteration is the block Gantt: a done, A, a start, B.
     names = [e["name"] for e in out["block_gantt"] if not e["name"].endswith("(transfer)")]
     assert names == ["all-gather-done.2", "ya", "all-gather-start.2", "zb"]
@@ -263,8 +285,10 @@ def test_timeline_and_chrome_reader_import_no_jax():
     import subprocess
     import sys
 
-    code = ("import sys, harness.metrics.timeline, harness.metrics.chrome, harness.metrics.accounting; "
-            "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'ltx2') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, harness.metrics.timeline, harness.metrics.chrome, harness.metrics.accounting; "
+        "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'ltx2') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

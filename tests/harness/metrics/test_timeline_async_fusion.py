@@ -23,8 +23,10 @@ from tests.harness.metrics.test_timeline import GROUPS, _module, _spec, gather_n
 
 STATE = "f32[1000]{0}, f32[4000]{0}, s32[2]{0}, u32[]"
 ALIASING = "output_to_operand_aliasing={{1}: (0, {}), {2}: (1, {}), {3}: (1, {}), {4}: (2, {}), {5}: (3, {})}"
-CONTINUATION = ('backend_config={"flag_configs":[],"continuation_config":{"output_tuple_original_start":"0",'
-                '"output_tuple_original_end":"0","operand_original_start":"4","operand_original_end":"4"}}')
+CONTINUATION = (
+    'backend_config={"flag_configs":[],"continuation_config":{"output_tuple_original_start":"0",'
+    '"output_tuple_original_end":"0","operand_original_start":"4","operand_original_end":"4"}}'
+)
 
 
 def _start(c: str) -> str:
@@ -93,7 +95,10 @@ def test_the_three_roles_are_recognised_and_the_collective_counts_once():
     assert roles == {"async-collective-start.0": "start", "fusion.0": "continuation", "async-collective-done.0": "done"}
     stats = collective_stats(text)  # the start's all-gather only: shard in, gathered out
     assert (stats["all-gather"].count, stats["all-gather"].operand_bytes, stats["all-gather"].result_bytes) == (
-        1, 4000, 16000)
+        1,
+        4000,
+        16000,
+    )
     ops = {op.name: op for op in build_program(text).ops["main"]}
     assert (ops["async-collective-start.0"].cls, ops["async-collective-start.0"].kind) == ("start", "all-gather")
     assert ops["async-collective-start.0"].operand_bytes == 4000 and ops["async-collective-start.0"].groups

@@ -30,8 +30,10 @@ def _plane(pid: int, name: str, lines: list[tuple[str, list[tuple[str, float, fl
         body = []
         for ev, start, dur, stats in events:
             mid = names.setdefault(ev, len(names) + 1)
-            st = "".join(f" stats {{ metadata_id: {stat_ids.setdefault(k, len(stat_ids) + 1)} {_value(v)} }}"
-                         for k, v in stats.items())  # fmt: skip
+            st = "".join(
+                f" stats {{ metadata_id: {stat_ids.setdefault(k, len(stat_ids) + 1)} {_value(v)} }}"
+                for k, v in stats.items()
+            )
             offset, duration = int(start * NS), int(dur * NS)
             body.append(f"events {{ metadata_id: {mid} offset_ps: {offset} duration_ps: {duration}{st} }}")
         text.append(f'lines {{ id: {lid} name: "{line}" timestamp_ns: 0 {" ".join(body)} }}')
@@ -51,23 +53,44 @@ def _xspace(*planes: str) -> bytes:
 def tpu_plane(device: int) -> str:
     """Two steps of jit_step(7) on one TensorCore: a fusion, a while enclosing a dot, an async
     all-gather pair; a foreign module's op in between (filtered out by module)."""
-    return _plane(device, f"/device:TPU:{device}", [
-        ("Steps", [("0", 0, 100, {}), ("1", 100, 100, {})]),
-        ("XLA Modules", [("jit_step(7)", 0, 80, {}), ("jit_other(9)", 85, 10, {}), ("jit_step(7)", 100, 80, {})]),
-        ("XLA Ops", [("fusion.1", 0, 20, {}), ("%while.3 = (f32[8]) while(...)", 20, 30, {}), ("dot.4", 25, 20, {}),
-                     ("all-gather-start.2", 50, 5, {}), ("all-gather-done.2", 70, 5, {}), ("copy.9", 86, 4, {}),
-                     ("fusion.1", 100, 20, {}), ("all-gather-start.2", 150, 5, {}), ("all-gather-done.2", 170, 5, {})]),
-    ])  # fmt: skip
+    return _plane(
+        device,
+        f"/device:TPU:{device}",
+        [
+            ("Steps", [("0", 0, 100, {}), ("1", 100, 100, {})]),
+            ("XLA Modules", [("jit_step(7)", 0, 80, {}), ("jit_other(9)", 85, 10, {}), ("jit_step(7)", 100, 80, {})]),
+            (
+                "XLA Ops",
+                [
+                    ("fusion.1", 0, 20, {}),
+                    ("%while.3 = (f32[8]) while(...)", 20, 30, {}),
+                    ("dot.4", 25, 20, {}),
+                    ("all-gather-start.2", 50, 5, {}),
+                    ("all-gather-done.2", 70, 5, {}),
+                    ("copy.9", 86, 4, {}),
+                    ("fusion.1", 100, 20, {}),
+                    ("all-gather-start.2", 150, 5, {}),
+                    ("all-gather-done.2", 170, 5, {}),
+                ],
+            ),
+        ],
+    )
 
 
 def test_tpu_layout_ops_modules_and_self_time() -> None:
     table = read_trace(_xspace(tpu_plane(0), tpu_plane(1), _host([(0, 100), (100, 100)])), modules={"jit_step"})
     assert table.platform == "tpu" and table.devices == (0, 1)
     ops = [(e.op, e.category, e.start_ns, e.exclusive_ns) for e in table.events if e.device == 0]
-    assert ops == [("fusion.1", "compute", 0, 20), ("while.3", "compute", 20, 10), ("dot.4", "compute", 25, 20),
-                   ("all-gather-start.2", "all-gather", 50, 5), ("all-gather-done.2", "all-gather", 70, 5),
-                   ("fusion.1", "compute", 100, 20), ("all-gather-start.2", "all-gather", 150, 5),
-                   ("all-gather-done.2", "all-gather", 170, 5)]  # fmt: skip
+    assert ops == [
+        ("fusion.1", "compute", 0, 20),
+        ("while.3", "compute", 20, 10),
+        ("dot.4", "compute", 25, 20),
+        ("all-gather-start.2", "all-gather", 50, 5),
+        ("all-gather-done.2", "all-gather", 70, 5),
+        ("fusion.1", "compute", 100, 20),
+        ("all-gather-start.2", "all-gather", 150, 5),
+        ("all-gather-done.2", "all-gather", 170, 5),
+    ]
     assert {e.module for e in table.events} == {"jit_step"}
     assert table.steps == ((0, 100), (100, 200))
     assert [e.op for e in read_trace(_xspace(tpu_plane(0)), modules={"jit_other"}).events] == ["copy.9"]
@@ -89,14 +112,21 @@ def gpu_plane(device: int, derived: bool) -> str:
     HLO op, and (optionally) the derived XLA Ops / XLA Modules lines repeating the kernels."""
     k = {"hlo_module": "jit_step", "program_id": 3}
     lines = [
-        ("Stream #13(Kernel,MemcpyH2D)", [("loop_fusion_kernel", 0, 10, {**k, "hlo_op": "fusion.1"}),
-                                          ("cutlass_gemm", 10, 30, {**k, "hlo_op": "while.2::dot.4"}),
-                                          ("memcpy", 45, 5, {})]),
+        (
+            "Stream #13(Kernel,MemcpyH2D)",
+            [
+                ("loop_fusion_kernel", 0, 10, {**k, "hlo_op": "fusion.1"}),
+                ("cutlass_gemm", 10, 30, {**k, "hlo_op": "while.2::dot.4"}),
+                ("memcpy", 45, 5, {}),
+            ],
+        ),
         ("Stream #20(Kernel)", [("nccl_all_gather", 15, 20, {**k, "hlo_op": "all-gather-start.5"})]),
-    ]  # fmt: skip
+    ]
     if derived:
-        lines += [("XLA Modules", [("jit_step(3)", 0, 40, {})]),
-                  ("XLA Ops", [("fusion.1", 0, 10, {}), ("dot.4", 10, 30, {})])]  # fmt: skip
+        lines += [
+            ("XLA Modules", [("jit_step(3)", 0, 40, {})]),
+            ("XLA Ops", [("fusion.1", 0, 10, {}), ("dot.4", 10, 30, {})]),
+        ]
     return _plane(device, f"/device:GPU:{device}", lines)
 
 
@@ -105,8 +135,11 @@ def test_gpu_layout_reads_kernels_once(derived: bool) -> None:
     table = read_trace(_xspace(gpu_plane(0, derived), gpu_plane(1, derived)), modules={"jit_step"})
     assert table.platform == "gpu" and table.devices == (0, 1)
     ops = [(e.op, e.category, e.start_ns, e.duration_ns) for e in table.events if e.device == 1]
-    assert ops == [("fusion.1", "compute", 0, 10), ("dot.4", "compute", 10, 30),
-                   ("all-gather-start.5", "all-gather", 15, 20)]  # fmt: skip
+    assert ops == [
+        ("fusion.1", "compute", 0, 10),
+        ("dot.4", "compute", 10, 30),
+        ("all-gather-start.5", "all-gather", 15, 20),
+    ]
     (d0,) = analyze_trace(_xspace(gpu_plane(0, derived)), modules={"jit_step"}).devices
     # the all-gather [15,35] runs under the gemm [10,40] on another stream: fully overlapped
     assert (d0.compute_ns, d0.collective_ns, d0.exposed_collective_ns) == (40, 20, 0)

@@ -21,7 +21,7 @@ from harness.run.compile_cache import cache_key
 from harness.run.launcher import worker_env
 from harness.run.spec import WorkerSpec
 
-FLAGS = '{ xla_tpu_enable_async_collective_fusion = true, xla_tpu_scoped_vmem_limit_kib = 98304 }'
+FLAGS = "{ xla_tpu_enable_async_collective_fusion = true, xla_tpu_scoped_vmem_limit_kib = 98304 }"
 MANIFEST = f"""\
 schema_version = 1
 [target]
@@ -55,20 +55,26 @@ def test_variant_override_sets_the_options_sorted_and_changes_the_id() -> None:
     vs = _variants()
     plain, fast = vs["plain"], vs["async"]
     assert plain.target.compiler_options == ()  # type: ignore[attr-defined]
-    assert fast.target.compiler_options == (("xla_tpu_enable_async_collective_fusion", True),  # type: ignore[attr-defined]
-                                            ("xla_tpu_scoped_vmem_limit_kib", 98304))  # fmt: skip
+    assert fast.target.compiler_options == (
+        ("xla_tpu_enable_async_collective_fusion", True),  # type: ignore[attr-defined]
+        ("xla_tpu_scoped_vmem_limit_kib", 98304),
+    )
     assert plain.id != fast.id  # type: ignore[attr-defined]
     # a variant without options has the settings (and id) it had before the key existed
     settings = plain.settings()  # type: ignore[attr-defined]
     assert "compiler_options" not in settings["target"]
     assert fast.settings()["target"]["compiler_options"] == {  # type: ignore[attr-defined]
-        "xla_tpu_enable_async_collective_fusion": True, "xla_tpu_scoped_vmem_limit_kib": 98304}
+        "xla_tpu_enable_async_collective_fusion": True,
+        "xla_tpu_scoped_vmem_limit_kib": 98304,
+    }
 
 
 def test_options_in_the_target_section_apply_to_every_variant() -> None:
     text = MANIFEST.replace('topology = "v6e:2x4"', f'topology = "v6e:2x4"\ncompiler_options = {FLAGS}')
-    text = text.replace(f'overrides = {{ "target.compiler_options" = {FLAGS} }}',
-                        'overrides = { "target.compiler_options" = { xla_tpu_scoped_vmem_limit_kib = 1024 } }')
+    text = text.replace(
+        f'overrides = {{ "target.compiler_options" = {FLAGS} }}',
+        'overrides = { "target.compiler_options" = { xla_tpu_scoped_vmem_limit_kib = 1024 } }',
+    )
     vs = _variants(text)
     assert dict(vs["plain"].target.compiler_options)["xla_tpu_enable_async_collective_fusion"] is True  # type: ignore[attr-defined]
     # a variant's table replaces the section's (like target.mesh): not merged key by key
@@ -77,15 +83,27 @@ def test_options_in_the_target_section_apply_to_every_variant() -> None:
 
 def test_bad_option_value_in_a_variant_names_its_key() -> None:
     text = MANIFEST.replace(FLAGS, "{ xla_foo = { a = 1 } }")
-    with pytest.raises(ValueError, match=r'variants\[1\]\.overrides\."target\.compiler_options"\.xla_foo: expected a '
-                                         "boolean, number or string, got a table"):
+    with pytest.raises(
+        ValueError,
+        match=r'variants\[1\]\.overrides\."target\.compiler_options"\.xla_foo: expected a '
+        "boolean, number or string, got a table",
+    ):
         _variants(text)
 
 
 def _spec(target: Target) -> WorkerSpec:
     v = select(list(_variants().values()), ["async"])[0]
-    return WorkerSpec(v.name, v.id, v.preset, dict(v.config_overrides), target, "compile", v.workload,
-                      parse_manifest(MANIFEST).run, "/tmp/t")  # fmt: skip
+    return WorkerSpec(
+        v.name,
+        v.id,
+        v.preset,
+        dict(v.config_overrides),
+        target,
+        "compile",
+        v.workload,
+        parse_manifest(MANIFEST).run,
+        "/tmp/t",
+    )
 
 
 def test_spec_round_trip_cache_key_and_record_carry_the_options() -> None:
@@ -100,16 +118,19 @@ def test_spec_round_trip_cache_key_and_record_carry_the_options() -> None:
     written_before = {k: v for k, v in plain.to_dict().items() if k != "compiler_options"}
     assert Target.from_dict(written_before) == plain
     info = TargetInfo("tpu", "compile", {"fsdp": 2}, "v6e:2x4", 8, None, dict(fast.compiler_options))
-    assert info.compiler_options == {"xla_tpu_enable_async_collective_fusion": True,
-                                     "xla_tpu_scoped_vmem_limit_kib": 98304}  # fmt: skip
+    assert info.compiler_options == {
+        "xla_tpu_enable_async_collective_fusion": True,
+        "xla_tpu_scoped_vmem_limit_kib": 98304,
+    }
 
 
 def test_a_measured_run_gets_the_options_as_backend_flags() -> None:
     fast = _variants()["async"].target.resolved()  # type: ignore[attr-defined]
     measured = dataclasses.replace(_spec(fast), mode="measure")
     env = worker_env(measured, {"LIBTPU_INIT_ARGS": "--xla_tpu_other=1"})
-    assert env["LIBTPU_INIT_ARGS"] == ("--xla_tpu_other=1 --xla_tpu_enable_async_collective_fusion=true "
-                                       "--xla_tpu_scoped_vmem_limit_kib=98304")  # fmt: skip
+    assert env["LIBTPU_INIT_ARGS"] == (
+        "--xla_tpu_other=1 --xla_tpu_enable_async_collective_fusion=true --xla_tpu_scoped_vmem_limit_kib=98304"
+    )
     assert "LIBTPU_INIT_ARGS" not in worker_env(_spec(fast), {})  # compile-only: compile() gets them itself
     cpu = targets.run_flags_env("cpu", {"xla_disable_hlo_passes": "fusion"}, {"XLA_FLAGS": "--a=1"})
     assert cpu == {"XLA_FLAGS": "--a=1 --xla_disable_hlo_passes=fusion"}
@@ -127,8 +148,11 @@ def test_options_reach_the_compiler_and_an_unknown_one_names_the_key() -> None:
     # exp, multiply and add are one loop fusion; with the fusion pass off each runs as its own op
     assert (plain.as_text() or "").count(" fusion(") == 1
     assert (unfused.as_text() or "").count(" fusion(") > 1
-    with pytest.raises(CompilerOptionError, match=r"^target\.compiler_options\.xla_no_such_flag: the compiler of this "
-                                                  r"target has no such option"):
+    with pytest.raises(
+        CompilerOptionError,
+        match=r"^target\.compiler_options\.xla_no_such_flag: the compiler of this "
+        r"target has no such option",
+    ):
         lower_and_compile(_fn, arg, compiler_options={"xla_no_such_flag": True})
 
 
@@ -143,8 +167,12 @@ def test_experiment_variants_with_the_async_flags(tmp_path: Path) -> None:
         assert v.reference == ref and options["xla_tpu_enable_async_collective_fusion"] is True
         assert len(options) == 6
         reference = select(sweep.variants, [ref])[0]
-        assert resolved_settings(v.preset, v.config_overrides, dataclasses.replace(v.target, compiler_options=()),
-                                 v.workload) == reference.settings()  # fmt: skip
+        assert (
+            resolved_settings(
+                v.preset, v.config_overrides, dataclasses.replace(v.target, compiler_options=()), v.workload
+            )
+            == reference.settings()
+        )
 
 
 ASYNC_FLAGS_V6E = """
@@ -182,11 +210,13 @@ def test_async_collective_flags_reach_libtpu() -> None:
 
     repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, **targets.compile_env("tpu"), "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, "-c", ASYNC_FLAGS_V6E], cwd=repo, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", ASYNC_FLAGS_V6E], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    (plain_starts, plain_dones, plain_ags), (starts, dones, ags) = (map(int, ln.split()) for ln in
-                                                                    done.stdout.splitlines())  # fmt: skip
+    (plain_starts, plain_dones, plain_ags), (starts, dones, ags) = (
+        map(int, ln.split()) for ln in done.stdout.splitlines()
+    )
     assert plain_starts == plain_dones == 0
     assert starts == dones > 0
     assert ags == plain_ags

@@ -17,11 +17,21 @@ def test_overrides_replace_single_fields() -> None:
     cfg = build_config("tiny", {"pipeline.diffusion_loop": "python", "transformer.sharding": "context"})
     assert isinstance(cfg, PipelineConfig)
     assert cfg.pipeline.diffusion_loop == "python" and cfg.transformer.sharding == "context"
-    assert cfg.replace(pipeline=base_config("tiny").pipeline, transformer=base_config("tiny").transformer) == \
-        base_config("tiny")  # nothing else changed
+    assert cfg.replace(
+        pipeline=base_config("tiny").pipeline, transformer=base_config("tiny").transformer
+    ) == base_config("tiny")  # nothing else changed
     assert base_config("tiny") is base_config("tiny")  # built once per process
-    assert set(components(base_config("tiny"))) >= {"transformer", "video_vae", "audio_vae", "vocoder", "pipeline",
-                                                    "text_encoder", "connectors", "scheduler", "guidance"}
+    assert set(components(base_config("tiny"))) >= {
+        "transformer",
+        "video_vae",
+        "audio_vae",
+        "vocoder",
+        "pipeline",
+        "text_encoder",
+        "connectors",
+        "scheduler",
+        "guidance",
+    }
 
 
 def test_values_are_normalised_to_the_field_type() -> None:
@@ -55,6 +65,14 @@ def test_the_record_gets_plain_json() -> None:
 
 
 def test_the_model_gets_the_workload_size() -> None:
-    wl = Workload(height=64, width=96, num_frames=9, frame_rate=25.0, batch=2, steps=3, text_tokens=16,
-                  stages=("denoise_step", "video_decode"))  # fmt: skip
+    wl = Workload(
+        height=64,
+        width=96,
+        num_frames=9,
+        frame_rate=25.0,
+        batch=2,
+        steps=3,
+        text_tokens=16,
+        stages=("denoise_step", "video_decode"),
+    )
     assert model_workload(wl) == ModelWorkload(64, 96, 9, 25.0, 2, 3, 16)

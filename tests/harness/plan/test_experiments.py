@@ -26,8 +26,9 @@ def test_manifest_loads(path: Path) -> None:
 
 def test_cpu_manifest_runs_every_strategy_once() -> None:
     variants = load_sweep(Path(__file__).parents[3] / "experiments" / "cpu.toml").variants
-    strategies = [v.config_overrides.get("transformer.sharding") for v in variants
-                  if set(v.overrides) == {"transformer.sharding"}]
+    strategies = [
+        v.config_overrides.get("transformer.sharding") for v in variants if set(v.overrides) == {"transformer.sharding"}
+    ]
     assert sorted(strategies) == strategy_names()
 
 
@@ -38,6 +39,9 @@ def test_tpu_manifests_climb_the_layout_ladder(name: str) -> None:
     variants = {v.name: v for v in load_sweep(Path(__file__).parents[3] / "experiments" / name).variants}
     ladder = [variants[n] for n in ("naive", "naive-ffn-fixed", "naive-ffn-qkv-fixed")]
     assert [v.reference for v in ladder[1:]] == ["naive", "naive-ffn-fixed"]
-    assert [build_config(v.preset, v.config_overrides).transformer.sharding for v in ladder] == \
-        ["naive", "naive+mlp=tensor+mlp_in=-", "naive+heads=tensor+mlp=tensor+mlp_in=-+qkv_in=-"]
+    assert [build_config(v.preset, v.config_overrides).transformer.sharding for v in ladder] == [
+        "naive",
+        "naive+mlp=tensor+mlp_in=-",
+        "naive+heads=tensor+mlp=tensor+mlp_in=-+qkv_in=-",
+    ]
     assert len({v.target.mesh for v in ladder}) == 1  # the same chips and mesh: only the rules change

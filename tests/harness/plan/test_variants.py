@@ -39,7 +39,10 @@ exclude = [{ "test.a" = 2 }, { "test.a" = 3, "test.b" = "y" }]
     variants = _variants(tmp_path, body)
     assert [v.name for v in variants] == ["a=1,b=x", "a=1,b=y", "a=3,b=x"]
     assert [dict(v.overrides) for v in variants] == [
-        {"test.a": 1, "test.b": "x"}, {"test.a": 1, "test.b": "y"}, {"test.a": 3, "test.b": "x"}]
+        {"test.a": 1, "test.b": "x"},
+        {"test.a": 1, "test.b": "y"},
+        {"test.a": 3, "test.b": "x"},
+    ]
     assert len({v.id for v in variants}) == 3
 
 
@@ -81,7 +84,7 @@ def test_ids_depend_on_settings_not_on_names_order_or_where_they_are_written(tmp
 
 def test_ids_ignore_run_settings_and_mode(tmp_path: Path) -> None:
     (a,) = _variants(tmp_path, "[run]\nrepeats = 3\n", "a.toml")
-    (b,) = _variants(tmp_path, '[run]\nrepeats = 9\ntrace = true\n', "b.toml")
+    (b,) = _variants(tmp_path, "[run]\nrepeats = 9\ntrace = true\n", "b.toml")
     assert a.id == b.id
 
 
@@ -144,7 +147,9 @@ overrides = { "transformer.sharding" = "naive" }
 
 
 def test_sharding_rules_are_overrides_that_enter_the_id_and_the_built_config(tmp_path: Path) -> None:
-    body = RULES + """\
+    body = (
+        RULES
+        + """\
 [[variants]]
 name = "ffn"
 reference = "naive"
@@ -158,6 +163,7 @@ reference = "ffn"
 "transformer.sharding" = "naive"
 sharding.rules = { qkv_in = "fsdp", mlp_in = [] }
 """
+    )
     path = tmp_path / "rules.toml"
     path.write_text(body)
     naive, ffn, both = load_sweep(path).variants
@@ -167,8 +173,12 @@ sharding.rules = { qkv_in = "fsdp", mlp_in = [] }
     assert build_config(both.preset, both.config_overrides).transformer.sharding == "naive+mlp_in=-+qkv_in=fsdp"
     # the same rules written another way (list vs name, inline vs [model] overrides) are the same variant
     same = tmp_path / "same.toml"
-    same.write_text(RULES.replace('preset = "tiny"', 'preset = "tiny"\noverrides = { "sharding.rules.qkv_in" = '
-                                  '["fsdp"], "sharding.rules.mlp_in" = [] }'))  # fmt: skip
+    same.write_text(
+        RULES.replace(
+            'preset = "tiny"',
+            'preset = "tiny"\noverrides = { "sharding.rules.qkv_in" = ["fsdp"], "sharding.rules.mlp_in" = [] }',
+        )
+    )
     (moved,) = load_sweep(same).variants
     assert moved.id == both.id
 
@@ -178,5 +188,7 @@ def test_a_sharding_rule_can_be_a_matrix_axis(tmp_path: Path) -> None:
     path.write_text(RULES.split("[[variants]]")[0] + '[matrix]\n"sharding.rules.mlp_in" = [[], ["context"]]\n')
     replicated, context = load_sweep(path).variants
     assert (replicated.name, context.name) == ("mlp_in=[]", 'mlp_in=["context"]') and replicated.id != context.id
-    assert build_config(context.preset, {"transformer.sharding": "naive", **context.config_overrides}) \
-        .transformer.sharding == "naive+mlp_in=context"
+    assert (
+        build_config(context.preset, {"transformer.sharding": "naive", **context.config_overrides}).transformer.sharding
+        == "naive+mlp_in=context"
+    )

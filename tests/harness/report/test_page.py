@@ -27,11 +27,20 @@ synthetic = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(synthetic)
 _browser = importlib.util.spec_from_file_location("test_report", Path(__file__).parent / "test_report.py")
 REPO = Path(__file__).resolve().parents[3]
-SCOPES = ["transformer/block/attn1/core", "transformer/block/attn1/qkv", "transformer/block/ff/proj_in",
-          "transformer/block/ff/proj_out", "transformer/block/a2v/core", "transformer/block/norm_mod",
-          "transformer/embed", "transformer/rope", "scheduler", "",
-          "transformer/block/audio_attn2/qkv/norm_mod",  # the longest real path: its label gets shortened
-          "transformer/block/v2a/qkv/norm_mod/" + "x" * 40]  # fmt: skip
+SCOPES = [
+    "transformer/block/attn1/core",
+    "transformer/block/attn1/qkv",
+    "transformer/block/ff/proj_in",
+    "transformer/block/ff/proj_out",
+    "transformer/block/a2v/core",
+    "transformer/block/norm_mod",
+    "transformer/embed",
+    "transformer/rope",
+    "scheduler",
+    "",
+    "transformer/block/audio_attn2/qkv/norm_mod",  # the longest real path: its label gets shortened
+    "transformer/block/v2a/qkv/norm_mod/" + "x" * 40,
+]
 
 
 def _attributed(raw: dict, ff_scale: float, seed: int) -> dict:
@@ -43,28 +52,52 @@ def _attributed(raw: dict, ff_scale: float, seed: int) -> dict:
             continue
         samples = []
         for _ in range(8):
-            by_scope = {s: float(1e6 * (i + 1) * (ff_scale if "/ff/" in s else 1.0) * rng.lognormal(0, 0.02))
-                        for i, s in enumerate(SCOPES)}  # fmt: skip
+            by_scope = {
+                s: float(1e6 * (i + 1) * (ff_scale if "/ff/" in s else 1.0) * rng.lognormal(0, 0.02))
+                for i, s in enumerate(SCOPES)
+            }
             compute = sum(by_scope.values())
             idle = float(2e5 * rng.lognormal(0, 0.05))
-            samples.append({"window_ns": compute + idle, "categories": {"compute": compute, "idle": idle},
-                            "by_scope": by_scope})  # fmt: skip
-        entry["trace"].update(step_samples=samples, scope_coverage=0.97, chrome_trace=entry["trace"]["log_dir"]
-                              + "/plugins/profile/x/perfetto_trace.json.gz",
-                              by_scope={s: float(np.mean([x["by_scope"][s] for x in samples])) for s in SCOPES})
+            samples.append(
+                {"window_ns": compute + idle, "categories": {"compute": compute, "idle": idle}, "by_scope": by_scope}
+            )
+        entry["trace"].update(
+            step_samples=samples,
+            scope_coverage=0.97,
+            chrome_trace=entry["trace"]["log_dir"] + "/plugins/profile/x/perfetto_trace.json.gz",
+            by_scope={s: float(np.mean([x["by_scope"][s] for x in samples])) for s in SCOPES},
+        )
         median = float(np.median(entry["measured"]["samples_s"]))
-        entry["predicted"] = synthetic.predicted(median * (1.3 if ff_scale == 1.0 else 0.8),
-                                                 chrome_trace=entry["trace"]["log_dir"] + "/predicted_trace.json.gz")
+        entry["predicted"] = synthetic.predicted(
+            median * (1.3 if ff_scale == 1.0 else 0.8),
+            chrome_trace=entry["trace"]["log_dir"] + "/predicted_trace.json.gz",
+        )
         for op in entry["trace"]["top_ops"]:
             op.update(scope="transformer/block/ff/proj_in", source="ltx2/block.py:66 (__call__)")
         entry["static"]["attribution"] = {
-            "module": "jit_step", "coverage": {"flops": 1.0, "bytes": 0.99, "collective_bytes": 1.0},
-            "by_scope": {s: {"flops": 1e9, "bytes": 1e6, "collectives": {"all-gather": {"count": 2.0, "bytes": 4096.0}}
-                             if "ff" in s else {}} for s in SCOPES},
-            "collective_sites": [{"scope": "transformer/block/ff/proj_in", "kind": "all-gather", "count": 2.0,
-                                  "bytes": 4096.0, "cause": "weights want embed whole: sharded over fsdp",
-                                  "axes": ["fsdp"], "logical": "embed", "example": "all-gather.3"}],
-        }  # fmt: skip
+            "module": "jit_step",
+            "coverage": {"flops": 1.0, "bytes": 0.99, "collective_bytes": 1.0},
+            "by_scope": {
+                s: {
+                    "flops": 1e9,
+                    "bytes": 1e6,
+                    "collectives": {"all-gather": {"count": 2.0, "bytes": 4096.0}} if "ff" in s else {},
+                }
+                for s in SCOPES
+            },
+            "collective_sites": [
+                {
+                    "scope": "transformer/block/ff/proj_in",
+                    "kind": "all-gather",
+                    "count": 2.0,
+                    "bytes": 4096.0,
+                    "cause": "weights want embed whole: sharded over fsdp",
+                    "axes": ["fsdp"],
+                    "logical": "embed",
+                    "example": "all-gather.3",
+                }
+            ],
+        }
     return raw
 
 
@@ -206,11 +239,13 @@ def test_page_in_headless_chromium(page, tmp_path):
     # block Gantt per ok variant (3), the predicted-vs-measured scatter (1)
     assert result["charts"] == 9 and result["texts"] > 80 and result["overlaps"] == [], result
     shot = tmp_path / "page.png"
-    opened = text.replace("<details class=\"variant-detail\" id=\"detail-naive\"",
-                          "<details open class=\"variant-detail\" id=\"detail-naive\"", 1)
+    opened = text.replace(
+        '<details class="variant-detail" id="detail-naive"', '<details open class="variant-detail" id="detail-naive"', 1
+    )
     index.with_name("open.html").write_text(opened)
-    test_report.chromium(f"--screenshot={shot}", index.with_name("open.html").resolve().as_uri(),
-                         user_dir=tmp_path / "p2")
+    test_report.chromium(
+        f"--screenshot={shot}", index.with_name("open.html").resolve().as_uri(), user_dir=tmp_path / "p2"
+    )
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG")
     (REPO / "artifacts").mkdir(exist_ok=True)
     shutil.copy(shot, REPO / "artifacts" / "report-detail.png")

@@ -30,8 +30,9 @@ IMG = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 def write_report(records, out, *, baseline=None, **kwargs):
     """The report of runs given as JSON objects the tests can edit."""
-    return write_records(synthetic.records(records), out,
-                         baseline=None if baseline is None else synthetic.records(baseline), **kwargs)
+    return write_records(
+        synthetic.records(records), out, baseline=None if baseline is None else synthetic.records(baseline), **kwargs
+    )
 
 
 def load(name: str) -> list[dict]:
@@ -52,8 +53,12 @@ def rendered(tmp_path_factory, recorded):
     trill["static"]["collectives"]["by_kind"]["all-gather"]["count"] += 1
     naive = next(r for r in head if r["variant"]["name"] == "naive")["stages"]["denoise_step"]
     naive["static"]["memory"]["temp_bytes"] //= 2
-    files = write_report(head, out, baseline=[r for r in recorded if r["status"] == "ok"],
-                         baseline_label="tests/harness/fixtures/sweep_cpu8.jsonl")
+    files = write_report(
+        head,
+        out,
+        baseline=[r for r in recorded if r["status"] == "ok"],
+        baseline_label="tests/harness/fixtures/sweep_cpu8.jsonl",
+    )
     return files, files.index.read_text()
 
 
@@ -95,12 +100,16 @@ def test_report_comparison_section(rendered):
     assert ".verdict-regressed { background: #f8d7da; color: #842029; }" in page
     assert ".verdict-improved { background: #d1e7dd; color: #0f5132; }" in page
     changed = page.split('id="comparison-changed"')[1].split("</table>")[0]
-    regressed = re.search(r"<tr[^>]*><td[^>]*>trillium-loop</td><td[^>]*>denoise_step</td><td[^>]*>"
-                          r"collectives\.all-gather\.count</td><td>38</td><td>39</td><td>1</td><td>1\.026x</td>"
-                          r'<td class="l"><span class="verdict verdict-regressed">regressed</span>', changed)
+    regressed = re.search(
+        r"<tr[^>]*><td[^>]*>trillium-loop</td><td[^>]*>denoise_step</td><td[^>]*>"
+        r"collectives\.all-gather\.count</td><td>38</td><td>39</td><td>1</td><td>1\.026x</td>"
+        r'<td class="l"><span class="verdict verdict-regressed">regressed</span>',
+        changed,
+    )
     assert regressed, changed[:2000]
-    assert re.search(r"naive</td><td[^>]*>denoise_step</td><td[^>]*>memory\.temp_bytes</td>.*?verdict-improved",
-                     changed)
+    assert re.search(
+        r"naive</td><td[^>]*>denoise_step</td><td[^>]*>memory\.temp_bytes</td>.*?verdict-improved", changed
+    )
     c = files.comparison
     assert {(x.variant, x.metric) for x in c.regressions} >= {("trillium-loop", "collectives.all-gather.count")}
     assert "variant broken failed in this run" in page
@@ -142,8 +151,19 @@ def test_cli_report(tmp_path, capsys):
     sweep = tmp_path / "fixture"
     sweep.mkdir()
     shutil.copy(FIXTURES / "rerun_cpu8.jsonl", sweep / "results.jsonl")
-    assert cli.main(["report", str(sweep / "results.jsonl"), "--baseline", str(FIXTURES / "sweep_cpu8.jsonl"),
-                     "--reference", "naive"]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                str(sweep / "results.jsonl"),
+                "--baseline",
+                str(FIXTURES / "sweep_cpu8.jsonl"),
+                "--reference",
+                "naive",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"wrote {sweep / 'index.html'}" in out and "gated regressions" in out
     assert "speedup vs naive" in (sweep / "index.html").read_text()
@@ -157,9 +177,18 @@ def test_cli_report(tmp_path, capsys):
 
 
 def chromium(*args: str, user_dir: Path) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={user_dir}", "--window-size=1400,2000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={user_dir}",
+        "--window-size=1400,2000",
+    ]
     return subprocess.run([str(CHROMIUM), *flags, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -182,8 +211,16 @@ def test_report_in_headless_chromium(rendered, tmp_path):
     assert body, dom[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(1)))
     assert attrs == {"errors": "0", "images": "4", "images-loaded": "4"}, attrs
-    for element in ('id="variants"', 'id="comparison-changed"', 'id="plot-stage-times"', 'id="plot-breakdown"',
-                    'id="plot-collective-bytes"', 'id="plot-memory"', 'id="failed"', 'id="trace-links"'):
+    for element in (
+        'id="variants"',
+        'id="comparison-changed"',
+        'id="plot-stage-times"',
+        'id="plot-breakdown"',
+        'id="plot-collective-bytes"',
+        'id="plot-memory"',
+        'id="failed"',
+        'id="trace-links"',
+    ):
         assert element in dom
 
 
@@ -193,8 +230,16 @@ def test_speedup_of_a_stage_the_reference_did_not_run_is_against_the_first_varia
     def rec(name: str, **stages: list[float]) -> dict:
         return synthetic.minimal(name, {s: {"measured": {"samples_s": xs}} for s, xs in stages.items()})
 
-    rows = tables.stage_rows(synthetic.records([rec("ref", step=[2.0, 2.0]), rec("pipe", step=[4.0], loop=[1.0, 1.0]),
-                                                rec("knob", loop=[0.5, 0.5])]), reference="ref")  # fmt: skip
+    rows = tables.stage_rows(
+        synthetic.records(
+            [rec("ref", step=[2.0, 2.0]), rec("pipe", step=[4.0], loop=[1.0, 1.0]), rec("knob", loop=[0.5, 0.5])]
+        ),
+        reference="ref",
+    )
     got = {(r.variant, r.stage): (r.speedup, r.speedup_reference) for r in rows}
-    assert got == {("ref", "step"): (1.0, "ref"), ("pipe", "step"): (0.5, "ref"),
-                   ("pipe", "loop"): (1.0, "pipe"), ("knob", "loop"): (2.0, "pipe")}  # fmt: skip
+    assert got == {
+        ("ref", "step"): (1.0, "ref"),
+        ("pipe", "step"): (0.5, "ref"),
+        ("pipe", "loop"): (1.0, "pipe"),
+        ("knob", "loop"): (2.0, "pipe"),
+    }

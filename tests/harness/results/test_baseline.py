@@ -42,7 +42,8 @@ def test_path_for_a_manifest():
     assert bl.path_for(manifest()) == Path("reports/baselines/nightly-cpu-8dev.json")
     assert bl.path_for(manifest('baseline = "cpu-smoke"'), "b") == Path("b/cpu-smoke.json")
     assert bl.path_for(manifest('baseline = "reports/baselines/nightly.jsonl"')) == Path(
-        "reports/baselines/nightly.jsonl")
+        "reports/baselines/nightly.jsonl"
+    )
 
 
 def test_build_refuses_failed_variants_and_mixed_backends():
@@ -60,8 +61,7 @@ def test_write_and_load_round_trip(tmp_path, suffix):
     assert data["name"] == "sweep_cpu8-cpu-8dev" and data["key"] == "cpu-8dev"
     path = bl.write(tmp_path / f"b{suffix}", data)
     base = bl.load(path)
-    assert base.key == "cpu-8dev" and [r.variant.name for r in base.records] == [
-        "replicated", "naive", "trillium-loop"]
+    assert base.key == "cpu-8dev" and [r.variant.name for r in base.records] == ["replicated", "naive", "trillium-loop"]
     assert [r.to_dict() for r in base.records] == data["records"] and base.records == ok_records()
     assert base.commit == ok_records()[0].git["commit"]
     assert bl.load_records_any(path) == base.records
@@ -100,7 +100,8 @@ def test_cli_update_for_a_manifest_of_another_backend_exits_2(tmp_path, capsys):
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in ok_records()))
     other = tmp_path / "other.toml"
-    other.write_text((FIXTURES / "sweep_cpu8.toml").read_text().replace("devices = 8", "devices = 4")
-                     .replace("data = 2, ", ""))
+    other.write_text(
+        (FIXTURES / "sweep_cpu8.toml").read_text().replace("devices = 8", "devices = 4").replace("data = 2, ", "")
+    )
     assert cli.main(["baseline", "update", str(results), "--manifest", str(other), "--dir", str(tmp_path)]) == 2
     assert "ran on cpu-8dev" in capsys.readouterr().err

@@ -35,26 +35,38 @@ def test_median_abs_log_ratio() -> None:
         stats.median_abs_log_ratio([0.0], [1.0])
 
 
-def _record(name: str, devices: int, predicted: float | None, measured: list[float], host_loop: bool = False,
-            status: str = "ok") -> dict:  # fmt: skip
+def _record(
+    name: str, devices: int, predicted: float | None, measured: list[float], host_loop: bool = False, status: str = "ok"
+) -> dict:
     stage = {"measured": {"samples_s": measured}, "status": status}
     if predicted is not None:
         stage["predicted"] = synthetic.predicted(predicted, host_loop=host_loop)
-    return synthetic.minimal(name, {"denoise_step": stage},
-                             target={"platform": "cpu", "mode": "auto", "mesh": {"data": devices}, "topology": None,
-                                     "devices": devices, "mode_used": "measure"})  # fmt: skip
+    return synthetic.minimal(
+        name,
+        {"denoise_step": stage},
+        target={
+            "platform": "cpu",
+            "mode": "auto",
+            "mesh": {"data": devices},
+            "topology": None,
+            "devices": devices,
+            "mode_used": "measure",
+        },
+    )
 
 
 def test_points_and_summary() -> None:
-    records = synthetic.records([
-        _record("a", 1, 0.010, [0.008, 0.009, 0.010]),   # 0.010 / 0.009
-        _record("b", 1, 0.200, [0.100]),                 # 2x
-        _record("c", 1, 0.003, [0.002]),                 # 1.5x
-        _record("eight", 8, 0.001, [0.050]),             # shown, not scored
-        _record("loop", 1, 0.001, [0.009], host_loop=True),  # a host loop: not one program call
-        _record("none", 1, None, [0.009]),               # nothing predicted
-        _record("failed", 1, 0.001, [0.009], status="failed"),
-    ])  # fmt: skip
+    records = synthetic.records(
+        [
+            _record("a", 1, 0.010, [0.008, 0.009, 0.010]),  # 0.010 / 0.009
+            _record("b", 1, 0.200, [0.100]),  # 2x
+            _record("c", 1, 0.003, [0.002]),  # 1.5x
+            _record("eight", 8, 0.001, [0.050]),  # shown, not scored
+            _record("loop", 1, 0.001, [0.009], host_loop=True),  # a host loop: not one program call
+            _record("none", 1, None, [0.009]),  # nothing predicted
+            _record("failed", 1, 0.001, [0.009], status="failed"),
+        ]
+    )
     pts = calibration.points(records)
     assert [(p.variant, p.gated) for p in pts] == [("a", True), ("b", True), ("c", True), ("eight", False)]
     assert pts[0].measured_s == pytest.approx(0.009) and pts[1].ratio == pytest.approx(2.0)
@@ -69,8 +81,9 @@ def test_points_and_summary() -> None:
 
 
 def test_a_missed_target_says_so() -> None:
-    records = synthetic.records([_record("a", 1, 0.03, [0.01]), _record("b", 1, 0.02, [0.02]),
-                                 _record("c", 1, 0.01, [0.03])])  # fmt: skip
+    records = synthetic.records(
+        [_record("a", 1, 0.03, [0.01]), _record("b", 1, 0.02, [0.02]), _record("c", 1, 0.01, [0.03])]
+    )
     s = calibration.summarize(calibration.points(records))
     assert s is not None and s.spearman == pytest.approx(-1.0) and not s.met
     assert "misses the target" in calibration_section(records)
@@ -81,15 +94,20 @@ def test_the_simulator_ranks_and_sizes_cpu_programs(tmp_path: Path) -> None:
     """benchmarks/timeline_calibration.py end to end: experiments/calibration-cpu.toml run, every single-device
     program predicted from constants measured in the same sweep, scored against its measured time."""
     bench_spec = importlib.util.spec_from_file_location(
-        "timeline_calibration", Path(__file__).parents[3] / "benchmarks" / "timeline_calibration.py")
+        "timeline_calibration", Path(__file__).parents[3] / "benchmarks" / "timeline_calibration.py"
+    )
     bench = importlib.util.module_from_spec(bench_spec)
     bench_spec.loader.exec_module(bench)
     out = tmp_path / "calibration.md"
     bench.main(["--reports", str(tmp_path / "reports"), "--out", str(out)])
     records = load_records(tmp_path / "reports" / "timeline-calibration" / "results.jsonl")
     pts = calibration.points(records)
-    assert {(p.variant, p.stage) for p in pts} >= {("replicated", "denoise_step"), ("medium", "denoise_step"),
-                                                   ("pipeline", "video_decode"), ("pipeline", "upsample")}
+    assert {(p.variant, p.stage) for p in pts} >= {
+        ("replicated", "denoise_step"),
+        ("medium", "denoise_step"),
+        ("pipeline", "video_decode"),
+        ("pipeline", "upsample"),
+    }
     s = calibration.summarize(pts)
     assert s is not None and s.n == len(pts) == 9
     assert s.spearman >= calibration.TARGET_SPEARMAN, out.read_text()

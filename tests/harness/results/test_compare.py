@@ -68,8 +68,14 @@ def test_catalog(metric, kind, unit, tolerance):
 
 
 def test_tolerance_keys_accept_the_manifest_spellings():
-    gate = Gate(tolerances={"static.collectives.bytes": 0.01, "static.memory": 0.05, "memory.temp_bytes": 0.5,
-                            "denoise_step.static.memory": 0.1})
+    gate = Gate(
+        tolerances={
+            "static.collectives.bytes": 0.01,
+            "static.memory": 0.05,
+            "memory.temp_bytes": 0.5,
+            "denoise_step.static.memory": 0.1,
+        }
+    )
     assert compare.tolerance_for(gate, "denoise_step", "collectives.all-gather.bytes") == 0.01
     assert compare.tolerance_for(gate, "denoise_step", "collectives.all-gather.count") == 0.0  # catalog default
     assert compare.tolerance_for(gate, "text_encode", "memory.peak_bytes") == 0.05
@@ -87,15 +93,21 @@ def test_identical_records_are_unchanged(recorded):
 
 def test_extra_collectives_regress_counts_and_bytes():
     base = synthetic.synthetic_run(1)
-    head = synthetic.synthetic_run(2, extra={("trillium-loop", "denoise_step"): {"all-gather": 1},
-                                             ("naive", "denoise_step"): {"reduce-scatter": 2}})
+    head = synthetic.synthetic_run(
+        2,
+        extra={("trillium-loop", "denoise_step"): {"all-gather": 1}, ("naive", "denoise_step"): {"reduce-scatter": 2}},
+    )
     result = compare_records(base, head)
     failed = {(c.variant, c.metric): c for c in result.regressions}
     assert set(failed) == {
-        ("trillium-loop", "collectives.all-gather.count"), ("trillium-loop", "collectives.all-gather.bytes"),
-        ("trillium-loop", "collectives.total.count"), ("trillium-loop", "collectives.total.bytes"),
-        ("naive", "collectives.reduce-scatter.count"), ("naive", "collectives.reduce-scatter.bytes"),
-        ("naive", "collectives.total.count"), ("naive", "collectives.total.bytes"),
+        ("trillium-loop", "collectives.all-gather.count"),
+        ("trillium-loop", "collectives.all-gather.bytes"),
+        ("trillium-loop", "collectives.total.count"),
+        ("trillium-loop", "collectives.total.bytes"),
+        ("naive", "collectives.reduce-scatter.count"),
+        ("naive", "collectives.reduce-scatter.bytes"),
+        ("naive", "collectives.total.count"),
+        ("naive", "collectives.total.bytes"),
     }
     ag = failed[("trillium-loop", "collectives.all-gather.count")]
     assert (ag.baseline, ag.now, ag.delta) == (38, 39, 1) and ag.detail == "must match exactly"
@@ -133,7 +145,8 @@ def test_missing_metric_is_flagged(recorded):
 
 def test_timings_can_be_left_ungated():
     base, head = synthetic.synthetic_run(1), synthetic.synthetic_run(2, slowdown={("naive", "denoise_step"): 1.5})
-    c = next(c for c in compare_records(base, head, timings=False).comparisons
-             if c.variant == "naive" and c.metric == "time")
+    c = next(
+        c for c in compare_records(base, head, timings=False).comparisons if c.variant == "naive" and c.metric == "time"
+    )
     assert c.verdict == stats.REGRESSED and not c.gated and not c.failed
     assert "not gated (different machine)" in c.detail

@@ -61,8 +61,10 @@ def _record(name: str, trace: dict, **config) -> object:
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     rng = np.random.default_rng(0)
-    x, w, up, down = (jnp.asarray(rng.standard_normal(shape) / np.sqrt(shape[0]), jnp.float32)
-                      for shape in ((N, N), (N, N), (N, 8 * N), (8 * N, N)))  # fmt: skip
+    x, w, up, down = (
+        jnp.asarray(rng.standard_normal(shape) / np.sqrt(shape[0]), jnp.float32)
+        for shape in ((N, N), (N, N), (N, 8 * N), (8 * N, N))
+    )
     args = (x, w, up, down)
     base = _trace(_block(False), args, tmp_path_factory.mktemp("base"), steps=16)
     slow = _trace(_block(True), args, tmp_path_factory.mktemp("slow"), steps=16)
@@ -97,12 +99,16 @@ def test_an_a_a_diff_attributes_nothing_significant(traces):
 
 def test_collective_deltas_by_scope_and_speedup_only_for_the_same_workload():
     def static(count: float, nbytes: float) -> dict:
-        return {"attribution": {"by_scope": {"transformer/block/ff": {"collectives": {
-            "all-gather": {"count": count, "bytes": nbytes}}}}}}
+        return {
+            "attribution": {
+                "by_scope": {"transformer/block/ff": {"collectives": {"all-gather": {"count": count, "bytes": nbytes}}}}
+            }
+        }
 
     def rec(name: str, count: float, samples: list[float], **config) -> object:
-        raw = synthetic.minimal(name, {"s": {"static": static(count, count * 1024),
-                                             "measured": {"samples_s": samples}}})  # fmt: skip
+        raw = synthetic.minimal(
+            name, {"s": {"static": static(count, count * 1024), "measured": {"samples_s": samples}}}
+        )
         raw["config"].update(config)
         return synthetic.records([raw])[0]
 
@@ -119,11 +125,16 @@ def test_collective_deltas_by_scope_and_speedup_only_for_the_same_workload():
 
 def test_step_row_and_shares_add_up():
     def trace(windows: list[float], ff: list[float]) -> dict:
-        return {"step_samples": [{"window_ns": w, "categories": {"compute": f, "idle": w - f},
-                                  "by_scope": {FF: f}} for w, f in zip(windows, ff, strict=True)]}  # fmt: skip
+        return {
+            "step_samples": [
+                {"window_ns": w, "categories": {"compute": f, "idle": w - f}, "by_scope": {FF: f}}
+                for w, f in zip(windows, ff, strict=True)
+            ]
+        }
 
-    d = diff_stage(_record("a", trace([10, 11, 10, 11], [5, 5, 5, 5])),
-                   _record("b", trace([14, 15, 14, 15], [9, 9, 9, 9])), "s")
+    d = diff_stage(
+        _record("a", trace([10, 11, 10, 11], [5, 5, 5, 5])), _record("b", trace([14, 15, 14, 15], [9, 9, 9, 9])), "s"
+    )
     assert d.step is not None and d.step.key == STEP and d.step.delta_ns == 4
     assert {c.key: c.share for c in d.categories} == {"compute": 1.0, "idle": 0.0}
     assert d.scopes[0].share == 1.0 and d.scopes[0].ci == (4.0, 4.0)
@@ -155,10 +166,12 @@ def test_cli_diff_against_a_revision(tmp_path, capsys):
     if shutil.which("git") is None or not (repo / ".git").exists():
         pytest.skip("needs a git checkout")
     manifest = tmp_path / "aa.toml"
-    manifest.write_text('schema_version = 1\n[target]\nplatform = "cpu"\ndevices = 1\nmesh = { data = 1 }\n'
-                        '[model]\npreset = "test:ok"\n[run]\nrepeats = 3\nwarmup = 0\ntimeout_s = 60\n'
-                        'metrics = ["static", "measured"]\n[[variants]]\nname = "sleep"\n'
-                        'overrides = { "test.run_s" = 0.001 }\n')  # fmt: skip
+    manifest.write_text(
+        'schema_version = 1\n[target]\nplatform = "cpu"\ndevices = 1\nmesh = { data = 1 }\n'
+        '[model]\npreset = "test:ok"\n[run]\nrepeats = 3\nwarmup = 0\ntimeout_s = 60\n'
+        'metrics = ["static", "measured"]\n[[variants]]\nname = "sleep"\n'
+        'overrides = { "test.run_s" = 0.001 }\n'
+    )
     reports = str(tmp_path / "r")
     code = cli.main(["diff", str(manifest), "--against", "HEAD", "--variant", "sleep", "--reports", reports])
     captured = capsys.readouterr()

@@ -71,8 +71,10 @@ def test_one_extra_all_gather_in_the_denoise_step_fails(template):
     result = evaluate(base, head)
     assert result.exit_code == gate.REGRESSION
     lines = [ln for ln in result.lines() if ln.startswith("REGRESSED")]
-    assert ("REGRESSED  trillium-loop  denoise_step  collectives.all-gather.count: baseline 38, now 39, "
-            "ratio 1.026x; must match exactly") in lines
+    assert (
+        "REGRESSED  trillium-loop  denoise_step  collectives.all-gather.count: baseline 38, now 39, "
+        "ratio 1.026x; must match exactly"
+    ) in lines
     assert not any(" time:" in ln for ln in lines)
 
 
@@ -141,9 +143,12 @@ def test_incomplete_comparisons_exit_2(template, change):
         head[0]["stages"]["denoise_step"]["static"]["cost"] = None
     result = evaluate(base, head)
     assert result.exit_code == gate.ERROR
-    expected = {"dropped": "is in the baseline but not in this run", "renamed-settings": "changed settings",
-                "too-few-samples": "can never reach p < 0.05; need >= 4 repeats",
-                "lost-metric": "in the baseline, missing from this run"}[change]
+    expected = {
+        "dropped": "is in the baseline but not in this run",
+        "renamed-settings": "changed settings",
+        "too-few-samples": "can never reach p < 0.05; need >= 4 repeats",
+        "lost-metric": "in the baseline, missing from this run",
+    }[change]
     assert any(expected in p for p in result.problems)
 
 
@@ -194,8 +199,10 @@ def test_cli_clean_run_exits_0_and_writes_the_report(workspace, template, capsys
 
 def test_cli_regression_exits_1_with_one_line_per_metric(workspace, template, capsys):
     tmp, manifest, baselines = workspace
-    head = write_jsonl(tmp / "head" / "results.jsonl",
-                       synthetic.synthetic_run(2, template, slowdown={STEP: 1.25}, extra={STEP: {"all-gather": 1}}))
+    head = write_jsonl(
+        tmp / "head" / "results.jsonl",
+        synthetic.synthetic_run(2, template, slowdown={STEP: 1.25}, extra={STEP: {"all-gather": 1}}),
+    )
     assert gate_cli(manifest, head, baselines) == 1
     out = capsys.readouterr().out
     failing = [ln for ln in out.splitlines() if ln.startswith("REGRESSED")]
@@ -240,11 +247,23 @@ def test_the_hint_without_results_runs_the_manifest_first(tmp_path):
     args = cli.parser().parse_args(["gate", "experiments/nightly.toml", "--reports", str(tmp_path / "r")])
     hint = gate_command.missing_baseline(args, Path("reports/baselines/nightly.jsonl"))
     sweep, update = hint.splitlines()[1].strip().split(" && ")
-    assert shlex.split(sweep)[3:] == ["sweep", "experiments/nightly.toml", "--reports", str(tmp_path / "r"),
-                                      "--sweep-id", "nightly-gate"]
-    assert shlex.split(update)[3:] == ["baseline", "update", str(tmp_path / "r" / "nightly-gate" / "results.jsonl"),
-                                       "--manifest", "experiments/nightly.toml", "--out",
-                                       "reports/baselines/nightly.jsonl"]
+    assert shlex.split(sweep)[3:] == [
+        "sweep",
+        "experiments/nightly.toml",
+        "--reports",
+        str(tmp_path / "r"),
+        "--sweep-id",
+        "nightly-gate",
+    ]
+    assert shlex.split(update)[3:] == [
+        "baseline",
+        "update",
+        str(tmp_path / "r" / "nightly-gate" / "results.jsonl"),
+        "--manifest",
+        "experiments/nightly.toml",
+        "--out",
+        "reports/baselines/nightly.jsonl",
+    ]
     for step in (sweep, update):
         cli.parser().parse_args(shlex.split(step)[3:])  # both are commands this CLI takes
 
@@ -318,8 +337,10 @@ def test_pool_rounds_concatenates_samples_and_keeps_failures(template):
     pooled = pool([r1, synthetic.failed(r2, "naive")])
     by = {r.variant.name: r.to_dict() for r in pooled}
     samples = by["trillium-loop"]["stages"]["denoise_step"]["measured"]["samples_s"]
-    assert samples == (r1[2]["stages"]["denoise_step"]["measured"]["samples_s"]
-                       + r2[2]["stages"]["denoise_step"]["measured"]["samples_s"])
+    assert samples == (
+        r1[2]["stages"]["denoise_step"]["measured"]["samples_s"]
+        + r2[2]["stages"]["denoise_step"]["measured"]["samples_s"]
+    )
     per_round = [r[2]["stages"]["denoise_step"]["measured"]["samples_s"] for r in (r1, r2)]
     assert by["trillium-loop"]["stages"]["denoise_step"]["measured"]["rounds_s"] == per_round
     assert by["naive"]["status"] == "failed"
@@ -328,14 +349,22 @@ def test_pool_rounds_concatenates_samples_and_keeps_failures(template):
 
 def test_interleaved_gate_ignores_one_busy_round_but_not_a_real_slowdown(template):
     base = pool([synthetic.synthetic_run(1, template), synthetic.synthetic_run(3, template)])
-    busy = pool([synthetic.synthetic_run(2, template, run_sigma=0.0, slowdown={STEP: 1.8}),
-                             synthetic.synthetic_run(4, template)])
+    busy = pool(
+        [
+            synthetic.synthetic_run(2, template, run_sigma=0.0, slowdown={STEP: 1.8}),
+            synthetic.synthetic_run(4, template),
+        ]
+    )
     result = evaluate(base, busy)
     assert result.exit_code == gate.CLEAN
     c = next(c for c in result.comparisons.comparisons if (c.variant, c.metric) == (STEP[0], "time"))
     assert c.verdict == "noise" and "(not consistent)" in c.detail
-    slow = pool([synthetic.synthetic_run(2, template, slowdown={STEP: 1.25}),
-                             synthetic.synthetic_run(4, template, slowdown={STEP: 1.25})])
+    slow = pool(
+        [
+            synthetic.synthetic_run(2, template, slowdown={STEP: 1.25}),
+            synthetic.synthetic_run(4, template, slowdown={STEP: 1.25}),
+        ]
+    )
     assert evaluate(base, slow).exit_code == gate.REGRESSION
 
 

@@ -30,17 +30,27 @@ def test_every_key_the_gate_looks_up_is_accepted() -> None:
             for key in tolerance_keys("denoise_step", metric):
                 stage, rest = split_tolerance_key(key)
                 assert stage in (None, "denoise_step") and rest in tolerance_names(), key
-    assert {"time", "static.memory", "memory", "collectives.count", "static.collectives.all-gather.count",
-            "trace.wasted_fraction", "measured.recompiles"} <= tolerance_names()
+    assert {
+        "time",
+        "static.memory",
+        "memory",
+        "collectives.count",
+        "static.collectives.all-gather.count",
+        "trace.wasted_fraction",
+        "measured.recompiles",
+    } <= tolerance_names()
 
 
-@pytest.mark.parametrize(("key", "hint"), [
-    ("static.memroy", "did you mean 'static.memory'?"),
-    ("collectives.al-gather.count", "did you mean 'collectives.all-gather.count'?"),
-    ("trace.collectives.count", "matches no metric"),
-    ("measured.memory", "matches no metric"),
-    ("denoise_step.static.memroy", "did you mean"),
-])
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("static.memroy", "did you mean 'static.memory'?"),
+        ("collectives.al-gather.count", "did you mean 'collectives.all-gather.count'?"),
+        ("trace.collectives.count", "matches no metric"),
+        ("measured.memory", "matches no metric"),
+        ("denoise_step.static.memroy", "did you mean"),
+    ],
+)
 def test_keys_that_name_no_metric_are_refused(key: str, hint: str) -> None:
     with pytest.raises(ValueError, match="matches no metric") as info:
         split_tolerance_key(key)

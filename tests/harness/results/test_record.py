@@ -65,21 +65,58 @@ def test_unreadable_versions_are_errors(version: object) -> None:
 
 def test_build_record_from_a_worker_outcome(tmp_path: Path) -> None:
     manifest = tmp_path / "m.toml"
-    manifest.write_text('schema_version = 1\n[target]\ndevices = 4\nmesh = { data = -1, tensor = 2 }\n'
-                        '[model]\npreset = "test:ok"\n[[variants]]\nname = "v"\noverrides = { "test.x" = 1 }\n')
+    manifest.write_text(
+        "schema_version = 1\n[target]\ndevices = 4\nmesh = { data = -1, tensor = 2 }\n"
+        '[model]\npreset = "test:ok"\n[[variants]]\nname = "v"\noverrides = { "test.x" = 1 }\n'
+    )
     sweep = load_sweep(manifest)
-    stage = {"status": "ok", "error": None, "notes": ["n"], "static": {"platform": "test"}, "measured": None,
-             "trace": {"log_dir": "reports/t/traces/v/denoise_step"}, "phases_s": {"build": 0.1}}
-    outcome = Outcome("ok", None, {"stages": {"denoise_step": stage}, "notes": [], "machine": {"backend": "cpu"},
-                                   "mode_used": "measure", "config_resolved": None}, 1.5, "t0", "t1")
-    context = {"machine": {"hostname": "h", "backend": None}, "versions": {"jax": "0.10.2"},
-               "git": {"commit": "abc", "dirty": False}}
-    record = build_record(sweep_id="s", manifest=sweep.manifest, variant=sweep.variants[0], run=sweep.manifest.run,
-                          outcome=outcome, context=context, log_path=tmp_path / "v.log")  # fmt: skip
+    stage = {
+        "status": "ok",
+        "error": None,
+        "notes": ["n"],
+        "static": {"platform": "test"},
+        "measured": None,
+        "trace": {"log_dir": "reports/t/traces/v/denoise_step"},
+        "phases_s": {"build": 0.1},
+    }
+    outcome = Outcome(
+        "ok",
+        None,
+        {
+            "stages": {"denoise_step": stage},
+            "notes": [],
+            "machine": {"backend": "cpu"},
+            "mode_used": "measure",
+            "config_resolved": None,
+        },
+        1.5,
+        "t0",
+        "t1",
+    )
+    context = {
+        "machine": {"hostname": "h", "backend": None},
+        "versions": {"jax": "0.10.2"},
+        "git": {"commit": "abc", "dirty": False},
+    }
+    record = build_record(
+        sweep_id="s",
+        manifest=sweep.manifest,
+        variant=sweep.variants[0],
+        run=sweep.manifest.run,
+        outcome=outcome,
+        context=context,
+        log_path=tmp_path / "v.log",
+    )
     d = record.to_dict()
     assert set(d) == set(version_1()[0])  # the version-1 schema, no more, no less
-    assert d["target"] == {"platform": "cpu", "mode": "auto", "mesh": {"data": 2, "tensor": 2}, "topology": None,
-                           "devices": 4, "mode_used": "measure"}  # fmt: skip
+    assert d["target"] == {
+        "platform": "cpu",
+        "mode": "auto",
+        "mesh": {"data": 2, "tensor": 2},
+        "topology": None,
+        "devices": 4,
+        "mode_used": "measure",
+    }
     assert d["machine"] == {"hostname": "h", "backend": "cpu"}  # the worker's view of the devices wins
     assert d["variant"] == {"name": "v", "id": sweep.variants[0].id, "overrides": {"test.x": 1}, "description": ""}
     assert d["artifacts"] == {"log": str(tmp_path / "v.log"), "traces": {"denoise_step": stage["trace"]["log_dir"]}}
@@ -89,14 +126,23 @@ def test_build_record_from_a_worker_outcome(tmp_path: Path) -> None:
 
 def test_a_variants_reference_is_recorded_and_old_records_read_without_one(tmp_path: Path) -> None:
     manifest = tmp_path / "m.toml"
-    manifest.write_text('schema_version = 1\n[model]\npreset = "test:ok"\n[[variants]]\nname = "a"\n'
-                        '[[variants]]\nname = "b"\noverrides = { "test.x" = 1 }\n')
+    manifest.write_text(
+        'schema_version = 1\n[model]\npreset = "test:ok"\n[[variants]]\nname = "a"\n'
+        '[[variants]]\nname = "b"\noverrides = { "test.x" = 1 }\n'
+    )
     b = load_sweep(manifest).variants[1]
     assert b.reference == "a"  # the first variant before it with the same preset and workload
     outcome = Outcome("ok", None, {"stages": {}}, 0.1, "t0", "t1")
     context = {"machine": {}, "versions": {}, "git": {}}
-    record = build_record(sweep_id="s", manifest=load_sweep(manifest).manifest, variant=b, run=Run(),
-                          outcome=outcome, context=context, log_path="l")  # fmt: skip
+    record = build_record(
+        sweep_id="s",
+        manifest=load_sweep(manifest).manifest,
+        variant=b,
+        run=Run(),
+        outcome=outcome,
+        context=context,
+        log_path="l",
+    )
     assert record.to_dict()["variant"]["reference"] == "a" and Record.from_dict(record.to_dict()) == record
     old = version_1()[0]
     assert "reference" not in old["variant"] and Record.from_dict(old).variant.reference is None

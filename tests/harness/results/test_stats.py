@@ -116,14 +116,22 @@ def test_interleaved_rounds_must_agree_on_a_regression():
     v = stats.compare_samples(*pooled, rounds=list(zip(base_rounds, busy, strict=True)))
     assert v.verdict == stats.NOISE and "(not consistent)" in v.describe()
     slow = [lognormal(rng, 1.3, 10), lognormal(rng, 1.3, 10)]
-    v = stats.compare_samples(base_rounds[0] + base_rounds[1], slow[0] + slow[1],
-                              rounds=list(zip(base_rounds, slow, strict=True)))
+    v = stats.compare_samples(
+        base_rounds[0] + base_rounds[1], slow[0] + slow[1], rounds=list(zip(base_rounds, slow, strict=True))
+    )
     assert v.verdict == stats.REGRESSED and len(v.round_ratios) == 2 and "per-round ratios 1.2" in v.describe()
 
 
 def test_summarize() -> None:
     s = stats.summarize([3.0, 1.0, 2.0, 4.0])
-    assert s == {"n": 4, "median": 2.5, "min": 1.0, "max": 4.0, "mean": 2.5,
-                 "stdev": pytest.approx(1.2909944), "iqr": 1.5}
+    assert s == {
+        "n": 4,
+        "median": 2.5,
+        "min": 1.0,
+        "max": 4.0,
+        "mean": 2.5,
+        "stdev": pytest.approx(1.2909944),
+        "iqr": 1.5,
+    }
     assert stats.summarize([2.0])["stdev"] == 0.0 and stats.summarize([2.0])["iqr"] == 0.0
     assert stats.summarize([])["median"] is None

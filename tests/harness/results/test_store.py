@@ -59,7 +59,8 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
     with pytest.warns(InvalidRecordWarning) as caught:
         assert [r.variant.id for r in load_records(path)] == ["a"]
     assert [str(w.message) for w in caught] == [
-        f"{path}: skipped 1 line(s) that are not records: line 2: torn last line (43 bytes)"]
+        f"{path}: skipped 1 line(s) that are not records: line 2: torn last line (43 bytes)"
+    ]
 
 
 def test_the_next_append_repairs_a_torn_line_and_keeps_its_bytes(tmp_path: Path) -> None:
@@ -93,8 +94,16 @@ def test_newer_record_version_is_an_error(tmp_path: Path) -> None:
 def test_json_that_is_no_record_is_skipped_with_one_warning_naming_each_line(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     good = _record("a").to_dict()
-    lines = [good, {"record_version": 1}, [1, 2], {**good, "stages": []},
-             {**good, "stages": {"s": {"status": "weird"}}}, {**good, "duration_s": "slow"}, "not json", good]
+    lines = [
+        good,
+        {"record_version": 1},
+        [1, 2],
+        {**good, "stages": []},
+        {**good, "stages": {"s": {"status": "weird"}}},
+        {**good, "duration_s": "slow"},
+        "not json",
+        good,
+    ]
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
     with pytest.warns(InvalidRecordWarning) as caught:
         assert len(load_records(path)) == 2
@@ -107,7 +116,8 @@ def test_json_that_is_no_record_is_skipped_with_one_warning_naming_each_line(tmp
         "line 4: not a result record: stages: expected an object, got list ('[]'); "
         "line 5: not a result record: stages.s.status: 'weird' is none of ok, failed, does-not-fit; "
         "line 6: not a result record: duration_s: expected a number, got str ('slow'); "
-        "line 7: not JSON (8 bytes)")
+        "line 7: not JSON (8 bytes)"
+    )
 
 
 def test_sweep_ids_stay_inside_the_reports_folder(tmp_path: Path) -> None:
@@ -150,8 +160,13 @@ def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
 
 
 def test_resume_bookkeeping() -> None:
-    rs = [_record("a", "failed"), _record("a", "ok", n=1), _record("b", "timeout"), _record("c", "ok"),
-          _record("c", "crashed")]
+    rs = [
+        _record("a", "failed"),
+        _record("a", "ok", n=1),
+        _record("b", "timeout"),
+        _record("c", "ok"),
+        _record("c", "crashed"),
+    ]
     assert finished_ids(rs) == {"a", "c"}
     latest = latest_by_variant(rs)
     assert latest["a"].extra == {"n": 1} and latest["c"].status == "crashed"

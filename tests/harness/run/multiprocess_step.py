@@ -33,8 +33,11 @@ def main(manifest: str, processes: int, process_id: int, coordinator: str, out: 
         strategy = v.config_overrides["transformer.sharding"]
         mesh = build_mesh(v.target.resolved().mesh_shape, devices=jax.devices())
         with jax.set_mesh(mesh):
-            stage = JaxStage(build_stage("denoise_step", build_config(v.preset, v.config_overrides),
-                                         model_workload(v.workload), mesh))  # fmt: skip
+            stage = JaxStage(
+                build_stage(
+                    "denoise_step", build_config(v.preset, v.config_overrides), model_workload(v.workload), mesh
+                )
+            )
             statics[strategy] = {k: val for k, val in stage.static().items() if k not in distributed.STATIC_VOLATILE}
             stage.prepare()
             for i, o in enumerate(stage.run()):

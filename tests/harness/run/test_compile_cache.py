@@ -31,11 +31,17 @@ class _CountingStage:
 
 def _spec(tmp_path: Path, mesh: tuple[tuple[str, int], ...] = (("fsdp", 2), ("tensor", 4))) -> WorkerSpec:
     return WorkerSpec(
-        variant_name="v", variant_id="v", preset="small", config_overrides={"transformer.sharding": "trillium"},
-        target=Target("tpu", "auto", mesh, "v6e:2x4", 8), mode="compile",
-        workload=Workload(height=64, stages=("denoise_step",)), run=Run(), trace_dir=str(tmp_path / "traces"),
+        variant_name="v",
+        variant_id="v",
+        preset="small",
+        config_overrides={"transformer.sharding": "trillium"},
+        target=Target("tpu", "auto", mesh, "v6e:2x4", 8),
+        mode="compile",
+        workload=Workload(height=64, stages=("denoise_step",)),
+        run=Run(),
+        trace_dir=str(tmp_path / "traces"),
         cache_dir=str(tmp_path),
-    )  # fmt: skip
+    )
 
 
 def test_compile_cache_hits_for_an_unchanged_variant(tmp_path: Path) -> None:

@@ -77,9 +77,13 @@ def start_sweep(tmp_path: Path, text: str = HANGS) -> tuple[subprocess.Popen[str
     manifest, tmpdir, reports = tmp_path / "hang.toml", tmp_path / "tmp", tmp_path / "reports"
     manifest.write_text(text)
     tmpdir.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(reports),
-                             "--no-report"], env={**os.environ, "TMPDIR": str(tmpdir)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(reports), "--no-report"],
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, tmpdir, reports
 
 
@@ -105,8 +109,9 @@ def assert_nothing_left(worker: int, tmpdir: Path) -> None:
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_an_interrupted_sweep_stops_its_worker_cleans_up_and_says_so(tmp_path: Path, reap: list[int], sig: int,
-                                                                     code: int) -> None:  # fmt: skip
+def test_an_interrupted_sweep_stops_its_worker_cleans_up_and_says_so(
+    tmp_path: Path, reap: list[int], sig: int, code: int
+) -> None:
     proc, tmpdir, reports = start_sweep(tmp_path)
     try:
         worker = running_worker(tmpdir)
@@ -148,10 +153,16 @@ def test_a_second_sweep_on_the_same_folder_is_refused_naming_the_holder(
     tmpdir.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))  # this process's temporary folders go there
     manifest.write_text(HANGS.replace("test:sleep", "test:ok"))
-    code = ("import sys\nfrom harness.results.lock import sweep_lock\n"
-            "with sweep_lock(sys.argv[1]):\n    print('held', flush=True)\n    sys.stdin.read()\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(reports / "m"), "--holding"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    code = (
+        "import sys\nfrom harness.results.lock import sweep_lock\n"
+        "with sweep_lock(sys.argv[1]):\n    print('held', flush=True)\n    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(reports / "m"), "--holding"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         assert cli.main(["sweep", str(manifest), "--reports", str(reports), "--no-report"]) == 2

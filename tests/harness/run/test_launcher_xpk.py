@@ -37,20 +37,38 @@ def xpk(tmp_path: Path) -> tuple[dict[str, str], Path]:
     fake = bin_dir / "xpk"
     fake.write_text(FAKE_XPK.format(python=sys.executable))
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_XPK_LOG": str(log),
-           "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_XPK_LOG": str(log),
+        "PYTHONPATH": str(REPO),
+    }
     return env, log
 
 
 def harness(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True,
-                          cwd=REPO, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True, cwd=REPO, timeout=120
+    )
 
 
 def submit(env: dict[str, str], results: str | Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return harness(env, "sweep", str(MANIFEST.relative_to(REPO)), "--launcher", "xpk", "--cluster", "ltx-cluster",
-                   "--tpu-type", "v6e-16", "--docker-image", "gcr.io/proj/ltx2-perf:abc123", "--results-dir",
-                   str(results), *extra)  # fmt: skip
+    return harness(
+        env,
+        "sweep",
+        str(MANIFEST.relative_to(REPO)),
+        "--launcher",
+        "xpk",
+        "--cluster",
+        "ltx-cluster",
+        "--tpu-type",
+        "v6e-16",
+        "--docker-image",
+        "gcr.io/proj/ltx2-perf:abc123",
+        "--results-dir",
+        str(results),
+        *extra,
+    )
 
 
 def calls(log: Path) -> list[list[str]]:
@@ -107,8 +125,9 @@ def test_submit_collect_and_resume(xpk: tuple[dict[str, str], Path], tmp_path: P
     assert len((sweep_dir / "results.jsonl").read_text().splitlines()) == 1
 
 
-def test_a_refused_submission_is_a_failed_record_and_is_retried(xpk: tuple[dict[str, str], Path],
-                                                               tmp_path: Path) -> None:  # fmt: skip
+def test_a_refused_submission_is_a_failed_record_and_is_retried(
+    xpk: tuple[dict[str, str], Path], tmp_path: Path
+) -> None:
     env, log = xpk
     results = tmp_path / "results"
     ids = [line.split()[0] for line in harness(env, "sweep", str(MANIFEST), "--list").stdout.splitlines()]

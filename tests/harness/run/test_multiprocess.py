@@ -35,8 +35,12 @@ OUTPUT_TOLERANCE = 1e-6
 
 
 def _driver(processes: int, pid: int, coordinator: str, out: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO),
-           "XLA_FLAGS": f"{DEVICE_COUNT_FLAG}={8 // processes}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(REPO),
+        "XLA_FLAGS": f"{DEVICE_COUNT_FLAG}={8 // processes}",
+    }
     argv = [sys.executable, str(DRIVER), str(MANIFEST), str(processes), str(pid), coordinator, str(out)]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -155,28 +159,53 @@ def test_killing_one_process_fails_the_variant_ends_the_other_and_the_sweep_goes
 
 
 def _entry(wall: float, static: dict) -> dict:
-    return {"status": "ok", "error": None, "notes": [], "static": static, "phases_s": {"run": wall},
-            "measured": {"wall_s": {"median": wall}, "samples_s": [wall]}, "trace": None}  # fmt: skip
+    return {
+        "status": "ok",
+        "error": None,
+        "notes": [],
+        "static": static,
+        "phases_s": {"run": wall},
+        "measured": {"wall_s": {"median": wall}, "samples_s": [wall]},
+        "trace": None,
+    }
 
 
 def test_merge_takes_the_slowest_process_and_rejects_differing_static_metrics() -> None:
     static = {"collectives": {"all-reduce": 2}, "timing": {"compile_s": 1.0}}
     slow_static = {**static, "timing": {"compile_s": 3.0}}  # compile times may differ
-    merged = merge_results([{"status": "ok", "stages": {"s": _entry(0.1, static)}},
-                            {"status": "ok", "stages": {"s": _entry(0.3, slow_static)}}])  # fmt: skip
+    merged = merge_results(
+        [
+            {"status": "ok", "stages": {"s": _entry(0.1, static)}},
+            {"status": "ok", "stages": {"s": _entry(0.3, slow_static)}},
+        ]
+    )
     s = merged["stages"]["s"]
     assert merged["status"] == "ok" and merged["processes"] == 2
     assert s["measured"]["wall_s"]["median"] == 0.3 and s["measured"]["process"] == 1
     assert [p["wall_s"]["median"] for p in s["processes"]] == [0.1, 0.3]
-    traced = [{**_entry(0.1, static), "trace": {"steps": 2, "log_dir": f"/t/p{i}", "devices": [
-        {"device": d, "compute_ns": 10.0 * i + d} for d in (0, 1)]}} for i in (0, 1)]  # fmt: skip
+    traced = [
+        {
+            **_entry(0.1, static),
+            "trace": {
+                "steps": 2,
+                "log_dir": f"/t/p{i}",
+                "devices": [{"device": d, "compute_ns": 10.0 * i + d} for d in (0, 1)],
+            },
+        }
+        for i in (0, 1)
+    ]
     t = merge_results([{"status": "ok", "stages": {"s": e}} for e in traced])["stages"]["s"]
     assert [(d["process"], d["device"], d["compute_ns"]) for d in t["trace"]["devices"]] == [
-        (0, 0, 0.0), (0, 1, 1.0), (1, 0, 10.0), (1, 1, 11.0)]  # fmt: skip
+        (0, 0, 0.0),
+        (0, 1, 1.0),
+        (1, 0, 10.0),
+        (1, 1, 11.0),
+    ]
     assert t["trace"]["steps"] == 2 and [p["log_dir"] for p in t["trace_processes"]] == ["/t/p0", "/t/p1"]
     other = {"collectives": {"all-reduce": 3}, "timing": {}}
-    bad = merge_results([{"status": "ok", "stages": {"s": _entry(0.1, static)}},
-                         {"status": "ok", "stages": {"s": _entry(0.1, other)}}])  # fmt: skip
+    bad = merge_results(
+        [{"status": "ok", "stages": {"s": _entry(0.1, static)}}, {"status": "ok", "stages": {"s": _entry(0.1, other)}}]
+    )
     assert bad["status"] == "failed" and bad["stages"]["s"]["status"] == "failed"
     assert "static metrics of process 1 differ from process 0's (collectives)" in bad["error"]
 
@@ -202,8 +231,12 @@ def test_a_hanging_variant_of_two_processes_times_out_saying_where_each_was(tmp_
 
     path = tmp_path / "hang.toml"
     path.write_text(KILLED.replace("timeout_s = 600", "timeout_s = 1.5").split("[[variants]]")[0])
-    result = run_sweep(load_sweep(path), SweepOptions(reports_dir=tmp_path / "reports"), stream=io.StringIO(),
-                       launcher=LocalLauncher(kill_grace_s=1.0))  # fmt: skip
+    result = run_sweep(
+        load_sweep(path),
+        SweepOptions(reports_dir=tmp_path / "reports"),
+        stream=io.StringIO(),
+        launcher=LocalLauncher(kill_grace_s=1.0),
+    )
     (record,) = result.records
     assert record.status == "timeout"
     assert "all 2 ended (process 0 in denoise_step:warmup, process 1 in denoise_step:warmup)" in record.error

@@ -25,6 +25,7 @@ WL = {"height": 64, "width": 64, "num_frames": 9, "frame_rate": 24.0, "batch": 2
 
 def _hlo() -> str:
     """A small compiled program with a loop: four (64 x 64) matmuls in a fori_loop, then a reduction."""
+
     def f(x: jax.Array) -> jax.Array:
         return jax.lax.fori_loop(0, 4, lambda _, y: jnp.tanh(y @ y), x).sum()
 
@@ -51,11 +52,17 @@ class _CompiledStage:
 
 def _tpu_spec(tmp_path: Path) -> WorkerSpec:
     return WorkerSpec(
-        variant_name="v", variant_id="v", preset="small", config_overrides={"transformer.sharding": "trillium"},
-        target=Target("tpu", "auto", (("fsdp", 2), ("tensor", 4)), "v6e:2x4", 8), mode="compile",
-        workload=Workload(height=64, stages=("denoise_step",)), run=Run(), trace_dir=str(tmp_path / "traces" / "v"),
+        variant_name="v",
+        variant_id="v",
+        preset="small",
+        config_overrides={"transformer.sharding": "trillium"},
+        target=Target("tpu", "auto", (("fsdp", 2), ("tensor", 4)), "v6e:2x4", 8),
+        mode="compile",
+        workload=Workload(height=64, stages=("denoise_step",)),
+        run=Run(),
+        trace_dir=str(tmp_path / "traces" / "v"),
         cache_dir=str(tmp_path / "cache"),
-    )  # fmt: skip
+    )
 
 
 def test_compile_cache_hit_still_predicts(tmp_path: Path) -> None:
@@ -99,12 +106,16 @@ def test_worker_predicts_a_cpu_stage(tmp_path: Path) -> None:
     """The tiny denoise step on a one-device mesh: a predicted entry with the trace's accounting, the
     measured CPU constants, per-video time, sensitivity, and a Chrome JSON file Perfetto can read."""
     spec = WorkerSpec(
-        variant_name="t", variant_id="t", preset="tiny", config_overrides={"transformer.sharding": "replicated"},
-        target=Target("cpu", "measure", (("data", 1),), None, 1), mode="measure",
+        variant_name="t",
+        variant_id="t",
+        preset="tiny",
+        config_overrides={"transformer.sharding": "replicated"},
+        target=Target("cpu", "measure", (("data", 1),), None, 1),
+        mode="measure",
         workload=Workload(**WL, stages=("denoise_step",)),
         run=Run(repeats=2, warmup=1, timeout_s=600.0, metrics=("static", "measured")),
         trace_dir=str(tmp_path / "traces" / "t"),
-    )  # fmt: skip
+    )
     assert run_spec(spec, tmp_path / "out.json") == 0
     entry = json.loads((tmp_path / "out.json").read_text())["stages"]["denoise_step"]
     p = entry["predicted"]
@@ -112,8 +123,15 @@ def test_worker_predicts_a_cpu_stage(tmp_path: Path) -> None:
     assert p["step_s"] > 0 and p["video_s"] == pytest.approx(p["step_s"] * 2) and p["calls_per_video"] == 2
     assert p["host_loop"] is False and p["spec"]["name"] == "cpu"
     device = p["device"]
-    assert {"window_ns", "compute_ns", "collective_ns_by_kind", "exposed_collective_ns", "idle_ns",
-            "wasted_fraction", "exposed_ns_by_kind"} <= set(device)  # fmt: skip
+    assert {
+        "window_ns",
+        "compute_ns",
+        "collective_ns_by_kind",
+        "exposed_collective_ns",
+        "idle_ns",
+        "wasted_fraction",
+        "exposed_ns_by_kind",
+    } <= set(device)
     assert device["window_ns"] == pytest.approx(p["step_s"] * 1e9, rel=1e-6)
     assert p["calibration"]["matmul_flops_per_s"] > 1e8 and (tmp_path / "traces" / "cpu-calibration.json").exists()
     assert p["sensitivity"]["most"] in p["spec"]["constants"]
@@ -127,10 +145,17 @@ def test_worker_predicts_a_cpu_stage(tmp_path: Path) -> None:
 
 
 def test_test_presets_have_no_prediction(tmp_path: Path) -> None:
-    spec = WorkerSpec(variant_name="t", variant_id="t", preset="test:ok", config_overrides={},
-                      target=Target("cpu", "measure", (("data", 1),), None, 1), mode="measure",
-                      workload=Workload(**WL, stages=("denoise_step",)), run=dataclasses.replace(Run(), repeats=1),
-                      trace_dir=str(tmp_path / "t"))  # fmt: skip
+    spec = WorkerSpec(
+        variant_name="t",
+        variant_id="t",
+        preset="test:ok",
+        config_overrides={},
+        target=Target("cpu", "measure", (("data", 1),), None, 1),
+        mode="measure",
+        workload=Workload(**WL, stages=("denoise_step",)),
+        run=dataclasses.replace(Run(), repeats=1),
+        trace_dir=str(tmp_path / "t"),
+    )
     assert run_spec(spec, tmp_path / "out.json") == 0
     entry = json.loads((tmp_path / "out.json").read_text())["stages"]["denoise_step"]
     assert entry["predicted"] is None and "predict" not in entry["phases_s"]

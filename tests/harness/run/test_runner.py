@@ -52,8 +52,9 @@ def _manifest(tmp_path: Path, text: str = ISOLATION) -> Path:
 
 def _sweep(path: Path, reports: Path, **kw: object) -> tuple[list[dict], str]:
     out = io.StringIO()
-    result = run_sweep(load_sweep(path), SweepOptions(reports_dir=reports, **kw), stream=out,
-                       launcher=LocalLauncher(kill_grace_s=1.0))  # fmt: skip
+    result = run_sweep(
+        load_sweep(path), SweepOptions(reports_dir=reports, **kw), stream=out, launcher=LocalLauncher(kill_grace_s=1.0)
+    )
     return [r.to_dict() for r in result.records], out.getvalue()  # the records' JSON form
 
 
@@ -61,7 +62,12 @@ def test_crashes_and_timeouts_become_failed_records_and_the_sweep_goes_on(tmp_pa
     written, log = _sweep(_manifest(tmp_path), tmp_path / "reports")
     by_name = {r["variant"]["name"]: r for r in written}
     assert {n: r["status"] for n, r in by_name.items()} == {
-        "first": "ok", "raises": "failed", "killed": "crashed", "hangs": "timeout", "last": "ok"}
+        "first": "ok",
+        "raises": "failed",
+        "killed": "crashed",
+        "hangs": "timeout",
+        "last": "ok",
+    }
     assert "RuntimeError: test workload raised on purpose" in by_name["raises"]["error"]
     assert by_name["raises"]["stages"]["denoise_step"]["status"] == "failed"
     assert by_name["killed"]["error"].startswith("worker killed by signal SIGKILL")
@@ -83,8 +89,14 @@ def test_record_is_self_describing(tmp_path: Path) -> None:
     assert record["manifest"]["path"].endswith("iso.toml") and len(record["manifest"]["sha256"]) == 64
     assert record["variant"]["name"] == "base" and len(record["variant"]["id"]) == 12
     assert record["config"]["preset"] == "test:ok" and record["config"]["run"]["repeats"] == 3
-    assert record["target"] == {"platform": "cpu", "mode": "auto", "mode_used": "measure", "mesh": {"data": 2},
-                                "topology": None, "devices": 2}
+    assert record["target"] == {
+        "platform": "cpu",
+        "mode": "auto",
+        "mode_used": "measure",
+        "mesh": {"data": 2},
+        "topology": None,
+        "devices": 2,
+    }
     assert record["machine"]["hostname"] and record["versions"]["jax"]
     assert set(record["git"]) == {"commit", "dirty"}
     assert record["started_at"] < record["finished_at"] and record["duration_s"] > 0
@@ -126,8 +138,9 @@ def test_a_tpu_worker_starts_with_the_stack_limit_raised_to_the_hard_one(tmp_pat
     import resource
 
     (variant,) = load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).variants
-    spec = worker_spec(variant, load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).manifest.run,
-                       tmp_path / "traces")  # fmt: skip
+    spec = worker_spec(
+        variant, load_sweep(_manifest(tmp_path, ISOLATION.split("[[variants]]")[0])).manifest.run, tmp_path / "traces"
+    )
     worker = [sys.executable, "-m", "harness.run.worker", "s.json", "o.json"]
     assert worker_command(spec, sys.executable, Path("s.json"), Path("o.json")) == worker
     tpu = dataclasses.replace(spec, target=dataclasses.replace(spec.target, platform="tpu"))

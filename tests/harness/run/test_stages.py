@@ -22,12 +22,17 @@ MESH = {"fsdp": 2, "context": 2, "tensor": 2}
 def tiny_spec(tmp_path: Path, stages: list[str], overrides: dict[str, Any], **run: Any) -> WorkerSpec:
     """A worker spec for the tiny preset on an fsdp 2 x context 2 x tensor 2 mesh of 8 CPU devices."""
     return WorkerSpec(
-        variant_name="t", variant_id="t", preset="tiny", config_overrides=overrides,
-        target=Target("cpu", "measure", tuple(MESH.items()), None, 8), mode="measure",
+        variant_name="t",
+        variant_id="t",
+        preset="tiny",
+        config_overrides=overrides,
+        target=Target("cpu", "measure", tuple(MESH.items()), None, 8),
+        mode="measure",
         workload=Workload(**WL, stages=tuple(stages)),
         run=Run(**{"repeats": 2, "warmup": 1, "timeout_s": 600.0, "metrics": ("static", "measured"), **run}),
-        trace_dir=str(tmp_path / "traces"), status_path=str(tmp_path / "status.json"),
-    )  # fmt: skip
+        trace_dir=str(tmp_path / "traces"),
+        status_path=str(tmp_path / "status.json"),
+    )
 
 
 def _run(tmp_path: Path, stages: list[str], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -46,8 +51,9 @@ def test_denoise_loop_scan_and_python_compile_the_same_step(tmp_path: Path) -> N
     """Scan: one program holding every step (collectives x trip count); python: one step's program,
     called `steps` times. Per video both move the same collectives, and neither recompiles."""
     scan = _run(tmp_path / "scan", ["denoise_loop"], {"transformer.sharding": "context"})["denoise_loop"]
-    py = _run(tmp_path / "py", ["denoise_loop"], {"transformer.sharding": "context",
-                                                   "pipeline.diffusion_loop": "python"})["denoise_loop"]  # fmt: skip
+    py = _run(
+        tmp_path / "py", ["denoise_loop"], {"transformer.sharding": "context", "pipeline.diffusion_loop": "python"}
+    )["denoise_loop"]
     for stage in (scan, py):
         assert stage["status"] == "ok", stage["error"]
         assert stage["measured"]["recompiles"]["count"] == 0
@@ -74,8 +80,13 @@ def test_every_pipeline_stage_runs_at_tiny(tmp_path: Path) -> None:
 
 def test_worker_runs_the_tiny_transformer_in_process(tmp_path: Path) -> None:
     """The real stage path: static (collectives), measured (no recompiles), trace; a pipeline stage beside it."""
-    spec = tiny_spec(tmp_path, ["denoise_step", "video_decode"], {"transformer.sharding": "context"}, trace=True,
-                     metrics=("static", "measured", "trace"))  # fmt: skip
+    spec = tiny_spec(
+        tmp_path,
+        ["denoise_step", "video_decode"],
+        {"transformer.sharding": "context"},
+        trace=True,
+        metrics=("static", "measured", "trace"),
+    )
     assert run_spec(spec, tmp_path / "out.json") == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["mode_used"] == "measure" and out["machine"]["device_count"] == 8

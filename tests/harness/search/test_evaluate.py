@@ -15,13 +15,19 @@ GiB = 2**30
 
 def _record(status: str = "ok", stage_status: str = "ok", fits: bool | None = True, error: str | None = None) -> Any:
     entry = SimpleNamespace(
-        status=stage_status, error=error,
-        predicted={"step_s": 0.010, "exposed_all_gather_fraction": 0.05, "wasted_fraction": 0.1,
-                   "device": {"exposed_collective_ns": 2e6}},
+        status=stage_status,
+        error=error,
+        predicted={
+            "step_s": 0.010,
+            "exposed_all_gather_fraction": 0.05,
+            "wasted_fraction": 0.1,
+            "device": {"exposed_collective_ns": 2e6},
+        },
         static={"memory": {"bound_bytes": 3 * GiB, "argument_bytes": 1 * GiB}, "target": {"fits": fits}},
-    )  # fmt: skip
-    return SimpleNamespace(status=status, error=error, stages={"denoise_step": entry},
-                           variant=SimpleNamespace(id="abc"))  # fmt: skip
+    )
+    return SimpleNamespace(
+        status=status, error=error, stages={"denoise_step": entry}, variant=SimpleNamespace(id="abc")
+    )
 
 
 def test_a_proxy_is_scaled_per_block() -> None:
@@ -42,9 +48,14 @@ def test_a_proxy_whose_scaled_memory_exceeds_the_device_does_not_fit() -> None:
     assert s.status == "does-not-fit" and s.fits is False and not s.usable
 
 
-@pytest.mark.parametrize(("record", "status"), [(_record(fits=False), "does-not-fit"),
-                                                (_record(stage_status="does-not-fit", fits=None), "does-not-fit"),
-                                                (_record(status="failed", error="boom"), "failed")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("record", "status"),
+    [
+        (_record(fits=False), "does-not-fit"),
+        (_record(stage_status="does-not-fit", fits=None), "does-not-fit"),
+        (_record(status="failed", error="boom"), "failed"),
+    ],
+)
 def test_what_the_record_says_against_it_stands(record: Any, status: str) -> None:
     s = score_of(record, "denoise_step", depth=48, full_layers=48, hbm_bytes=None)
     assert s.status == status and not s.usable

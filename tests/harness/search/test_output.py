@@ -37,7 +37,8 @@ def test_the_winners_manifest_runs_the_winners_as_they_are(tmp_path: Path) -> No
         assert "transformer.num_layers" not in variant.config_overrides  # full depth
     first = build_config(sweep.variants[0].preset, sweep.variants[0].config_overrides)
     assert first.transformer.sharding == "replicated+" + "+".join(
-        f"{k}={','.join(v) or '-'}" for k, v in sorted(BEST.items()))
+        f"{k}={','.join(v) or '-'}" for k, v in sorted(BEST.items())
+    )
     assert sweep.manifest.workload == manifest.workload and sweep.manifest.run == manifest.run
 
     summary = json.loads(paths["json"].read_text())

@@ -85,7 +85,8 @@ def test_a_rerun_compiles_nothing(searched: tuple[Path, Path, subprocess.Complet
 
 
 def test_the_winners_rules_keep_the_replicated_numbers(
-        searched: tuple[Path, Path, subprocess.CompletedProcess[str]]) -> None:  # fmt: skip
+    searched: tuple[Path, Path, subprocess.CompletedProcess[str]],
+) -> None:
     _, reports, _ = searched
     winner = load_sweep(reports / "space" / "winners.toml").variants[0]
     rules = rules_of(winner.config_overrides)

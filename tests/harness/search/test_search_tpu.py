@@ -23,15 +23,25 @@ REPO = Path(__file__).resolve().parents[3]
 pytestmark = [
     pytest.mark.aot,
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                       reason="needs the [tpu-aot] extra (libtpu): nox -s aot"),  # fmt: skip
+    pytest.mark.skipif(
+        importlib.util.find_spec("libtpu") is None, reason="needs the [tpu-aot] extra (libtpu): nox -s aot"
+    ),
 ]
 
 
 @pytest.mark.parametrize("manifest", ["search-v6e.toml", "search-v7x.toml"])
 def test_a_small_budget_search_predicts_every_candidate_and_writes_winners(manifest: str, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "harness", "search", f"experiments/{manifest}", "--budget", "2",
-           "--reports", str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "search",
+        f"experiments/{manifest}",
+        "--budget",
+        "2",
+        "--reports",
+        str(tmp_path),
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3000)
     print(done.stdout)
     assert done.returncode in (0, 1), done.stderr[-3000:]

@@ -57,17 +57,27 @@ def test_a_rule_naming_an_axis_the_mesh_lacks_is_cut_to_the_axes_it_has() -> Non
 def test_points_that_normalise_alike_are_one_candidate() -> None:
     space = SearchSpace(rules=(("activation_length", (("context",), ())),), meshes=(MESH, (("data", 8),)))
     names = [c.name for c in enumerate_space(space)]
-    assert names == ["data2xcontext2xtensor2/xla/activation_length=context",
-                     "data2xcontext2xtensor2/xla/activation_length=-", "data8/xla/activation_length=-"]  # fmt: skip
+    assert names == [
+        "data2xcontext2xtensor2/xla/activation_length=context",
+        "data2xcontext2xtensor2/xla/activation_length=-",
+        "data8/xla/activation_length=-",
+    ]
 
 
 def test_neighbours_change_one_rule_the_mesh_or_the_kernel() -> None:
-    space = SearchSpace(rules=(("heads", (("tensor",), ())), ("mlp", (("tensor",), ()))),
-                        meshes=(MESH, (("tensor", 8),)), attention=("xla", "splash"))  # fmt: skip
+    space = SearchSpace(
+        rules=(("heads", (("tensor",), ())), ("mlp", (("tensor",), ()))),
+        meshes=(MESH, (("tensor", 8),)),
+        attention=("xla", "splash"),
+    )
     c = _c(heads=["tensor"], mlp=["tensor"])
     got = {n.name for n in neighbours(c, space)}
-    assert got == {"data2xcontext2xtensor2/xla/heads=-,mlp=tensor", "data2xcontext2xtensor2/xla/heads=tensor,mlp=-",
-                   "tensor8/xla/heads=tensor,mlp=tensor", "data2xcontext2xtensor2/splash/heads=tensor,mlp=tensor"}
+    assert got == {
+        "data2xcontext2xtensor2/xla/heads=-,mlp=tensor",
+        "data2xcontext2xtensor2/xla/heads=tensor,mlp=-",
+        "tensor8/xla/heads=tensor,mlp=tensor",
+        "data2xcontext2xtensor2/splash/heads=tensor,mlp=tensor",
+    }
 
 
 def test_a_good_layout_is_kept() -> None:
@@ -90,10 +100,13 @@ def test_one_mesh_axis_on_two_dims_of_an_array_is_pruned() -> None:
     assert "activation_batch" in reason.detail and "activation_embed" in reason.detail
 
 
-@pytest.mark.parametrize(("rules", "what"), [
-    ({"activation_heads": ["context", "tensor"]}, "activation_heads (2) does not divide over context x tensor (4)"),
-    ({"activation_batch": ["data", "context"]}, "activation_batch (2) does not divide over data x context (4)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rules", "what"),
+    [
+        ({"activation_heads": ["context", "tensor"]}, "activation_heads (2) does not divide over context x tensor (4)"),
+        ({"activation_batch": ["data", "context"]}, "activation_batch (2) does not divide over data x context (4)"),
+    ],
+)
 def test_a_dim_that_does_not_divide_over_its_axes_is_pruned(rules: dict[str, list[str]], what: str) -> None:
     reason = prune_reason(tiny_facts(), _c(attention="splash", **rules), 8)
     assert reason is not None and reason.kind == NOT_DIVISIBLE and what in reason.detail
@@ -111,21 +124,28 @@ def test_rules_the_step_does_not_use_give_the_same_layout() -> None:
     assert layout_key(facts, base) == layout_key(facts, unused)
     assert layout_key(facts, base) != layout_key(facts, _c(heads=[], kv=[], activation_heads=[]))
     splash = _c(attention="splash", heads=["tensor"], kv=[], activation_heads=[])
-    assert layout_key(facts, splash) != layout_key(facts, _c(attention="splash", heads=["tensor"], kv=[],
-                                                              activation_heads=["tensor"]))  # fmt: skip
+    assert layout_key(facts, splash) != layout_key(
+        facts, _c(attention="splash", heads=["tensor"], kv=[], activation_heads=["tensor"])
+    )
 
 
 def test_the_search_compiles_one_layout_once() -> None:
     space = SearchSpace(rules=(("heads", (("tensor",), ())), ("kv", (("tensor",), ()))), meshes=(MESH,))
     result = SearchResult()
     kept = candidates(space, tiny_facts(), 8, HW, result)
-    assert [c.name for c in kept] == ["data2xcontext2xtensor2/xla/heads=tensor,kv=tensor",
-                                      "data2xcontext2xtensor2/xla/heads=-,kv=tensor"]  # fmt: skip
+    assert [c.name for c in kept] == [
+        "data2xcontext2xtensor2/xla/heads=tensor,kv=tensor",
+        "data2xcontext2xtensor2/xla/heads=-,kv=tensor",
+    ]
     assert {k: len(v) for k, v in result.pruned.items()} == {SAME: 2}
 
 
 def test_candidate_overrides_spell_every_searched_rule_the_mesh_and_the_kernel() -> None:
     c = _c(heads=["tensor"], mlp_in=[])
-    assert c.overrides("naive") == {"transformer.sharding": "naive", "sharding.rules.heads": ["tensor"],
-                                    "sharding.rules.mlp_in": [], "target.mesh": dict(MESH),
-                                    "transformer.attention_impl": "xla"}  # fmt: skip
+    assert c.overrides("naive") == {
+        "transformer.sharding": "naive",
+        "sharding.rules.heads": ["tensor"],
+        "sharding.rules.mlp_in": [],
+        "target.mesh": dict(MESH),
+        "transformer.attention_impl": "xla",
+    }

@@ -12,10 +12,18 @@ from harness.search.strategy import Score, search
 from tests.harness.search.test_space import HW, MESH, tiny_facts
 
 SPACE = SearchSpace(
-    rules=(("heads", (("tensor",), ())), ("mlp", (("tensor",), ())), ("activation_batch", (("data",), ())),
-           ("activation_length", (("context",), ()))),
-    meshes=(MESH,), attention=("xla", "splash"), base="replicated", proxy_layers=1, confirm=2,
-)  # fmt: skip
+    rules=(
+        ("heads", (("tensor",), ())),
+        ("mlp", (("tensor",), ())),
+        ("activation_batch", (("data",), ())),
+        ("activation_length", (("context",), ())),
+    ),
+    meshes=(MESH,),
+    attention=("xla", "splash"),
+    base="replicated",
+    proxy_layers=1,
+    confirm=2,
+)
 BEST = {"heads": ("tensor",), "mlp": (), "activation_batch": ("data",), "activation_length": ("context",)}
 
 
@@ -31,8 +39,12 @@ class Known:
 
     def __call__(self, cands: Sequence[Candidate], full: bool) -> Mapping[Candidate, Score]:
         self.calls.append((tuple(c.name for c in cands), full))
-        return {c: Score("does-not-fit", self.step(c), 2 if full else 1, fits=False) if c == self.no_fit
-                else Score("ok", self.step(c), 2 if full else 1, fits=True) for c in cands}  # fmt: skip
+        return {
+            c: Score("does-not-fit", self.step(c), 2 if full else 1, fits=False)
+            if c == self.no_fit
+            else Score("ok", self.step(c), 2 if full else 1, fits=True)
+            for c in cands
+        }
 
 
 def test_the_known_best_is_found_and_confirmed_within_the_budget() -> None:
@@ -78,8 +90,12 @@ def test_without_a_proxy_nothing_is_confirmed_and_every_compile_is_full_depth() 
 def test_a_move_onto_a_twin_layout_compiles_the_kept_candidate() -> None:
     """With xla attention ``activation_heads`` lays nothing out: from splash with it replicated, the move
     to xla is the kept xla candidate (activation_heads over tensor, declared first), compiled once."""
-    space = SearchSpace(rules=(("activation_heads", (("tensor",), ())), ("heads", (("tensor",), ()))),
-                        meshes=(MESH,), attention=("splash", "xla"), base="replicated")  # fmt: skip
+    space = SearchSpace(
+        rules=(("activation_heads", (("tensor",), ())), ("heads", (("tensor",), ()))),
+        meshes=(MESH,),
+        attention=("splash", "xla"),
+        base="replicated",
+    )
 
     class SplashFirst(Known):
         def step(self, c: Candidate) -> float:
@@ -97,8 +113,9 @@ def test_a_move_onto_a_twin_layout_compiles_the_kept_candidate() -> None:
 def test_the_search_starts_from_a_seed() -> None:
     """A seed (a hand-written layout) is compiled with the best analytic candidate, and the local search
     moves on from the better of the two."""
-    seed = Candidate(MESH, "splash", (("heads", ()), ("mlp", ("tensor",)), ("activation_batch", ()),
-                                      ("activation_length", ())))  # fmt: skip
+    seed = Candidate(
+        MESH, "splash", (("heads", ()), ("mlp", ("tensor",)), ("activation_batch", ()), ("activation_length", ()))
+    )
     known = Known()
     search(SPACE, tiny_facts(), 8, HW, known, budget=12, seeds=[seed])
     assert seed.name in known.calls[0][0] and len(known.calls[0][0]) == 2
@@ -111,8 +128,12 @@ def test_a_strategy_the_space_expresses_is_a_candidate() -> None:
     facts = tiny_facts()
     strategy = with_overrides("replicated", {"heads": ["tensor"], "activation_batch": ["data"]})
     c = as_candidate(facts, SPACE, strategy, MESH, "xla")
-    assert c is not None and dict(c.rules) == {"heads": ("tensor",), "mlp": (), "activation_batch": ("data",),
-                                               "activation_length": ()}  # fmt: skip
+    assert c is not None and dict(c.rules) == {
+        "heads": ("tensor",),
+        "mlp": (),
+        "activation_batch": ("data",),
+        "activation_length": (),
+    }
     assert as_candidate(facts, SPACE, with_overrides("replicated", {"embed": ["tensor"]}), MESH, "xla") is None
     assert as_candidate(facts, SPACE, strategy, (("tensor", 8),), "xla") is None  # a mesh it does not search
     assert as_candidate(facts, SPACE, with_overrides("replicated", {"mlp": ["data"]}), MESH, "xla") is None
