@@ -33,11 +33,15 @@ spans (``<op> (transfer)``) are left out. Pure Python (no JAX).
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+_NUMBERED = re.compile(r"(\.\d+)+$")
 TRANSFER_SUFFIX = " (transfer)"
 ALL_GATHER = "all-gather"
 
@@ -180,3 +184,22 @@ def from_xprof_op_profile(profile: Mapping[str, Any], top: int = 10) -> dict[str
         "all_gather_wasted_fraction": categories.get(ALL_GATHER, {}).get("wasted_fraction", 0.0),
         "definitions": DEFINITIONS,
     }
+
+
+def xprof_converter_profile(xplane: str | Path) -> dict[str, Any] | None:
+    """xprof's own ``op_profile`` tool (``xprof.convert.raw_to_tool_data.xspace_to_tool_data``,
+    grouped by category) on an XSpace file, read by :func:`from_xprof_op_profile`; None when it
+    found no device ops (a CPU trace: xprof's op profile reads device planes only)."""
+    from xprof.convert import raw_to_tool_data
+
+    out = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "op_profile", {"group_by": "category"})
+    data = out[0] if isinstance(out, tuple) else out
+    profile = json.loads(data)
+    read = from_xprof_op_profile(profile)
+    return read if read["categories"] else None
+
+
+def op_family(op: str) -> str:
+    """An op's xprof-like category from its name alone: ``fusion.12`` -> ``fusion`` (libtpu writes
+    finer ones, ``loop fusion``, from the HLO, which a trace's op name does not carry)."""
+    return _NUMBERED.sub("", op) or op

@@ -19,6 +19,8 @@ import pytest
 from harness.metrics import timeline
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
+from harness.metrics.trace import analyze_trace
+from harness.metrics.xplane_write import XOp, write_xspace
 from harness.metrics.xprof_metrics import OpCost, from_xprof_op_profile, op_costs, op_profile
 
 raw_to_tool_data = pytest.importorskip("xprof.convert.raw_to_tool_data")
@@ -136,3 +138,23 @@ def test_predicted_xspace_opens_in_xprof_with_our_numbers(hlo: str, ag_ns: float
     assert {"a"} <= names
     roofline = _xprof(path, "roofline_model")
     assert roofline and roofline[0]["rows"]
+
+
+def test_a_tpu_trace_is_cross_checked_against_xprofs_converter(tmp_path) -> None:
+    """A TPU-layout trace (two steps on one core: fusion, async all-gather, convolution) read by our
+    trace reader gives the op-profile numbers xprof's converter gives for the same file."""
+    ops = []
+    for t0 in (0.0, 1000.0):
+        ops += [
+            XOp("fusion.1", "fusion", t0, t0 + 300),
+            XOp("all-gather-start.2", "all-gather", t0 + 300, t0 + 310),
+            XOp("convolution.3", "convolution", t0 + 310, t0 + 700),
+            XOp("all-gather-done.2", "all-gather", t0 + 700, t0 + 900),
+        ]
+    path = write_xspace(tmp_path / "t.xplane.pb", ops, peak_flops_per_s=1e12, hbm_bytes_per_s=1e9)
+    xprof = analyze_trace(path).xprof
+    assert xprof is not None and xprof["converter"] is not None
+    assert xprof["all_gather_wasted_fraction"] == pytest.approx(420 / 1800)
+    assert set(xprof["categories"]) == {"fusion", "convolution", "all-gather"}
+    for cat, node in xprof["categories"].items():
+        assert xprof["converter"]["categories"][cat]["wasted_fraction"] == pytest.approx(node["wasted_fraction"]), cat
