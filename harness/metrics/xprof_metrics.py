@@ -104,10 +104,10 @@ def op_profile(
         acc[2] += o.bytes
     categories = {c: node(*v) for c, v in sums.items()}
     ranked = sorted(categories.items(), key=lambda kv: (-kv[1]["wasted_fraction"], kv[0]))
-    per_op = sorted(
-        ({"op": o.op, "category": o.category, **node(o.time_ns, o.flops, o.bytes)} for o in ops),
-        key=lambda d: (-d["wasted_fraction"], d["op"]),
-    )
+    rows: list[dict[str, Any]] = [
+        {"op": o.op, "category": o.category, **node(o.time_ns, o.flops, o.bytes)} for o in ops
+    ]
+    per_op = sorted(rows, key=lambda d: (-d["wasted_fraction"], d["op"]))
     return {
         "root": node(root_ns, sum(o.flops for o in ops), sum(o.bytes for o in ops)),
         "categories": dict(ranked),
