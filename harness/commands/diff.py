@@ -128,6 +128,7 @@ def pairs(args: argparse.Namespace) -> list[tuple[Record, Record]]:
 
 def run(args: argparse.Namespace) -> int:
     from harness.report.console import format_diff
+    from harness.report.xprof import pair_lines
 
     try:
         chosen = pairs(args)
@@ -139,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
         for d in diff_records(base, head, depth=args.depth):
             if not args.stage or d.stage in args.stage:
                 diffs.append(d)
-                print(format_diff(d, args.top) + "\n")
+                xprof = pair_lines(base, head, d.stage)
+                print(format_diff(d, args.top) + ("\n" + xprof if xprof else "") + "\n")
     if not diffs:
         print("no stage in common to compare", file=sys.stderr)
     if args.json is not None:

@@ -74,8 +74,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
     from harness.report.console import summary_table
+    from harness.report.xprof import console
 
     print(summary_table(records))
+    published = console(records)
+    if published:
+        print(published)
     print(f"wrote {files.index} and {files.csv}")
     if files.comparison is not None:
         c = files.comparison

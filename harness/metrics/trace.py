@@ -37,6 +37,7 @@ from harness.metrics.accounting import (
     window_metrics,
 )
 from harness.metrics.attribution import Scopes, coverage, time_by_scope
+from harness.metrics.xprof_metrics import op_costs, op_family, op_profile, xprof_converter_profile
 from harness.metrics.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, op_category, read_trace
 
 CPU_NOTE = (
@@ -73,6 +74,7 @@ class TraceMetrics:
     step_samples: tuple[dict[str, Any], ...] = ()
     by_scope: dict[str, float] = field(default_factory=dict)  # ns per step, mean over devices
     scope_coverage: float | None = None  # share of op self time with a model scope
+    xprof: dict[str, Any] | None = None  # XProf's op-profile numbers (:func:`xprof_profile`)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -84,6 +86,7 @@ class TraceMetrics:
             "step_samples": list(self.step_samples),
             "by_scope": self.by_scope,
             "scope_coverage": self.scope_coverage,
+            "xprof": self.xprof,
         }
 
 
@@ -172,6 +175,24 @@ def step_samples(table: OpTable, scopes: Scopes | None = None) -> list[dict[str,
     return out
 
 
+XPROF_COSTS_NOTE = (
+    "a trace carries no FLOPs or bytes per op here: utilisations are 0 and wasted % is the time %; "
+    "xprof's converter (converter) reads libtpu's per-op costs where the trace has them"
+)
+
+
+def xprof_profile(table: OpTable, xspace: str | Path | bytes | None = None) -> dict[str, Any]:
+    """XProf's op-profile numbers (:func:`harness.metrics.xprof_metrics.op_profile`) of every op
+    of the trace, summed over devices as xprof combines its cores, and, for a device trace file,
+    xprof's own converter on it (``converter``; None on CPU, whose traces have no device planes)."""
+    rows = ((e.op, e.category if e.category != COMPUTE else op_family(e.op), e.exclusive_ns) for e in table.events)
+    out = op_profile(op_costs(rows), peak_flops_per_s=0.0, hbm_bytes_per_s=0.0)
+    out["note"] = XPROF_COSTS_NOTE
+    path = xspace if isinstance(xspace, str | Path) else None
+    out["converter"] = xprof_converter_profile(path) if path is not None and table.platform != "cpu" else None
+    return out
+
+
 def analyze_trace(
     xspace: str | Path | bytes,
     *,
@@ -196,6 +217,7 @@ def analyze_trace(
         step_samples=tuple(samples),
         by_scope=dict(by_scope),
         scope_coverage=coverage(by_scope) if scopes else None,
+        xprof=xprof_profile(table, xspace),
     )
 
 
@@ -220,4 +242,5 @@ __all__ = [
     "read_trace",
     "step_samples",
     "top_ops",
+    "xprof_profile",
 ]

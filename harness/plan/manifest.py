@@ -42,6 +42,7 @@ from harness.plan.overrides import (
     parse_model,
     parse_variants,
 )
+from harness.plan.reference import Reference, check_rungs, parse_reference
 from harness.plan.search_space import SearchSpace, parse_search
 from harness.plan.toml import (
     Invalid,
@@ -210,6 +211,7 @@ class Manifest:
     report: Report = field(default_factory=Report)
     matrix: Matrix | None = None
     search: SearchSpace | None = None  # the layout space of `harness search` (harness/plan/search_space.py)
+    reference: Reference | None = None  # published numbers to show beside ours (harness/plan/reference.py)
     schema_version: int = SCHEMA_VERSION
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     source: str = field(default="", repr=False, compare=False)
@@ -349,7 +351,19 @@ def parse_gate(raw: Mapping[str, Any]) -> Gate:
 
 # --------------------------------------------------------------------------- loading
 
-_TOP_KEYS = ("schema_version", "target", "model", "workload", "run", "gate", "report", "variants", "matrix", "search")
+_TOP_KEYS = (
+    "schema_version",
+    "target",
+    "model",
+    "workload",
+    "run",
+    "gate",
+    "report",
+    "variants",
+    "matrix",
+    "search",
+    "reference",
+)
 
 
 def parse_report(raw: Mapping[str, Any]) -> Report:
@@ -407,7 +421,7 @@ def _build(raw: dict[str, Any], path: Path, text: str, sha256: str, origins: dic
         )
     if "model" not in raw:
         raise Invalid(("model",), "missing required section")
-    return Manifest(  # keyword arguments evaluate in order: errors come in file-section order
+    manifest = Manifest(  # keyword arguments evaluate in order: errors come in file-section order
         path=path,
         sha256=sha256,
         target=_section(raw, "target", parse_target),
@@ -419,7 +433,14 @@ def _build(raw: dict[str, Any], path: Path, text: str, sha256: str, origins: dic
         variants=parse_variants(raw["variants"], origins) if "variants" in raw else (),
         matrix=parse_matrix(raw["matrix"], origins) if "matrix" in raw else None,
         search=_section(raw, "search", parse_search) if "search" in raw else None,
+        reference=_section(raw, "reference", parse_reference) if "reference" in raw else None,
         raw=raw,
         source=text,
         origins=origins,
     )
+    if manifest.reference is not None:
+        try:
+            check_rungs(manifest.reference, tuple(v.name for v in manifest.variants))
+        except Invalid as e:
+            raise Invalid(("reference",) + e.path, e.reason) from None
+    return manifest

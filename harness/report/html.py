@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.plan.manifest import Gate
-from harness.report import detail, plots, predicted, tables
+from harness.report import detail, plots, predicted, tables, xprof
 from harness.report import interactive as ui
 from harness.report.fmt import fmt_bytes, fmt_num, fmt_ratio, fmt_time, fmt_unit
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
@@ -392,6 +392,8 @@ SECTIONS: tuple[Section, ...] = (
     _comparison,
     _variants,
     lambda p: predicted.predicted_section(p.records, p.out_dir),
+    lambda p: xprof.reference_section(p.records),
+    lambda p: xprof.xprof_section(p.records),
     lambda p: detail.coverage_section(p.records),
     lambda p: detail.variant_details(p.records, p.diffs, p.out_dir),
     lambda p: target_section(p.records),

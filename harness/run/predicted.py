@@ -11,6 +11,10 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
                                  (its measured time is not one program call's)
      sensitivity,                each constant of the spec +-SENSITIVITY_FACTOR -> step_s low/high
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
+     xplane,                     the same timeline as a TPU-layout XSpace (`xprof --logdir <its
+                                 stage folder>` opens it: :mod:`harness.metrics.predicted_xprof`)
+     xprof,                      XProf's op-profile numbers of the step (time %, FLOPs and HBM
+                                 utilisation, wasted %, by category: :mod:`harness.metrics.xprof_metrics`)
      calibration}                CPU only: the measured constants the spec rests on
 
 The spec (:func:`timeline_spec`): a TPU/GPU target's from its topology and the mesh devices'
@@ -28,7 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.timeline import TimelineSpec, cpu_spec, predict, sensitivity, spec_for
+from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
+from harness.metrics.timeline import TimelineSpec, build_program, cpu_spec, predict, sensitivity, spec_for
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
@@ -98,6 +103,10 @@ def predicted_entry(
     out["video_s"] = None if step is None else step * calls_per_video
     out["sensitivity"] = sensitivity(hlo_text, tl_spec, factor=SENSITIVITY_FACTOR)
     out["chrome_trace"] = str(write_chrome(prediction.chrome_trace(), where))
+    costs, opcodes = program_costs(build_program(hlo_text).ops)
+    peaks = {"peak_flops_per_s": tl_spec.value("peak_flops_per_s"), "hbm_bytes_per_s": tl_spec.value("hbm_bytes_per_s")}
+    out["xprof"] = xprof_entry(prediction.events, costs, opcodes, **peaks)
+    out["xplane"] = str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks))
     return out
 
 

@@ -91,6 +91,11 @@ def test_top_ops_and_json(xplane: Path) -> None:
     assert [o.total_ns for o in metrics.top_ops] == sorted((o.total_ns for o in metrics.top_ops), reverse=True)
     d = metrics.to_dict()
     assert json.loads(json.dumps(d)) == d
+    xprof = d["xprof"]  # XProf's op-profile numbers: all-gather op time over all op time (no costs: all wasted)
+    ag = sum(o.total_ns for o in metrics.top_ops if o.category == "all-gather")
+    total = sum(c["time_ns"] for c in xprof["categories"].values())
+    assert xprof["all_gather_wasted_fraction"] == pytest.approx(ag / total, rel=1e-9)
+    assert xprof["converter"] is None  # xprof's op profile reads device planes: a CPU trace has none
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,8 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
         BASE + "[targets]\nplatform = 'cpu'\n",
         "targets",
         12,
-        "unknown key (allowed: schema_version, target, model, workload, run, gate, report, variants, matrix, search)",
+        "unknown key (allowed: schema_version, target, model, workload, run, gate, report, variants, matrix, "
+        "search, reference)",
     ),
     ("no-model", BASE.replace('[model]\npreset = "tiny"\n', ""), "model", None, "missing required section"),
     (

@@ -142,6 +142,12 @@ def test_worker_predicts_a_cpu_stage(tmp_path: Path) -> None:
     spans = [e for e in events if e["ph"] == "X"]
     assert spans and max(e["ts"] + e["dur"] for e in spans) == pytest.approx(p["step_s"] * 1e6, rel=1e-6)
     assert entry["phases_s"]["predict"] > 0
+    xplane = Path(p["xplane"])
+    assert xplane == tmp_path / "traces" / "t" / "denoise_step" / "plugins/profile/predicted/predicted.xplane.pb"
+    assert xplane.stat().st_size > 0
+    xprof = p["xprof"]  # XProf's op-profile numbers: one device, no all-gather
+    assert xprof["all_gather_wasted_fraction"] == 0.0 and xprof["root"]["time_fraction"] == pytest.approx(1.0)
+    assert sum(c["time_fraction"] for c in xprof["categories"].values()) == pytest.approx(1.0)
 
 
 def test_test_presets_have_no_prediction(tmp_path: Path) -> None:

@@ -1,0 +1,360 @@
+"""XProf's numbers in the report, beside ours, and a manifest's published ``[reference]`` table
+beside our predictions.
+
+Every stage record may carry XProf's op-profile numbers (written by the metrics; the definitions
+travel with them, ``definitions``): in ``predicted.xprof`` (the simulated step) and in
+``trace.xprof`` (a measured trace; ``converter``: xprof's own op_profile tool on the same trace).
+They sit here beside our own shares, each labelled with what it means:
+
+* **XProf AG wasted**: the all-gather category's Wasted % in XProf's op profile, all-gather op
+  time (sync ops, async starts and the waits of their dones) over all op time, idle excluded,
+  times one minus its best utilisation;
+* **our exposed AG**: all-gather time not overlapped by compute, over the step's window;
+* **our wasted**: exposed collective time plus idle, over the window.
+
+The ladder (:func:`ladder_rows`): for a manifest with ``[reference]`` (its path is in every
+record), per rung the published numbers beside ours, and for each rung after the first, how the
+step changed from the rung before: published and predicted, and what our prediction says moved
+most (the critical path's scope and category with the largest change per video, and XProf's
+category with the largest change in op time). Pure Python over records: no JAX, no metrics import.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.plan.manifest import ManifestError, load_manifest
+from harness.report.fmt import fmt_pct, fmt_time
+from harness.results.record import Record
+
+e = html.escape
+SCOPE_DEPTH = 3  # scope levels a critical-path change is grouped by
+
+LABELS: dict[str, str] = {
+    "xprof_ag": "XProf AG wasted: the all-gather category's Wasted % in XProf's op profile "
+    "(AG op time / all op time, idle excluded, x (1 - max(FLOPs util, HBM util)))",
+    "xprof_flops": "XProf FLOPs util: all ops' FLOPs / (op time x peak FLOP/s)",
+    "xprof_hbm": "XProf HBM util: all ops' HBM bytes / (op time x peak HBM B/s), capped at 1",
+    "exposed_ag": "our exposed AG: all-gather time not overlapped by compute / step window",
+    "wasted": "our wasted: (exposed collective time + idle) / step window",
+}
+
+
+# ---------------------------------------------------------------- per stage
+
+
+@dataclass(frozen=True)
+class XprofRow:
+    """XProf's numbers of one (variant, stage, source) beside our shares."""
+
+    variant: str
+    stage: str
+    source: str  # "predicted" | "trace" | "trace (xprof converter)"
+    ag_wasted: float | None
+    flops_util: float | None
+    hbm_util: float | None
+    top_wasted: str  # the categories with the most wasted share, "cat 12.3%, ..."
+    exposed_ag: float | None = None
+    wasted: float | None = None
+
+
+def _top(profile: Mapping[str, Any], n: int = 3) -> str:
+    cats = profile.get("categories") or {}
+    ranked = sorted(cats.items(), key=lambda kv: -kv[1].get("wasted_fraction", 0.0))[:n]
+    return ", ".join(f"{k} {fmt_pct(v.get('wasted_fraction'))}" for k, v in ranked)
+
+
+def _row(variant: str, stage: str, source: str, profile: Mapping[str, Any], **ours: float | None) -> XprofRow:
+    root = profile.get("root") or {}
+    return XprofRow(
+        variant,
+        stage,
+        source,
+        profile.get("all_gather_wasted_fraction"),
+        root.get("flops_utilization"),
+        root.get("hbm_bw_utilization"),
+        _top(profile),
+        **ours,
+    )
+
+
+def xprof_rows(records: Sequence[Record]) -> list[XprofRow]:
+    """Every stage's XProf numbers, predicted and measured, with our shares beside them."""
+    out = []
+    for r in records:
+        for stage, entry in r.stages.items():
+            p = entry.predicted or {}
+            if p.get("xprof"):
+                ours = {"exposed_ag": p.get("exposed_all_gather_fraction"), "wasted": p.get("wasted_fraction")}
+                out.append(_row(r.variant.name, stage, "predicted", p["xprof"], **ours))
+            t = (entry.trace or {}).get("xprof")
+            if t:
+                out.append(_row(r.variant.name, stage, "trace", t))
+                if t.get("converter"):
+                    out.append(_row(r.variant.name, stage, "trace (xprof converter)", t["converter"]))
+    return out
+
+
+# ---------------------------------------------------------------- the published ladder
+
+
+def load_reference(records: Sequence[Record]) -> tuple[dict[str, Any] | None, str]:
+    """The ``[reference]`` of the manifest the records were run from (its path is in each record),
+    and a note (why there is none, or that the file changed since the run)."""
+    paths = {(r.manifest.path, r.manifest.sha256) for r in records}
+    for path, sha in sorted(paths):
+        if not Path(path).is_file():
+            continue
+        try:
+            m = load_manifest(path)
+        except ManifestError as err:
+            return None, f"{path}: {err.reason}"
+        if m.reference is None:
+            continue
+        note = "" if m.sha256 == sha else f"{path} changed since these records were made"
+        return m.reference.to_dict(), note
+    return None, ""
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    """One rung: published numbers, ours, and the change from the rung before with its cause."""
+
+    variant: str
+    published: Mapping[str, float]
+    ag_wasted: float | None  # ours, XProf's definition, the diffusion stage's prediction
+    exposed_ag: float | None
+    wasted: float | None
+    video_s: float | None  # ours: the predicted stages' per-video times summed
+    diffusion_s: float | None
+    missing: tuple[str, ...]  # stages with no prediction (not in video_s)
+    why: str = ""
+
+
+def _predicted(record: Record | None, stage: str) -> Mapping[str, Any]:
+    entry = record.stages.get(stage) if record else None
+    return (entry.predicted or {}) if entry else {}
+
+
+def _by_scope_category(p: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    """Critical-path ns per video by (scope, first levels; category)."""
+    calls = p.get("calls_per_video") or 1
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for c in p.get("critical_path") or ():
+        scope = "/".join((c.get("scope") or "(no scope)").split("/")[:SCOPE_DEPTH])
+        out[(scope, c.get("category", "?"))] += c.get("ns", 0.0) * calls
+    return out
+
+
+def _categories(p: Mapping[str, Any]) -> dict[str, float]:
+    calls = p.get("calls_per_video") or 1
+    cats = (p.get("xprof") or {}).get("categories") or {}
+    return {k: v.get("time_ns", 0.0) * calls for k, v in cats.items()}
+
+
+def _largest(base: Mapping[Any, float], head: Mapping[Any, float]) -> tuple[Any, float] | None:
+    keys = set(base) | set(head)
+    if not keys:
+        return None
+    key = max(keys, key=lambda k: (abs(head.get(k, 0.0) - base.get(k, 0.0)), str(k)))
+    return key, head.get(key, 0.0) - base.get(key, 0.0)
+
+
+def why(base: Record | None, head: Record | None, stage: str) -> str:
+    """What our prediction says moved most from ``base`` to ``head`` in ``stage``, per video."""
+    pb, ph = _predicted(base, stage), _predicted(head, stage)
+    if not pb or not ph:
+        return "no prediction on both sides"
+    parts = []
+    path = _largest(_by_scope_category(pb), _by_scope_category(ph))
+    if path is not None:
+        (scope, category), ns = path
+        parts.append(f"critical path: {scope} [{category}] {ns / 1e9:+.3g} s")
+    cat = _largest(_categories(pb), _categories(ph))
+    if cat is not None:
+        parts.append(f"XProf category: {cat[0]} {cat[1] / 1e9:+.3g} s")
+    return "; ".join(parts)
+
+
+def ladder_rows(records: Sequence[Record], reference: Mapping[str, Any]) -> list[LadderRow]:
+    """One row per rung of ``reference`` (its ``to_dict()`` form), in its order."""
+    by_name = {r.variant.name: r for r in records}
+    stage = reference.get("diffusion_stage", "denoise_loop")
+    out = []
+    previous: Record | None = None
+    for rung in reference.get("rungs", ()):
+        record = by_name.get(rung["variant"])
+        p = _predicted(record, stage)
+        per_video = {s: (e.predicted or {}).get("video_s") for s, e in (record.stages if record else {}).items()}
+        have = [v for v in per_video.values() if v is not None]
+        out.append(
+            LadderRow(
+                rung["variant"],
+                rung.get("values", {}),
+                (p.get("xprof") or {}).get("all_gather_wasted_fraction"),
+                p.get("exposed_all_gather_fraction"),
+                p.get("wasted_fraction"),
+                sum(have) if have else None,
+                p.get("video_s"),
+                tuple(sorted(s for s, v in per_video.items() if v is None)) if record else ("(not run)",),
+                why(previous, record, stage) if previous is not None else "",
+            )
+        )
+        previous = record
+    return out
+
+
+def _sec(x: float | None) -> str:
+    return "-" if x is None else fmt_time(x)
+
+
+def ladder_cells(row: LadderRow) -> list[str]:
+    """The row's cells, as the console and the page print them."""
+    pub = row.published
+    return [
+        row.variant,
+        fmt_pct(pub.get("all_gather_wasted_fraction")),
+        fmt_pct(row.ag_wasted),
+        fmt_pct(row.exposed_ag),
+        fmt_pct(row.wasted),
+        _sec(pub.get("video_s")),
+        _sec(row.video_s),
+        _sec(pub.get("diffusion_s")),
+        _sec(row.diffusion_s),
+        ", ".join(row.missing) or "-",
+        row.why or "-",
+    ]
+
+
+LADDER_HEAD = [
+    "rung",
+    "published AG wasted",
+    "ours XProf AG wasted",
+    "our exposed AG",
+    "our wasted",
+    "published per video",
+    "ours per video",
+    "published diffusion",
+    "ours diffusion",
+    "not in ours",
+    "what moved most from the rung before (predicted)",
+]
+
+
+# ---------------------------------------------------------------- page and console
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], table_id: str) -> str:
+    th = "".join(f"<th>{e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table id="{table_id}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _definitions() -> str:
+    return "<ul>" + "".join(f"<li>{e(text)}</li>" for text in LABELS.values()) + "</ul>"
+
+
+XPROF_HEAD = [
+    "variant",
+    "stage",
+    "from",
+    "XProf AG wasted",
+    "XProf FLOPs util",
+    "XProf HBM util",
+    "most wasted (XProf categories)",
+    "our exposed AG",
+    "our wasted",
+]
+
+
+def xprof_cells(row: XprofRow) -> list[str]:
+    return [
+        row.variant,
+        row.stage,
+        row.source,
+        fmt_pct(row.ag_wasted),
+        fmt_pct(row.flops_util),
+        fmt_pct(row.hbm_util),
+        row.top_wasted or "-",
+        fmt_pct(row.exposed_ag),
+        fmt_pct(row.wasted),
+    ]
+
+
+def xprof_section(records: Sequence[Record]) -> str:
+    """The page's XProf section: every stage's op-profile numbers beside our shares ("" if none)."""
+    rows = xprof_rows(records)
+    if not rows:
+        return ""
+    return (
+        '<section id="xprof"><h2>In XProf\'s terms</h2>'
+        "<p>The numbers XProf's op profile shows, computed with its definitions for each predicted step "
+        "and measured trace (a prediction's XSpace opens in <code>xprof --logdir</code>), beside our "
+        "accounting.</p>" + _definitions() + _table(XPROF_HEAD, [xprof_cells(r) for r in rows], "xprof-table")
+    ) + "</section>"
+
+
+def reference_section(records: Sequence[Record]) -> str:
+    """The page's published-ladder section, for records of a manifest with ``[reference]``."""
+    reference, note = load_reference(records)
+    if reference is None:
+        return ""
+    rows = ladder_rows(records, reference)
+    source = reference.get("source", "")
+    return (
+        '<section id="published"><h2>Published beside predicted</h2>'
+        f"<p>{e(reference.get('description', ''))} on {e(reference.get('hardware', ''))}: "
+        f'<a href="{e(source)}">{e(source)}</a>. Ours: predicted, the diffusion stage '
+        f"<code>{e(reference.get('diffusion_stage', ''))}</code> for the shares and the diffusion time, "
+        "every predicted stage summed for per video.</p>"
+        + (f'<p class="note">{e(note)}</p>' if note else "")
+        + _definitions()
+        + _table(LADDER_HEAD, [ladder_cells(r) for r in rows], "published-table")
+        + "</section>"
+    )
+
+
+def console(records: Sequence[Record]) -> str:
+    """The ladder (if the manifest has ``[reference]``) and XProf's numbers as text ("" if none)."""
+    out: list[str] = []
+    reference, note = load_reference(records)
+    if reference is not None:
+        out.append(f"published ({reference.get('hardware', '')}, {reference.get('source', '')}) beside predicted:")
+        out += [f"  note: {note}"] if note else []
+        for row in ladder_rows(records, reference):
+            c = ladder_cells(row)
+            out.append(
+                f"  {c[0]}: AG wasted {c[1]} published | {c[2]} ours (XProf def.; our exposed AG {c[3]}, "
+                f"wasted {c[4]}); per video {c[5]} | {c[6]}; diffusion {c[7]} | {c[8]}"
+            )
+            if row.missing:
+                out.append(f"    not predicted (not in ours per video): {c[9]}")
+            if row.why:
+                out.append(f"    moved most from the rung before: {row.why}")
+    rows = xprof_rows(records)
+    if rows:
+        out.append("XProf's op-profile numbers (AG wasted: the all-gather category's Wasted %):")
+        for r in rows:
+            c = xprof_cells(r)
+            out.append(
+                f"  {c[0]} / {c[1]} ({c[2]}): AG wasted {c[3]}, FLOPs {c[4]}, HBM {c[5]}; "
+                f"exposed AG {c[7]}, wasted {c[8]}; most wasted: {c[6]}"
+            )
+    return "\n".join(out)
+
+
+def pair_lines(base: Record, head: Record, stage: str) -> str:
+    """A diff's XProf lines: both sides' numbers for ``stage`` ("" when neither has any)."""
+    lines = [
+        f"  XProf {r.variant} ({r.source}): AG wasted {fmt_pct(r.ag_wasted)}, FLOPs {fmt_pct(r.flops_util)}, "
+        f"HBM {fmt_pct(r.hbm_util)}; our exposed AG {fmt_pct(r.exposed_ag)}, wasted {fmt_pct(r.wasted)}"
+        for rec in (base, head)
+        for r in xprof_rows([rec])
+        if r.stage == stage
+    ]
+    return "\n".join(lines)
