@@ -173,6 +173,12 @@ def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], s
     return None
 
 
+def value_of(record: Record, stage: str, metric: str) -> MetricValue | None:
+    """One metric of one stage of a record, as the gate reads it (absent collective kinds are 0)."""
+    flat = flatten_record(record)
+    return flat.get((stage, metric)) or _implied_zero(metric, flat, stage)
+
+
 # --------------------------------------------------------------------------- comparing
 
 

@@ -350,3 +350,21 @@ def median_abs_log_ratio(predicted: Samples, measured: Samples) -> float:
     if np.any(p <= 0) or np.any(m <= 0):
         raise ValueError("median_abs_log_ratio: times must be positive")
     return float(np.median(np.abs(np.log(p / m))))
+
+
+# --------------------------------------------------------------------------- sequential comparisons
+
+SLOWER, FASTER, UNDECIDED = "slower", "faster", "undecided"
+
+
+def timing_shift(base: Samples, head: Samples, alpha: float, min_ratio: float) -> str:
+    """Whether ``head`` is :data:`SLOWER` or :data:`FASTER` than ``base``: a two-sided Mann-Whitney
+    p below ``alpha`` and a median ratio beyond ``min_ratio`` either way; else :data:`UNDECIDED`.
+    A search that looks at growing sample sets several times passes ``alpha`` already divided by
+    the number of looks (Bonferroni), so its chance of one false call stays at most the total."""
+    if min_ratio < 1.0:
+        raise ValueError(f"min_ratio is a slowdown factor >= 1, got {min_ratio}")
+    r = ratio(median(base), median(head))
+    if mann_whitney_p(base, head) >= alpha:
+        return UNDECIDED
+    return SLOWER if r >= min_ratio else FASTER if r <= 1.0 / min_ratio else UNDECIDED
