@@ -36,8 +36,10 @@ def history(repo: Path, good: str, bad: str) -> list[str]:
     return [g, *between]
 
 
-def subject(repo: Path, commit: str) -> str:
-    return git(repo, "log", "-1", "--format=%h %s", commit)
+def subject(repo: Path, commit: str, width: int = 90) -> str:
+    """``<short hash> <subject>``, cut to ``width`` characters."""
+    line = git(repo, "log", "-1", "--format=%h %s", commit)
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 class Worktrees:
