@@ -75,6 +75,7 @@ class MetricValue:
     value: float
     samples: tuple[float, ...] = ()
     rounds: tuple[tuple[float, ...], ...] = ()  # per interleaved round, when samples pool them
+    loaded: bool = False  # timings: taken while other processes kept the machine busy (run/load.py)
 
 
 # --------------------------------------------------------------------------- flattening
@@ -90,7 +91,8 @@ def _measured(measured: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     samples = tuple(float(s) for s in measured.get("samples_s") or () if _num(s) is not None)
     if samples:
         rounds = tuple(tuple(float(x) for x in r) for r in measured.get("rounds_s") or () if r)
-        out["time"] = MetricValue(stats.median(samples), samples, rounds)
+        loaded = bool((measured.get("load") or {}).get("loaded"))
+        out["time"] = MetricValue(stats.median(samples), samples, rounds, loaded)
     recompiles = _num((measured.get("recompiles") or {}).get("count"))
     if recompiles is not None:
         out["recompiles"] = MetricValue(recompiles)
@@ -217,6 +219,7 @@ class Comparison:
     gated: bool
     detail: str = ""
     result: stats.Verdict | None = field(default=None, compare=False)
+    under_load: str = ""  # timings taken under load: "", "baseline", "now" or "both"
 
     @property
     def delta(self) -> float | None:
@@ -266,6 +269,11 @@ def compare_metric(
             seed=seed,
         )
         detail = v.describe() + ("" if gated else "; not gated (different machine)")
+        common["under_load"] = {(True, True): "both", (True, False): "baseline", (False, True): "now"}.get(
+            (base.loaded, head.loaded), ""
+        )
+        if common["under_load"]:
+            detail += f"; samples taken under load ({common['under_load']})"
     elif spec.kind == "info" and spec.unit in ("s", "fraction"):
         # One measurement per side (compile time, a trace): a change beyond the timing threshold
         # is reported as noise, since nothing can show it is more than that.

@@ -195,6 +195,12 @@ def evaluate(
                 f"can never reach p < {gate.alpha:g}; need >= {stats.min_samples(gate.alpha)} "
                 "repeats per side ([run] repeats)"
             )
+    out.notes += [
+        f"{c.variant} {c.stage} time: samples taken under load ({c.under_load}); its verdict "
+        f"({c.verdict}) may reflect the machine, not the code"
+        for c in result.comparisons
+        if c.gated and c.under_load
+    ]
     out.failures = [c for c in result.regressions if c.variant not in failed]
     out.exit_code = ERROR if out.problems else (REGRESSION if out.failures else CLEAN)
     return out

@@ -34,7 +34,8 @@ from typing import Any
 from harness import targets, testing
 from harness.run import lifeline
 from harness.run.compile_cache import CompileCache, cache_key
-from harness.run.measure import measure, trace, trace_steps
+from harness.run.load import MachineBusy
+from harness.run.measure import load_notes, measure, trace, trace_steps
 from harness.run.spec import WorkerSpec
 from harness.run.stage import Stage
 
@@ -241,7 +242,10 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
             status(name, "prepare")
             stage.prepare()
             if "measured" in run.metrics:
-                entry["measured"] = measure(stage, run.warmup, run.repeats, status)
+                entry["measured"] = measure(
+                    stage, run.warmup, run.repeats, status, max_load=run.max_load, max_load_wait_s=run.max_load_wait_s
+                )
+                entry["notes"] += load_notes(entry["measured"]["load"])
             elif run.warmup:
                 for _ in range(run.warmup):
                     stage.run()
@@ -251,7 +255,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
                 entry["trace"] = trace(stage, where, trace_steps(median), status)
     except Exception as e:  # a failed stage is data, not a crash
         entry["status"] = "failed"
-        entry["error"] = str(e) if isinstance(e, stages.unavailable) else error_text(e)
+        entry["error"] = str(e) if isinstance(e, (*stages.unavailable, MachineBusy)) else error_text(e)
         say(f"{name} failed:\n{error_text(e)}")
     entry["phases_s"] = status.durations(name)
     return entry
