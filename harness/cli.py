@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "collect": "harness.commands.collect",
     "search": "harness.commands.search",
     "bisect": "harness.commands.bisect",
+    "gate-power": "harness.commands.gate_power",
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
