@@ -77,14 +77,13 @@ def report(
         row("current", find(cells, repeats, gate.timing_ratio, gate.alpha)),
         row("recommended", best),
     ]
+    top = best or max(cells, key=lambda c: (c.false_alarm <= args.false_alarm, c.power, -c.repeats))
     if best is None:
-        top = max(cells, key=lambda c: (c.false_alarm <= args.false_alarm, c.power, -c.repeats))
         lines.append(row("closest", top) + "  (no setting of the grid meets the target)")
     if runs < 2:
         lines.append("note: one run per timing: the noise between runs is not in these numbers; use --runs >= 3")
     for key in timings:
-        c = best or cells[0]
-        r = c.per_timing[key]
+        r = top.per_timing[key]
         lines.append(f"  {key[0]} / {key[1]}: false alarms {r.false_alarm:.2%}, power {r.power:.2%}")
     return lines, best
 

@@ -39,6 +39,7 @@ class MetricSpec:
     kind: str
     unit: str  # "s", "bytes", "count", "flops", "fraction"
     tolerance: float = 0.0  # default relative tolerance (exact/relative kinds)
+    optional: bool = False  # may be absent from a run for a good reason (a warm start has no cold compile)
 
 
 # Pattern -> spec; the first matching pattern wins (fnmatch syntax).
@@ -54,6 +55,10 @@ CATALOG: tuple[tuple[str, MetricSpec], ...] = (
     ("cost.bytes_accessed", MetricSpec("relative", "bytes", 0.01)),
     ("analytic_flops", MetricSpec("relative", "flops", 0.0)),
     ("compile_s", MetricSpec("info", "s")),
+    ("compile.cold_s", MetricSpec("relative", "s", 0.5, optional=True)),  # only when the first compile missed
+    ("compile.warm_s", MetricSpec("relative", "s", 0.5)),
+    ("compile.warm_misses", MetricSpec("monotonic", "count")),  # an unexpected persistent-cache miss
+    ("compile.*", MetricSpec("info", "")),
     ("trace.*_fraction", MetricSpec("info", "fraction")),
     ("trace.*", MetricSpec("info", "s")),
     ("predicted.*_fraction", MetricSpec("info", "fraction")),
@@ -123,6 +128,12 @@ def _static(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
         out["analytic_flops"] = MetricValue(v)
     if (v := _num((static.get("timing") or {}).get("compile_seconds"))) is not None:
         out["compile_s"] = MetricValue(v)
+    cache = static.get("compile_cache") or {}
+    for key in ("cold_s", "warm_s", "warm_misses"):
+        if (v := _num(cache.get(key))) is not None:
+            out[f"compile.{key}"] = MetricValue(v)
+    if isinstance((cache.get("first") or {}).get("hit"), bool):
+        out["compile.first_hit"] = MetricValue(float(cache["first"]["hit"]))
 
 
 def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
@@ -246,7 +257,8 @@ def compare_metric(
     seed: int = 0,
 ) -> Comparison:
     spec = spec_for(metric)
-    gated = spec.kind in GATED_KINDS and (spec.kind != "timing" or timings)
+    # seconds (timings, compile times) say something only against the same kind of machine
+    gated = spec.kind in GATED_KINDS and ((spec.kind != "timing" and spec.unit != "s") or timings)
     common: dict[str, Any] = dict(
         variant=variant,
         stage=stage,
@@ -342,5 +354,5 @@ def compare_records(
 
 
 def _metric_order(metric: str) -> int:
-    order = ("time", "recompiles", "collectives.", "memory.", "cost.", "analytic_flops", "compile_s", "trace.")
+    order = ("time", "recompiles", "collectives.", "memory.", "cost.", "analytic_flops", "compile", "trace.")
     return next((i for i, p in enumerate(order) if metric.startswith(p)), len(order))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets, testing
-from harness.run import lifeline
+from harness.run import jax_cache, lifeline
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.load import MachineBusy
 from harness.run.measure import load_notes, measure, trace, trace_steps
@@ -112,6 +112,8 @@ def open_stages(spec: WorkerSpec) -> Stages:
     from harness.run.jax_stage import open_model
 
     distributed.initialize(spec)
+    if (jax_dir := jax_cache.cache_dir_for(spec)) is not None:
+        jax_cache.enable(jax_dir)  # before anything compiles
     model = open_model(spec)
     return Stages(
         model.build, model.context, model.machine, model.config_resolved, model.unavailable, model.device_memory
@@ -150,7 +152,11 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
         notes.append(f"static metrics from the compile cache ({key[:12]}): unchanged variant, not recompiled")
         stage.hlo_text = cache.get_hlo(key)
     else:
-        static = _compile_static(stage, target.platform)
+        jax_dir = jax_cache.cache_dir_for(spec)
+        if jax_dir is not None:
+            static = jax_cache.static_with_cache(stage, lambda: _compile_static(stage, target.platform), jax_dir)
+        else:
+            static = _compile_static(stage, target.platform)
         if cache is not None:
             cache.put(key, static)
             if stage.hlo_text:
