@@ -134,5 +134,9 @@ class HarnessMeasure:
         command += ["--sweep-id", sweep_id, "--rerun", "--no-report", "--variant", self.metric.variant]
         self.log(f"{commit[:12]}: python -m harness sweep ... --sweep-id {sweep_id} (in {tree})")
         done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
-        (self.reports / f"{sweep_id}.log").write_text(done.stdout + done.stderr)
-        return measurement(store.results_path(self.reports, sweep_id), self.metric, commit)
+        log_path = self.reports / f"{sweep_id}.log"
+        log_path.write_text(done.stdout + done.stderr)
+        try:
+            return measurement(store.results_path(self.reports, sweep_id), self.metric, commit)
+        except MeasureError as e:
+            raise MeasureError(f"{e} (its sweep's output: {log_path})") from None

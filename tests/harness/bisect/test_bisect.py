@@ -181,3 +181,78 @@ def test_pick_metric_from_a_gate_json(tmp_path):
     args = parser.parse_args(["G", "B", "--manifest", "m.toml", "--metric", "cost.flops", "--stage", "x"])
     with pytest.raises(command.BisectInputError, match="not in the manifest's workload.stages"):
         command.pick_metric(args, ["a"], ["s"])
+
+
+AA_MANIFEST = """\
+schema_version = 1
+[target]
+devices = 1
+[model]
+preset = "test:ok"
+[workload]
+stages = ["denoise_step"]
+[run]
+repeats = 6
+warmup = 0
+timeout_s = 120
+[[variants]]
+name = "only"
+overrides = { "test.run_s" = 0.02 }
+"""
+
+
+@pytest.mark.slow
+def test_the_command_bisects_a_real_harness_history(tmp_path, capsys):
+    """A copy of this harness as a 5-commit history whose 4th commit makes the test stage 3x slower:
+    the command runs each commit's own harness in its worktree and names that commit."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("harness", "ltx2"):
+        shutil.copytree(REPO_ROOT / name, repo / name, ignore=ignore)
+    (repo / "m.toml").write_text(AA_MANIFEST)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=ENV)
+    testing = repo / "harness" / "testing.py"
+    source = testing.read_text()
+    commits = []
+    for i in range(5):
+        if i == 3:
+            testing.write_text(
+                source.replace('overrides.get("test.run_s", 0.001)))', 'overrides.get("test.run_s", 0.001)) * 3)')
+            )
+        (repo / "n.txt").write_text(str(i))
+        subprocess.run(["git", "add", "."], cwd=repo, check=True, env=ENV)
+        subprocess.run(["git", "commit", "-q", "-m", f"c{i}"], cwd=repo, check=True, env=ENV)
+        commits.append(
+            subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+        )
+    assert testing.read_text() != source
+    out = tmp_path / "bisect.json"
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        code = command.run(
+            __import__("argparse").Namespace(
+                good=commits[0],
+                bad=commits[-1],
+                manifest=repo / "m.toml",
+                metric="time",
+                variant=None,
+                stage=None,
+                from_gate=None,
+                reports=tmp_path / "reports",
+                budget=30,
+                max_rounds=4,
+                alpha=0.01,
+                min_ratio=1.5,
+                json=out,
+            )
+        )
+    finally:
+        os.chdir(cwd)
+    got = json.loads(out.read_text())
+    assert code == 0 and got["status"] == FOUND and got["culprit"] == commits[3]
+    assert got["after"] / got["before"] == pytest.approx(3.0, rel=0.3)
+    assert "culprit: " in capsys.readouterr().out
