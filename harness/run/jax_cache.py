@@ -27,8 +27,10 @@ _HIT, _MISS = "/jax/compilation_cache/cache_hits", "/jax/compilation_cache/cache
 
 
 def cache_dir_for(spec: WorkerSpec) -> Path | None:
-    """``<reports>/jax-cache`` for a measuring worker the runner gave a cache folder; else None."""
-    if spec.compile_only or not spec.cache_dir:
+    """``<reports>/jax-cache`` for a measuring single-process worker the runner gave a cache folder;
+    else None (only process 0 of a multi-process variant writes entries, so another process's warm
+    recompile could race it and miss)."""
+    if spec.compile_only or not spec.cache_dir or spec.processes > 1:
         return None
     return Path(spec.cache_dir).parent / JAX_CACHE_DIR
 

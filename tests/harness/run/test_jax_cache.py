@@ -65,10 +65,13 @@ def test_cold_warm_and_a_forced_miss(tmp_path):
 
 
 def test_cache_dir_sits_beside_the_aot_cache_for_measuring_workers():
-    spec = SimpleNamespace(compile_only=False, cache_dir="/r/aot-cache")
-    assert cache_dir_for(spec) == Path("/r") / JAX_CACHE_DIR
-    assert cache_dir_for(SimpleNamespace(compile_only=True, cache_dir="/r/aot-cache")) is None
-    assert cache_dir_for(SimpleNamespace(compile_only=False, cache_dir=None)) is None
+    def spec(compile_only=False, cache_dir="/r/aot-cache", processes=1):
+        return SimpleNamespace(compile_only=compile_only, cache_dir=cache_dir, processes=processes)
+
+    assert cache_dir_for(spec()) == Path("/r") / JAX_CACHE_DIR
+    assert cache_dir_for(spec(compile_only=True)) is None
+    assert cache_dir_for(spec(cache_dir=None)) is None
+    assert cache_dir_for(spec(processes=2)) is None
 
 
 def _run(cold_s, warm_s, warm_misses, name="v"):
