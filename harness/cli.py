@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "diff": "harness.commands.diff",
     "collect": "harness.commands.collect",
     "search": "harness.commands.search",
+    "bisect": "harness.commands.bisect",
+    "gate-power": "harness.commands.gate_power",
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)

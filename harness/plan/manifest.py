@@ -175,6 +175,8 @@ class Run(_Section):
     timeout_s: float = 600.0
     trace: bool = False
     metrics: tuple[str, ...] = ("static", "measured")
+    max_load: float | None = None  # cores other processes may keep busy when timing starts (None: no wait)
+    max_load_wait_s: float = 300.0  # how long to wait for that before refusing to time
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Run:
@@ -325,7 +327,21 @@ def parse_run(raw: Mapping[str, Any]) -> Run:
         timeout_s=positive(get(raw, "timeout_s", "float", d.timeout_s), "timeout_s"),
         trace=get(raw, "trace", "bool", d.trace),
         metrics=str_list(raw, "metrics", METRIC_FAMILIES, d.metrics),
+        max_load=_max_load(raw),
+        max_load_wait_s=positive(
+            get(raw, "max_load_wait_s", "float", d.max_load_wait_s), "max_load_wait_s", zero_ok=True
+        ),
     )
+
+
+def _max_load(raw: Mapping[str, Any]) -> float | None:
+    value = get(raw, "max_load", "float", None)
+    if value is not None:
+        check_finite(value, ("max_load",))
+        positive(value, "max_load")
+    if value is not None and "measured" not in str_list(raw, "metrics", METRIC_FAMILIES, Run().metrics):
+        raise Invalid(("max_load",), "waits for a quiet machine before timing: needs 'measured' in run.metrics")
+    return value
 
 
 def parse_gate(raw: Mapping[str, Any]) -> Gate:

@@ -137,6 +137,7 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
     for r in rows:
         t = r.time
         time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, n={t.n}</span>")
+        time += " <span class=note>under load</span>" if r.under_load else ""
         speedup = e(r.speedup_note or "-")
         if r.speedup_reference is not None and (declared or r.speedup_reference != reference):
             speedup += f" <span class=note>vs {e(r.speedup_reference)}</span>"
@@ -323,6 +324,11 @@ def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -
     notes += [f"variant {n}: only in the baseline" for n in result.only_in_baseline]
     notes += [f"variant {n}: not in the baseline" for n in result.only_in_now]
     notes += [f"variant {n}: settings changed (id {a} -> {b})" for n, (a, b) in result.changed_settings.items()]
+    notes += [
+        f"{c.variant} {c.stage}: timing samples taken under load ({c.under_load})"
+        for c in result.comparisons
+        if c.under_load
+    ]
 
     def rows(cs: Sequence[Comparison]) -> list[str]:
         return [

@@ -42,6 +42,7 @@ class StageRow:
     speedup_note: str | None = None  # "1.23x", "n/a (different workload)", or None (no reference)
     scope_coverage: float | None = None  # share of traced op time attributed to a model scope
     workload: str = ""  # preset and workload sizes (rows compare only within one)
+    under_load: bool = False  # timed while other processes kept the machine busy
 
 
 def ok_records(records: Sequence[Record]) -> list[Record]:
@@ -147,6 +148,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                     speedup_note=note,
                     scope_coverage=(entry.trace or {}).get("scope_coverage"),
                     workload=workload_label(r),
+                    under_load="time" in m and m["time"].loaded,
                 )
             )
     return rows

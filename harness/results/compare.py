@@ -39,6 +39,7 @@ class MetricSpec:
     kind: str
     unit: str  # "s", "bytes", "count", "flops", "fraction"
     tolerance: float = 0.0  # default relative tolerance (exact/relative kinds)
+    optional: bool = False  # may be absent from a run for a good reason (a warm start has no cold compile)
 
 
 # Pattern -> spec; the first matching pattern wins (fnmatch syntax).
@@ -54,6 +55,10 @@ CATALOG: tuple[tuple[str, MetricSpec], ...] = (
     ("cost.bytes_accessed", MetricSpec("relative", "bytes", 0.01)),
     ("analytic_flops", MetricSpec("relative", "flops", 0.0)),
     ("compile_s", MetricSpec("info", "s")),
+    ("compile.cold_s", MetricSpec("relative", "s", 0.5, optional=True)),  # only when the first compile missed
+    ("compile.warm_s", MetricSpec("relative", "s", 0.5)),
+    ("compile.warm_misses", MetricSpec("monotonic", "count")),  # an unexpected persistent-cache miss
+    ("compile.*", MetricSpec("info", "")),
     ("trace.*_fraction", MetricSpec("info", "fraction")),
     ("trace.*", MetricSpec("info", "s")),
     ("predicted.*_fraction", MetricSpec("info", "fraction")),
@@ -75,6 +80,7 @@ class MetricValue:
     value: float
     samples: tuple[float, ...] = ()
     rounds: tuple[tuple[float, ...], ...] = ()  # per interleaved round, when samples pool them
+    loaded: bool = False  # timings: taken while other processes kept the machine busy (run/load.py)
 
 
 # --------------------------------------------------------------------------- flattening
@@ -90,7 +96,8 @@ def _measured(measured: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     samples = tuple(float(s) for s in measured.get("samples_s") or () if _num(s) is not None)
     if samples:
         rounds = tuple(tuple(float(x) for x in r) for r in measured.get("rounds_s") or () if r)
-        out["time"] = MetricValue(stats.median(samples), samples, rounds)
+        loaded = bool((measured.get("load") or {}).get("loaded"))
+        out["time"] = MetricValue(stats.median(samples), samples, rounds, loaded)
     recompiles = _num((measured.get("recompiles") or {}).get("count"))
     if recompiles is not None:
         out["recompiles"] = MetricValue(recompiles)
@@ -121,6 +128,12 @@ def _static(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
         out["analytic_flops"] = MetricValue(v)
     if (v := _num((static.get("timing") or {}).get("compile_seconds"))) is not None:
         out["compile_s"] = MetricValue(v)
+    cache = static.get("compile_cache") or {}
+    for key in ("cold_s", "warm_s", "warm_misses"):
+        if (v := _num(cache.get(key))) is not None:
+            out[f"compile.{key}"] = MetricValue(v)
+    if isinstance((cache.get("first") or {}).get("hit"), bool):
+        out["compile.first_hit"] = MetricValue(float(cache["first"]["hit"]))
 
 
 def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
@@ -173,6 +186,12 @@ def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], s
     return None
 
 
+def value_of(record: Record, stage: str, metric: str) -> MetricValue | None:
+    """One metric of one stage of a record, as the gate reads it (absent collective kinds are 0)."""
+    flat = flatten_record(record)
+    return flat.get((stage, metric)) or _implied_zero(metric, flat, stage)
+
+
 # --------------------------------------------------------------------------- comparing
 
 
@@ -211,6 +230,7 @@ class Comparison:
     gated: bool
     detail: str = ""
     result: stats.Verdict | None = field(default=None, compare=False)
+    under_load: str = ""  # timings taken under load: "", "baseline", "now" or "both"
 
     @property
     def delta(self) -> float | None:
@@ -237,7 +257,8 @@ def compare_metric(
     seed: int = 0,
 ) -> Comparison:
     spec = spec_for(metric)
-    gated = spec.kind in GATED_KINDS and (spec.kind != "timing" or timings)
+    # seconds (timings, compile times) say something only against the same kind of machine
+    gated = spec.kind in GATED_KINDS and ((spec.kind != "timing" and spec.unit != "s") or timings)
     common: dict[str, Any] = dict(
         variant=variant,
         stage=stage,
@@ -260,6 +281,11 @@ def compare_metric(
             seed=seed,
         )
         detail = v.describe() + ("" if gated else "; not gated (different machine)")
+        common["under_load"] = {(True, True): "both", (True, False): "baseline", (False, True): "now"}.get(
+            (base.loaded, head.loaded), ""
+        )
+        if common["under_load"]:
+            detail += f"; samples taken under load ({common['under_load']})"
     elif spec.kind == "info" and spec.unit in ("s", "fraction"):
         # One measurement per side (compile time, a trace): a change beyond the timing threshold
         # is reported as noise, since nothing can show it is more than that.
@@ -328,5 +354,5 @@ def compare_records(
 
 
 def _metric_order(metric: str) -> int:
-    order = ("time", "recompiles", "collectives.", "memory.", "cost.", "analytic_flops", "compile_s", "trace.")
+    order = ("time", "recompiles", "collectives.", "memory.", "cost.", "analytic_flops", "compile", "trace.")
     return next((i for i, p in enumerate(order) if metric.startswith(p)), len(order))

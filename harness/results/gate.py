@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.plan.manifest import Gate
 from harness.results import stats
-from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records
+from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records, spec_for
 from harness.results.record import Record
 
 CLEAN, REGRESSION, ERROR = 0, 1, 2
@@ -187,7 +187,7 @@ def evaluate(
     for c in result.comparisons:
         if c.variant in failed or not c.gated:
             continue
-        if c.verdict == MISSING:
+        if c.verdict == MISSING and not spec_for(c.metric).optional:
             out.problems.append(f"{c.variant} {c.stage} {c.metric}: in the baseline, missing from this run")
         elif c.kind == "timing" and c.result is not None and not c.result.can_fire:
             out.problems.append(
@@ -195,6 +195,12 @@ def evaluate(
                 f"can never reach p < {gate.alpha:g}; need >= {stats.min_samples(gate.alpha)} "
                 "repeats per side ([run] repeats)"
             )
+    out.notes += [
+        f"{c.variant} {c.stage} time: samples taken under load ({c.under_load}); its verdict "
+        f"({c.verdict}) may reflect the machine, not the code"
+        for c in result.comparisons
+        if c.gated and c.under_load
+    ]
     out.failures = [c for c in result.regressions if c.variant not in failed]
     out.exit_code = ERROR if out.problems else (REGRESSION if out.failures else CLEAN)
     return out

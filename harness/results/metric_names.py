@@ -38,6 +38,10 @@ METRICS: dict[str, tuple[str, ...]] = {
         "cost.transcendentals",
         "analytic_flops",
         "compile_s",
+        "compile.cold_s",
+        "compile.warm_s",
+        "compile.warm_misses",
+        "compile.first_hit",
     ),
     "trace": ("trace.compute_s", "trace.exposed_collective_s", "trace.idle_s", "trace.wasted_fraction"),
     "predicted": (

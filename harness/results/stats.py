@@ -259,6 +259,12 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
 
 
+def regressed(r: float | np.ndarray, p: float | np.ndarray, threshold: float, alpha: float) -> Any:
+    """The timing gate's rule: a median ratio above ``threshold`` and a Mann-Whitney p below ``alpha``
+    (elementwise for arrays)."""
+    return (r > threshold) & (p < alpha)
+
+
 def compare_samples(
     base: Samples,
     head: Samples,
@@ -290,8 +296,10 @@ def compare_samples(
     ci = bootstrap_ratio_ci(b, h, seed=seed)
     can_fire = min_p_value(b.size, h.size) < alpha
     significant = p < alpha
-    if r > threshold:
-        verdict = REGRESSED if significant else NOISE
+    if regressed(r, p, threshold, alpha):
+        verdict = REGRESSED
+    elif r > threshold:
+        verdict = NOISE
     elif r < 1.0 / threshold:
         verdict = IMPROVED if significant else NOISE
     else:
@@ -350,3 +358,91 @@ def median_abs_log_ratio(predicted: Samples, measured: Samples) -> float:
     if np.any(p <= 0) or np.any(m <= 0):
         raise ValueError("median_abs_log_ratio: times must be positive")
     return float(np.median(np.abs(np.log(p / m))))
+
+
+# --------------------------------------------------------------------------- sequential comparisons
+
+SLOWER, FASTER, UNDECIDED = "slower", "faster", "undecided"
+
+
+def timing_shift(base: Samples, head: Samples, alpha: float, min_ratio: float) -> str:
+    """Whether ``head`` is :data:`SLOWER` or :data:`FASTER` than ``base``: a two-sided Mann-Whitney
+    p below ``alpha`` and a median ratio beyond ``min_ratio`` either way; else :data:`UNDECIDED`.
+    A search that looks at growing sample sets several times passes ``alpha`` already divided by
+    the number of looks (Bonferroni), so its chance of one false call stays at most the total."""
+    if min_ratio < 1.0:
+        raise ValueError(f"min_ratio is a slowdown factor >= 1, got {min_ratio}")
+    r = ratio(median(base), median(head))
+    if mann_whitney_p(base, head) >= alpha:
+        return UNDECIDED
+    return SLOWER if r >= min_ratio else FASTER if r <= 1.0 / min_ratio else UNDECIDED
+
+
+# --------------------------------------------------------------------------- the gate's error rates
+
+
+@dataclass(frozen=True)
+class ErrorRates:
+    """How often the timing rule (:func:`regressed`) fires on resampled runs: on two runs of the same
+    code (``false_alarm``) and with the head run slowed by ``slowdown`` (``power``)."""
+
+    repeats: int
+    threshold: float
+    alpha: float
+    slowdown: float
+    false_alarm: float
+    power: float
+    trials: int
+
+
+def gate_error_rates(
+    runs: Sequence[Samples],
+    repeats: Sequence[int],
+    thresholds: Sequence[float],
+    alphas: Sequence[float],
+    slowdown: float,
+    *,
+    trials: int = 400,
+    seed: int = 0,
+) -> list[ErrorRates]:
+    """The timing rule's false-alarm rate and power per (repeats, threshold, alpha), by resampling.
+
+    Each trial draws a baseline run and a head run (two different measured runs when there are
+    several, so the noise between runs counts; the same one otherwise), ``n`` samples from each
+    with replacement, and applies the rule to (base, head) for the false alarm and to
+    (base, head * (1 + slowdown)) for the power. The p-value and ratio of a trial do not depend on
+    the threshold or alpha, so every cell of the grid reads the same trials."""
+    pools = [_array(r) for r in runs]
+    if not pools:
+        raise ValueError("gate_error_rates needs at least one run of samples")
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in repeats:
+        pairs = [rng.choice(len(pools), 2, replace=False) if len(pools) > 1 else (0, 0) for _ in range(trials)]
+        b = np.stack([rng.choice(pools[i], n) for i, _ in pairs])
+        h = np.stack([rng.choice(pools[j], n) for _, j in pairs])
+        mb = np.median(b, axis=1)
+        aa = np.median(h, axis=1) / mb, mann_whitney_p_rows(b, h)
+        ab = np.median(h * (1.0 + slowdown), axis=1) / mb, mann_whitney_p_rows(b, h * (1.0 + slowdown))
+        for threshold in thresholds:
+            for alpha in alphas:
+                fa = float(np.mean(regressed(aa[0], aa[1], threshold, alpha)))
+                power = float(np.mean(regressed(ab[0], ab[1], threshold, alpha)))
+                out.append(ErrorRates(int(n), float(threshold), float(alpha), slowdown, fa, power, trials))
+    return out
+
+
+def mann_whitney_p_rows(base: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """:func:`mann_whitney_p` of each row pair of two (trials, n) arrays at once (same method choice:
+    exact for small tie-free rows, else the normal approximation; 1 where a row's values are all equal)."""
+    from scipy import stats as sps
+
+    b, h = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
+    xy = np.sort(np.concatenate([h, b], axis=1), axis=1)
+    ties = np.any(xy[:, 1:] == xy[:, :-1], axis=1)
+    p = np.ones(len(xy))
+    for rows, method in ((ties, "asymptotic"), (~ties, "auto")):
+        if rows.any():
+            p[rows] = sps.mannwhitneyu(h[rows], b[rows], alternative="two-sided", method=method, axis=1).pvalue
+    p[(xy[:, 0] == xy[:, -1]) | np.isnan(p)] = 1.0
+    return p

@@ -1,7 +1,9 @@
 """The measured and trace metric families of one stage: timed calls, recompiles, transfers, a trace.
 
 Warm-up calls (the first one compiles) are timed apart from the repeats; the compile watcher
-runs over both, so a recompile inside the timed region shows. JAX loads only for stages that
+runs over both, so a recompile inside the timed region shows. The machine's load during the
+repeats is part of the result (:mod:`harness.run.load`); with ``max_load`` the repeats wait for a
+quiet machine first, or refuse. JAX loads only for stages that
 use it: the test presets' stages must run without it.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results.stats import summarize
+from harness.run import load
 from harness.run.stage import Stage
 
 _TRANSFER_LINE = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer")
@@ -69,8 +72,18 @@ def _compiles(watch: Any) -> dict[str, Any]:
     return {"count": watch.total, "by_function": dict(watch.compiles), "reasons": watch.reasons[:20]}
 
 
-def measure(stage: Stage, warmup: int, repeats: int, status: Callable[[str, str], None]) -> dict[str, Any]:
-    """Warm-up calls (first one compiles), then timed repeats with the compile watcher on."""
+def measure(
+    stage: Stage,
+    warmup: int,
+    repeats: int,
+    status: Callable[[str, str], None],
+    *,
+    max_load: float | None = None,
+    max_load_wait_s: float = 300.0,
+) -> dict[str, Any]:
+    """Warm-up calls (first one compiles), then timed repeats with the compile watcher on and the
+    machine's load recorded; with ``max_load``, first a bounded wait for a quiet machine
+    (:class:`harness.run.load.MachineBusy` if it stays busy)."""
     watcher: Callable[[], Any] = contextlib.nullcontext
     if stage.uses_jax:
         from harness.metrics.recompile import CompileWatcher
@@ -79,9 +92,15 @@ def measure(stage: Stage, warmup: int, repeats: int, status: Callable[[str, str]
     status(stage.name, "warmup")
     with watcher() as warm_watch:
         warm = [_timed(stage.run) for _ in range(warmup)]
+    quiet = None
+    if max_load is not None:
+        status(stage.name, "wait-quiet")
+        quiet = load.wait_for_quiet(max_load, max_load_wait_s)
     status(stage.name, "measure")
+    window = load.Window.open()
     with watcher() as watch:
         samples = [_timed(stage.run) for _ in range(repeats)]
+    machine_load = {**window.close(), "quiet_wait": quiet}
     transfers = None
     if stage.uses_jax:
         status(stage.name, "transfers")
@@ -93,7 +112,22 @@ def measure(stage: Stage, warmup: int, repeats: int, status: Callable[[str, str]
         "recompiles": _compiles(watch),  # in the timed region: must be 0
         "warmup_compiles": _compiles(warm_watch),
         "transfers": transfers,
+        "load": machine_load,
     }
+
+
+def load_notes(machine_load: dict[str, Any]) -> list[str]:
+    """A stage's note when its samples were taken under load (and when it waited for a quiet machine)."""
+    notes = []
+    quiet = machine_load.get("quiet_wait")
+    if quiet and quiet["waited_s"] >= load.POLL_S * 1.5:
+        notes.append(f"waited {quiet['waited_s']:.0f} s for a quiet machine (run.max_load = {quiet['max_load']:g})")
+    if machine_load.get("loaded"):
+        notes.append(
+            f"timed under load: other processes kept {machine_load['others_busy_cores']:.2f} of "
+            f"{machine_load['cores']} cores busy (load average {machine_load['loadavg_1m'][1]:.2f})"
+        )
+    return notes
 
 
 def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], None]) -> dict[str, Any]:

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets, testing
-from harness.run import lifeline
+from harness.run import jax_cache, lifeline
 from harness.run.compile_cache import CompileCache, cache_key
-from harness.run.measure import measure, trace, trace_steps
+from harness.run.load import MachineBusy
+from harness.run.measure import load_notes, measure, trace, trace_steps
 from harness.run.spec import WorkerSpec
 from harness.run.stage import Stage
 
@@ -111,6 +112,8 @@ def open_stages(spec: WorkerSpec) -> Stages:
     from harness.run.jax_stage import open_model
 
     distributed.initialize(spec)
+    if (jax_dir := jax_cache.cache_dir_for(spec)) is not None:
+        jax_cache.enable(jax_dir)  # before anything compiles
     model = open_model(spec)
     return Stages(
         model.build, model.context, model.machine, model.config_resolved, model.unavailable, model.device_memory
@@ -149,7 +152,11 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
         notes.append(f"static metrics from the compile cache ({key[:12]}): unchanged variant, not recompiled")
         stage.hlo_text = cache.get_hlo(key)
     else:
-        static = _compile_static(stage, target.platform)
+        jax_dir = jax_cache.cache_dir_for(spec)
+        if jax_dir is not None:
+            static = jax_cache.static_with_cache(stage, lambda: _compile_static(stage, target.platform), jax_dir)
+        else:
+            static = _compile_static(stage, target.platform)
         if cache is not None:
             cache.put(key, static)
             if stage.hlo_text:
@@ -241,7 +248,10 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
             status(name, "prepare")
             stage.prepare()
             if "measured" in run.metrics:
-                entry["measured"] = measure(stage, run.warmup, run.repeats, status)
+                entry["measured"] = measure(
+                    stage, run.warmup, run.repeats, status, max_load=run.max_load, max_load_wait_s=run.max_load_wait_s
+                )
+                entry["notes"] += load_notes(entry["measured"]["load"])
             elif run.warmup:
                 for _ in range(run.warmup):
                     stage.run()
@@ -251,7 +261,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
                 entry["trace"] = trace(stage, where, trace_steps(median), status)
     except Exception as e:  # a failed stage is data, not a crash
         entry["status"] = "failed"
-        entry["error"] = str(e) if isinstance(e, stages.unavailable) else error_text(e)
+        entry["error"] = str(e) if isinstance(e, (*stages.unavailable, MachineBusy)) else error_text(e)
         say(f"{name} failed:\n{error_text(e)}")
     entry["phases_s"] = status.durations(name)
     return entry

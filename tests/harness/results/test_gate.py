@@ -323,7 +323,11 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report():
     assert steps[1]["uses"].startswith("actions/setup-python@") and steps[1]["with"]["python-version"] == "3.11"
     runs = [s.get("run") for s in steps]
     assert any((r or "").startswith('pip install "nox==') for r in runs)
-    assert "nox -s gate -- experiments/nightly.toml" in runs
+    assert any("nox -s gate -- experiments/nightly.toml" in (r or "") for r in runs)
+    assert steps[0]["with"]["fetch-depth"] == 0  # bisect reaches back to the baseline's commit
+    (bisect,) = [s for s in steps if "harness bisect" in (s.get("run") or "")]
+    assert bisect["if"] == "failure() && steps.gate.outputs.exit_code == '1'"
+    assert "--from-gate reports/nightly-gate/gate.json" in bisect["run"] and "bisect baseline HEAD" in bisect["run"]
     upload = steps[-1]
     assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
     assert upload["with"]["path"] == "reports/"

@@ -1,0 +1,1 @@
+"""``harness bisect``: the first commit where a metric regressed (search, git worktrees, runs)."""

@@ -1,0 +1,114 @@
+"""The timing gate's error rates by resampling, on synthetic runs whose answers are known."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import cli
+from harness.results import stats
+from harness.results.power import Cell, grid, recommend, sample_runs
+
+_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
+synthetic = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(synthetic)
+
+
+def runs(n_runs: int, within: float, between: float = 0.0, size: int = 40, seed: int = 0) -> list[np.ndarray]:
+    """Runs of lognormal samples around 1: ``within`` noise per sample, ``between`` one factor per run."""
+    rng = np.random.default_rng(seed)
+    return [rng.lognormal(0.0, between) * rng.lognormal(0.0, within, size) for _ in range(n_runs)]
+
+
+def rates(pools, n, threshold, alpha, slowdown=0.05, trials=400):
+    (r,) = stats.gate_error_rates(pools, [n], [threshold], [alpha], slowdown, trials=trials)
+    return r
+
+
+def test_quiet_machine_no_false_alarms_and_full_power():
+    """1 % noise: a 2 % threshold never fires on A/A, and a 5 % slowdown is always caught at 10 repeats."""
+    r = rates(runs(4, 0.01), 10, 1.02, 0.01)
+    assert r.false_alarm == 0.0 and r.power == 1.0 and r.trials == 400
+
+
+def test_a_threshold_above_the_slowdown_can_never_catch_it():
+    """The nightly gate's 1.25x: a 5 % slowdown of a 1 %-noise stage has a median ratio near 1.05."""
+    assert rates(runs(4, 0.01), 10, 1.25, 0.01).power == 0.0
+
+
+def test_false_alarms_at_threshold_one_are_half_of_alpha():
+    """Threshold 1.0 leaves the test alone: a two-sided p < alpha in the slower direction, ~alpha / 2."""
+    r = rates(runs(1, 0.05, size=200), 20, 1.0, 0.05, trials=2000)
+    assert 0.01 <= r.false_alarm <= 0.045
+
+
+def test_noise_between_runs_raises_false_alarms():
+    """Runs that differ by 5 % as a whole (a busier machine) fool a within-run test most of the time."""
+    assert rates(runs(6, 0.005, between=0.05), 10, 1.0, 0.01).false_alarm > 0.3
+
+
+def test_too_much_noise_loses_power():
+    assert rates(runs(4, 0.3), 5, 1.02, 0.01).power < 0.2
+
+
+def test_grid_combines_timings_and_recommends_the_cheapest_setting():
+    quiet, noisy = runs(4, 0.01, seed=1), runs(4, 0.02, seed=2)
+    cells = grid({("a", "s"): quiet, ("b", "s"): noisy}, [5, 10, 20], [1.02, 1.03, 1.25], [0.01], 0.05, trials=200)
+    assert len(cells) == 9
+    for c in cells:
+        fas = [r.false_alarm for r in c.per_timing.values()]
+        assert c.false_alarm == pytest.approx(1 - (1 - fas[0]) * (1 - fas[1]))
+        assert c.power == min(r.power for r in c.per_timing.values())
+    best = recommend(cells, 0.01, 0.95)
+    assert best is not None and best.meets(0.01, 0.95)
+    assert all(c.repeats >= best.repeats for c in cells if c.meets(0.01, 0.95))
+    assert recommend(cells, 0.0, 1.01) is None
+
+
+def test_recommend_prefers_fewer_repeats_then_larger_threshold():
+    def cell(n, t, a):
+        return Cell(n, t, a, 0.0, 1.0, {})
+
+    cells = [cell(10, 1.02, 0.01), cell(5, 1.02, 0.01), cell(5, 1.03, 0.05), cell(5, 1.03, 0.01)]
+    assert recommend(cells, 0.01, 0.95) == cell(5, 1.03, 0.01)
+
+
+def test_sample_runs_groups_records_per_timing():
+    template = synthetic.ok_template()
+    records = synthetic.records(synthetic.synthetic_run(1, template)) + synthetic.records(
+        synthetic.synthetic_run(2, template)
+    )
+    got = sample_runs(records)
+    assert got and all(len(v) == 2 for v in got.values())
+
+
+def test_command_on_aa_results(tmp_path, capsys):
+    template = synthetic.ok_template()
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"run{i}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in synthetic.synthetic_run(10 + i, template, jitter=0.01)))
+        paths += ["--results", str(path)]
+    out_json = tmp_path / "rates.json"
+    manifest = Path(__file__).parents[1] / "fixtures" / "sweep_cpu8.toml"
+    code = cli.main(["gate-power", str(manifest), *paths, "--trials", "50", "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert code in (0, 1) and "current" in out and "recommended" in out
+    cells = json.loads(out_json.read_text())
+    assert {c["repeats"] for c in cells} >= {5, 10, 30} and all(0 <= c["false_alarm"] <= 1 for c in cells)
+
+
+def test_row_wise_mann_whitney_matches_the_gate_test():
+    rng = np.random.default_rng(3)
+    for n in (3, 5, 9, 20):
+        b = rng.lognormal(0, 0.05, (30, n))
+        h = rng.lognormal(0.02, 0.05, (30, n))
+        h[:5, 0] = b[:5, 0]  # ties in a few rows
+        b[6] = h[6] = 1.0  # one row all equal
+        got = stats.mann_whitney_p_rows(b, h)
+        want = [stats.mann_whitney_p(b[i], h[i]) for i in range(30)]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
