@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-IMPROVED, REGRESSED, UNCHANGED, NOISE = "improved", "regressed", "unchanged", "noise"
+from harness.vocabulary import Change
+
+IMPROVED, REGRESSED, UNCHANGED, NOISE = Change.IMPROVED, Change.REGRESSED, Change.UNCHANGED, Change.NOISE
 VERDICTS: tuple[str, ...] = (IMPROVED, REGRESSED, UNCHANGED, NOISE)
 
 Samples = Sequence[float] | np.ndarray

@@ -37,10 +37,11 @@ from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.measure import measure, trace, trace_steps
 from harness.run.spec import WorkerSpec
 from harness.run.stage import Stage
+from harness.vocabulary import StageStatus
 
 ERROR_TAIL_CHARS = 4000
 GiB = 2**30
-OK_STATUSES = ("ok", "does-not-fit")  # a stage that did not fit is a result, not a failure
+OK_STATUSES = (StageStatus.OK, StageStatus.DOES_NOT_FIT)  # a stage that did not fit is a result, not a failure
 
 
 def say(text: str) -> None:
