@@ -4,13 +4,15 @@ winners as a manifest of variants with per-rule overrides that ``harness sweep``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.fmt import fmt_pct
 from harness.plan.manifest import Manifest
-from harness.report.fmt import fmt_pct
-from harness.report.search import rules_text, search_page
+from harness.results.stats import spearman
+from harness.search.page import rules_text, search_page
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
 
@@ -47,6 +49,19 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def rank_agreement(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How well the analytic estimate ordered the candidates: Spearman's rank correlation between
+    its step and the predicted step (a proxy's scaled to full depth) over the rows that compiled
+    (status ``ok``) and have both; ``spearman`` is None below 3 such rows or when either is constant."""
+    pairs = [
+        (r["analytic_step_s"], r["step_s"])
+        for r in table
+        if r["status"] == "ok" and r.get("analytic_step_s") is not None and r["step_s"] is not None
+    ]
+    rho = spearman([a for a, _ in pairs], [s for _, s in pairs]) if pairs else math.nan
+    return {"spearman": None if math.isnan(rho) else rho, "pairs": len(pairs)}
 
 
 def _ms(v: float | None) -> str:
@@ -151,6 +166,7 @@ def write_outputs(
         "pruned": {k: len(v) for k, v in result.pruned.items()},
         "evaluations": result.evaluations,
         "rows": table,
+        "analytic_rank_agreement": rank_agreement(table),
         "references": list(references),
     }
     paths["json"].write_text(json.dumps(summary, indent=1, sort_keys=True))

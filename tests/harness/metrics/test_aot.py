@@ -171,7 +171,7 @@ metrics = ["static", "measured"]
 
 def _cpu_collectives(strategy: str) -> dict[str, int]:
     """The same variant compiled for 8 simulated CPU devices, in this process."""
-    from harness.plan.config import build_config
+    from harness.model import build_config
     from harness.plan.manifest import Target
     from harness.run.jax_stage import JaxStage, device_mesh
     from ltx2 import Workload, build_stage

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.config import build_config
+from harness.model import build_config
 from harness.plan.variants import load_sweep
 from ltx2.sharding import strategy_names
 
