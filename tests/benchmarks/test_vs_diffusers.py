@@ -16,7 +16,7 @@ One guided step (every guidance pass, guidance math and Euler step; diffusers: t
 three forwards) at ``small`` and ``medium``. The ``small`` loop and the ``medium`` guided step also
 run with each of the guided step's knobs switched back (``+sequential``: one forward per pass,
 ``+no-fork``: STG rows from block 0, ``+no-text-kv``: text keys/values projected in every block,
-``+old``: all three, the step before issue 17), each paired with its own diffusers samples.
+``+old``: all three, the step as diffusers runs it), each paired with its own diffusers samples.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ BUILDERS: dict[str, Callable[[str, str], Built]] = {
 CASES = [(c, p, d) for c in BUILDERS for p in PRESETS for d in DTYPES]
 CASES += [("transformer_step_cfg", "medium", "float32"), ("matmul", str(MATMUL_N), "float32")]
 BUILDERS["matmul"] = matmul_case
-# Issue 17: the small guided loop and the medium guided step, defaults and each knob variant.
+# The guided step: the small guided loop and the medium guided step, defaults and each knob variant.
 BUILDERS["guided_step"] = guided_step_case
 CASES += [("guided_step", "small", "float32"), ("guided_step", "medium", "float32")]
 for _name, _knobs in KNOB_VARIANTS.items():
