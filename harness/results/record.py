@@ -263,7 +263,7 @@ class Record:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == Status.OK
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Record:

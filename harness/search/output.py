@@ -15,6 +15,7 @@ from harness.results.stats import spearman
 from harness.search.page import rules_text, search_page
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
+from harness.vocabulary import StageStatus
 
 GiB = 2**30
 # The manifest sections a winners manifest copies as written (everything but the variants and the space).
@@ -58,7 +59,7 @@ def rank_agreement(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     pairs = [
         (r["analytic_step_s"], r["step_s"])
         for r in table
-        if r["status"] == "ok" and r.get("analytic_step_s") is not None and r["step_s"] is not None
+        if r["status"] == StageStatus.OK and r.get("analytic_step_s") is not None and r["step_s"] is not None
     ]
     rho = spearman([a for a, _ in pairs], [s for _, s in pairs]) if pairs else math.nan
     return {"spearman": None if math.isnan(rho) else rho, "pairs": len(pairs)}
@@ -172,6 +173,8 @@ def write_outputs(
     paths["json"].write_text(json.dumps(summary, indent=1, sort_keys=True))
     paths["html"].write_text(search_page(summary, title=f"Layout search: {manifest.name}"))
     by_name = {c.name: c for c in [*result.proxy, *result.confirmed]}
-    best = [(by_name[r["name"]], r) for r in table if r["status"] == "ok" and r["step_s"] is not None][:winners]
+    best = [(by_name[r["name"]], r) for r in table if r["status"] == StageStatus.OK and r["step_s"] is not None][
+        :winners
+    ]
     paths["winners"].write_text(winners_manifest(manifest, best, base))
     return paths
