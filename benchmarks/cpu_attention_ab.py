@@ -1,6 +1,6 @@
 """Attention kernels A/B on CPU, paired and interleaved in one process: the `small` preset's one
 denoising forward (CFG batch 2, experiments/cpu.toml's 9x8x8 latent grid, 68 audio and 128 text
-tokens) with ``attention_impl`` "xla" vs "blocked", diffusers eager alongside; and the issue's
+tokens) with ``attention_impl`` "xla" vs "blocked", diffusers eager alongside; and a
 plain attention (batch 2, 1,536 tokens, width 512, 8 heads) as XLA, blocked and torch SDPA.
 
     PYTHONPATH=. JAX_PLATFORMS=cpu python benchmarks/cpu_attention_ab.py --rounds 7

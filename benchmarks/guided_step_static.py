@@ -1,4 +1,4 @@
-"""Static cost of one guided denoising step per setting of its knobs, from the compiled HLO (issue 17).
+"""Static cost of one guided denoising step per setting of its knobs, from the compiled HLO.
 
 One step = every guidance pass of ``LTX2Pipeline``'s defaults (CFG + STG + modality isolation,
 rescale) for one video, the guidance math and the Euler update: ``ltx2.denoise.denoise_step``, the
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Knob settings: (guidance_batching, stg_fork, text_kv_cache).
 VARIANTS: dict[str, tuple[str, bool, bool]] = {
-    "old": ("sequential", False, False),  # diffusers' passes: the step before issue 17
+    "old": ("sequential", False, False),  # diffusers' passes: every knob switched back
     "batched": ("batched", False, False),  # each knob on alone ...
     "fork": ("sequential", True, False),
     "text-kv": ("sequential", False, True),

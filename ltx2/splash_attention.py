@@ -3,8 +3,8 @@ splash_attention``) behind ``TransformerConfig.attention_impl = "splash"``.
 
 The kernel keeps each score tile in VMEM, so the ``[B, N, L, S]`` logits never reach HBM; XLA's
 einsum path writes and re-reads them, which made every fitting layout of the 19B step on v6e
-memory-bound (issue 7's compile-only study). Same math as the other paths: float32 logits and
-softmax statistics, probabilities in the value dtype.
+memory-bound (their compile-only static metrics: the logits' bytes dominate). Same math as the
+other paths: float32 logits and softmax statistics, probabilities in the value dtype.
 
 Adaptation to our shapes: queries are scaled by ``1/sqrt(K)`` up front (the kernel does not
 scale); sequences are zero-padded to whole tiles (multiples of 128) and head dims to the 128

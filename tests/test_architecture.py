@@ -1,6 +1,7 @@
 """The layering ARCHITECTURE.md promises, checked from the source: no import cycles (function-level
 imports included), the harness reaches the model only through ltx2's public names, ltx2 never
-imports the harness, reports load neither JAX nor the model, and no source file passes 500 lines."""
+imports the harness, reports load neither JAX nor the model and import no metrics, manifests are
+read without the model, the shared names live in a leaf, and no source file passes 500 lines."""
 
 from __future__ import annotations
 
@@ -202,3 +203,62 @@ def test_reports_need_neither_jax_nor_the_model(tmp_path: Path, code: str) -> No
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def importers(root: Path, package: str, forbidden: Iterable[str]) -> list[str]:
+    """``file:line module`` of every import (function-level and ``TYPE_CHECKING`` ones too) in the
+    modules of ``package`` of a module under one of the ``forbidden`` dotted prefixes."""
+    top = package.split(".")[0]
+    bad = []
+    for name, path in modules(root, [top]).items():
+        if name != package and not name.startswith(package + "."):
+            continue
+        for module, _, line in imports(name, path):
+            if any(module == f or module.startswith(f + ".") for f in forbidden):
+                bad.append(f"{path.relative_to(root)}:{line} {module}")
+    return bad
+
+
+def test_reports_import_records_and_the_vocabulary_not_metrics_search_or_jax() -> None:
+    assert importers(ROOT, "harness.report", ("harness.metrics", "harness.search", "harness.run", *HEAVY)) == []
+
+
+def test_the_search_does_not_import_the_report() -> None:
+    assert importers(ROOT, "harness.search", ("harness.report",)) == []
+
+
+def test_manifest_parsing_imports_no_model() -> None:
+    assert importers(ROOT, "harness.plan", ("ltx2", "jax", "flax", "torch")) == []
+
+
+def test_the_vocabulary_is_a_leaf() -> None:
+    assert import_graph(ROOT)["harness.vocabulary"] == set()
+    assert importers(ROOT, "harness.vocabulary", HEAVY) == []
+
+
+def test_importers_sees_imports_inside_functions(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "a.py").write_text("import os\n\ndef f():\n    from jax import numpy\n")
+    (tmp_path / "pkg" / "b.py").write_text("import jax\n")
+    assert importers(tmp_path, "pkg.sub", ("jax",)) == ["pkg/sub/a.py:4 jax"]
+
+
+def test_reading_every_manifest_loads_neither_jax_nor_the_model() -> None:
+    """Importing the plan (variants included) and reading every manifest under experiments/ leaves
+    JAX and ltx2 unloaded; expanding one is what loads the model (checked last, same process)."""
+    script = (
+        "import sys, pathlib\n"
+        "import harness.plan, harness.plan.manifest, harness.plan.variants\n"
+        "paths = sorted(pathlib.Path('experiments').rglob('*.toml'))\n"
+        "names = [harness.plan.manifest.load_manifest(p).name for p in paths]\n"
+        f"print(len(names), sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "harness.plan.variants.load_sweep(paths[0])\n"
+        "print('ltx2' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read, expanded = done.stdout.strip().splitlines()[-2:]
+    assert read == f"{len(list((ROOT / 'experiments').rglob('*.toml')))} []"
+    assert expanded == "True"

@@ -121,7 +121,7 @@ def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
     assert "| 115.0 | 102.2 |" in bench.markdown_table(rows[1:], {})
 
 
-# ---------------------------------------------------------------------------- issue 17 scripts
+# ---------------------------------------------------------------------------- the guided step's scripts
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.vocabulary import Status
+
 HELP = "merge the outputs of variants run on a cluster into results.jsonl and the report"
 MANIFEST_COPY = "manifest.toml"  # written by sweep --launcher xpk: what collect builds records against
 COLLECTED = "collected"
@@ -34,7 +36,7 @@ def _outputs(folder: Path, processes: int) -> list[dict[str, Any]] | None:
             result = json.loads((folder / f"out-{i}.json").read_text())
         except (OSError, ValueError):
             return None
-        if result.get("status") not in ("ok", "failed") or "launch" not in result:
+        if result.get("status") not in (Status.OK, Status.FAILED) or "launch" not in result:
             return None
         results.append(result)
     return results

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.vocabulary import Status
+
 HELP = "static metrics of one variant, without timing"
 MIB = 2**20
 
@@ -105,6 +107,6 @@ def run(args: argparse.Namespace) -> int:
                 print("\n".join(format_static(entry["static"])))
             if entry.get("error"):
                 print("  " + entry["error"].strip().replace("\n", "\n  "))
-        if outcome.status != "ok" and not stages:
+        if outcome.status != Status.OK and not stages:
             print(outcome.error or "", file=sys.stderr)
-    return 0 if outcome.status == "ok" else 1
+    return 0 if outcome.status == Status.OK else 1

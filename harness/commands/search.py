@@ -19,7 +19,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 HELP = "search sharding rules, mesh shapes and attention kernels for the fastest predicted step"
 
@@ -34,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.results import store
-    from harness.search.evaluate import score_of
-    from harness.search.output import console_table, rows, write_outputs
+    from harness.search.output import console_table, rank_agreement, rows, write_outputs
+    from harness.search.page import agreement_text
+    from harness.search.references import reference_rows
     from harness.search.setup import load_search
     from harness.search.strategy import search
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     before = len(store.load_records(path))
     result = search(s.space, s.facts, s.devices, s.hardware, s.evaluator, args.budget, seeds=s.seeds)
     compiled = len(store.load_records(path)) - before
-    references = _references(s, score_of)
+    references = reference_rows(s)
     pruned = ", ".join(f"{k}: {len(v)}" for k, v in result.pruned.items()) or "none"
     print(
         f"{result.declared} candidates declared, pruned {pruned}; {result.evaluations} evaluated "
@@ -56,50 +56,6 @@ def run(args: argparse.Namespace) -> int:
     )
     paths = write_outputs(path.parent, s.manifest, result, s.space.base, args.winners, references)
     print(console_table(rows(result), references))
+    print(agreement_text(rank_agreement(rows(result))))
     print(f"search: {paths['html']}\nwinners: {paths['winners']}\nwall time {time.monotonic() - started:.0f} s")
     return 0 if any(sc.usable for sc in [*result.proxy.values(), *result.confirmed.values()]) else 1
-
-
-def _references(s: Any, score_of: Any) -> list[dict[str, Any]]:
-    """The manifest's own [[variants]], compiled at full depth (cached like the candidates), as rows."""
-    from harness.results import store
-    from harness.run.runner import SweepOptions, run_sweep
-
-    declared = [v for v in s.sweep.variants if v.name in {spec.name for spec in s.manifest.variants}]
-    if not declared:
-        return []
-    path = s.evaluator.results_path
-    known = store.latest_by_variant(store.load_records(path))
-    todo = tuple(v for v in declared if v.id not in known)
-    if todo:
-        run_sweep(type(s.sweep)(s.manifest, todo), SweepOptions(s.evaluator.reports_dir, s.evaluator.sweep_id))
-        known = store.latest_by_variant(store.load_records(path))
-    out = []
-    for v in declared:
-        if v.id not in known:
-            continue
-        sc = score_of(
-            known[v.id], s.manifest.workload.stages[0], s.facts.num_layers, s.facts.num_layers, s.hardware.hbm_bytes
-        )
-        out.append(
-            {
-                "label": f"reference {v.name}",
-                "name": v.name,
-                "mesh": v.target.mesh_shape,
-                "attention": v.config_overrides.get("transformer.attention_impl", "(config)"),
-                "rules": {},
-                "depth": s.facts.num_layers,
-                "confirmed": True,
-                "full_depth": True,
-                "status": sc.status,
-                "step_s": sc.step_s,
-                "exposed_all_gather": sc.exposed_all_gather,
-                "exposed_collective_s": sc.exposed_collective_s,
-                "wasted": sc.wasted,
-                "memory_bytes": sc.memory_bytes,
-                "fits": sc.fits,
-                "variant_id": v.id,
-                "error": sc.error,
-            }
-        )
-    return out

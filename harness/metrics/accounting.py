@@ -1,6 +1,6 @@
 """Per-device time accounting over a window, from op executions (:class:`~harness.metrics.events.OpEvent`).
 
-Categories are ``compute`` or a collective kind from ``harness.metrics.hlo.KINDS``. An async
+Categories are ``compute`` or a collective kind from ``harness.vocabulary.KINDS``. An async
 collective (``*-start`` ... ``*-done``) occupies the span from the start of its start op to the end
 of its done op. Per device, over a window:
 
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from harness.metrics.events import COMPUTE, OpEvent
-from harness.metrics.hlo import KINDS
+from harness.vocabulary import KINDS
 
 _ASYNC_SUFFIX = re.compile(r"-(start|done)(?=[.\d]*$)")
 

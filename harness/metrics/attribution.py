@@ -31,15 +31,9 @@ from typing import Any
 from harness.metrics import hlo, hlo_cost
 from harness.metrics.collective_cause import ShardingFacts, explain
 from harness.metrics.hlo_parse import Instruction, Module, parse_module, source_lines
+from harness.vocabulary import UNATTRIBUTED
 
-UNATTRIBUTED = ""  # the scope of an instruction none of whose path names a model scope
-UNATTRIBUTED_LABEL = "(unattributed)"
 ScopePath = Callable[[str], tuple[str, ...]]
-
-
-def label(scope: str) -> str:
-    """A scope as shown to people: the path, or ``(unattributed)``."""
-    return scope or UNATTRIBUTED_LABEL
 
 
 @dataclass(frozen=True)

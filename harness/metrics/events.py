@@ -9,9 +9,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.metrics.hlo import KINDS
+from harness.vocabulary import COMPUTE, KINDS
 
-COMPUTE = "compute"
 _KIND_PREFIX = re.compile(r"^(" + "|".join(sorted(KINDS, key=len, reverse=True)) + r")(?:$|[.\-_])")
 
 

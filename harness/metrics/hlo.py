@@ -36,18 +36,10 @@ from harness.metrics.hlo_parse import (
     shape_dims,
     top_level_items,
 )
+from harness.vocabulary import KINDS
 
 _Module = Module  # the parsed-module type's name before it moved to hlo_parse
 
-KINDS: tuple[str, ...] = (
-    "all-gather",
-    "all-reduce",
-    "reduce-scatter",
-    "collective-permute",
-    "all-to-all",
-    "ragged-all-to-all",
-    "collective-broadcast",
-)
 
 _CALLEES = re.compile(
     r"\b(?:calls|to_apply|body|condition|branch_computations|called_computations)=(\{[^}]*\}|%?[\w.\-]+)"

@@ -3,7 +3,7 @@
 Deterministic and hardware-free: lower and compile on `jax.ShapeDtypeStruct`s, for any
 model size, on any backend jax can compile for (including TPU/GPU AOT from a CPU host).
 
-Caveats the numbers carry (see shared/reference/profiling_toolchain.md, section 4):
+Caveats the numbers carry:
 * memory is per device. On CPU `peak_memory_in_bytes` is about args + outputs and
   ignores temporaries, so `MemoryMetrics.bound_bytes` is `arg + out + temp - alias`
   there; elsewhere it is the backend's peak.

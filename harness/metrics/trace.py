@@ -1,7 +1,7 @@
 """Capture an XLA trace and turn it into per-device time by category, by scope and by step.
 
 Reading the XSpace (backend layouts and what each rests on) is :mod:`harness.metrics.xspace`.
-Categories are ``compute`` or a collective kind from ``harness.metrics.hlo.KINDS``; the per-device
+Categories are ``compute`` or a collective kind from ``harness.vocabulary.KINDS``; the per-device
 accounting over a window (busy, exposed collective time, idle, wasted) is
 :mod:`harness.metrics.accounting`, shared with the predicted timeline.
 

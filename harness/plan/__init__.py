@@ -1,3 +1,4 @@
-"""What to run: a manifest (TOML -> frozen dataclasses, :mod:`~harness.plan.manifest`, no model
-import) expanded once into checked variants (:mod:`~harness.plan.variants`, where the model is
-asked), with each variant's config built from its preset and overrides (:mod:`~harness.plan.config`)."""
+"""What to run: a manifest (TOML -> frozen dataclasses, :mod:`~harness.plan.manifest`) expanded once
+into checked variants (:mod:`~harness.plan.variants`). Neither imports the model: expansion asks it
+through :mod:`harness.model` (each variant's config built from its preset and overrides, stage
+names, mesh axes, workload sizes), imported when a manifest is expanded."""

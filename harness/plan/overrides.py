@@ -15,6 +15,8 @@ from harness.plan.toml import Invalid, KeyPath, canonical, check_keys, flatten_o
 # Override prefixes that address the manifest rather than the ltx2 config.
 SETTING_PREFIXES = ("target.", "workload.")
 PRESET_KEY = "model.preset"
+# ``sharding.rules.<logical axis> = [mesh axes]``: one rule of the transformer's sharding strategy.
+RULES_PREFIX = "sharding.rules."
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ listed together (explicit first); a manifest with neither runs one ``base`` vari
 Expansion is where the model is asked what the TOML alone cannot say: the preset and
 stage names exist, every config override is a valid field value (alone and together),
 the mesh axes are ones the sharding strategies know, and the workload fits the latent
-grid and divides over the mesh (:func:`ltx2.check_workload`). :func:`load_sweep` reads a
-manifest and expands it once; everything downstream takes the :class:`Sweep`.
+grid and divides over the mesh (:func:`ltx2.check_workload`). The model is asked through
+:mod:`harness.model`, imported by the functions that ask it: importing this module, like reading a
+manifest, loads neither the model nor JAX. :func:`load_sweep` reads a manifest and expands it once;
+everything downstream takes the :class:`Sweep`.
 
 Each variant gets its reference (the variant reports compare it with): its own ``reference``,
 else ``[report] reference`` if that one runs the same preset and workload sizes, else the first
@@ -31,15 +33,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import testing
 from harness.plan import manifest as mf
-from harness.plan.config import RULES_PREFIX, build_config, check_override, check_preset, model_workload
-from harness.plan.overrides import PRESET_KEY, SETTING_PREFIXES
+from harness.plan.overrides import PRESET_KEY, RULES_PREFIX, SETTING_PREFIXES
 from harness.plan.toml import Invalid, KeyPath, type_name
 from harness.results.metric_names import split_tolerance_key
-from ltx2 import MESH_AXES, STAGES, PipelineConfig, WorkloadError, check_workload
+
+if TYPE_CHECKING:
+    from harness.model import PipelineConfig, WorkloadError
 
 ID_LENGTH = 12
 
@@ -166,20 +169,26 @@ def _section(m: mf.Manifest, section: str, overrides: Mapping[str, Any], where: 
 
 def _workload(raw: Mapping[str, Any]) -> mf.Workload:
     """The workload section, its stages checked against the model's stage names."""
+    from harness import model
+
     wl = mf.parse_workload(raw)
     for i, stage in enumerate(wl.stages):
-        if stage not in STAGES:
-            raise Invalid(("stages", i), f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+        try:
+            model.check_stage(stage)
+        except ValueError as e:
+            raise Invalid(("stages", i), str(e)) from None
     return wl
 
 
 def _preset(m: mf.Manifest, overrides: Mapping[str, Any], where: KeyPath) -> str:
+    from harness import model
+
     preset = overrides.get(PRESET_KEY, m.model.preset)
     path = where + (PRESET_KEY,) if PRESET_KEY in overrides else ("model", "preset")
     try:
         if not isinstance(preset, str):
             raise ValueError(f"expected a string, got {type_name(preset)} ({preset!r})")
-        return check_preset(preset)
+        return model.check_preset(preset)
     except ValueError as e:
         raise m.error(path, str(e)) from None
 
@@ -188,19 +197,21 @@ def _config(
     m: mf.Manifest, preset: str, overrides: Mapping[str, Any], where: KeyPath
 ) -> tuple[dict[str, Any], PipelineConfig | None]:
     """The merged config overrides, normalised, and the config they build (None for test presets)."""
+    from harness import model
+
     own = {k: v for k, v in overrides.items() if k != PRESET_KEY and not k.startswith(SETTING_PREFIXES)}
     merged = {**m.model.overrides, **own}
     out = {}
     for key, value in merged.items():
         path = where + (key,) if key in own else ("model", "overrides", key)
         try:
-            out[key] = check_override(preset, key, value)
+            out[key] = model.check_override(preset, key, value)
         except (KeyError, TypeError, ValueError) as e:
             raise m.error(path, _reason(e)) from None
     if testing.is_test_preset(preset):
         return out, None
     try:  # fields that are valid alone but not together
-        return out, build_config(preset, out)
+        return out, model.build_config(preset, out)
     except (KeyError, TypeError, ValueError) as e:
         raise m.error(where if own else ("model", "overrides"), f"invalid config: {_reason(e)}") from None
 
@@ -214,13 +225,15 @@ def _check_with_model(
     where: KeyPath,
 ) -> None:
     """What only the model can say: mesh axis vocabulary, workload sizes vs. the latent grid and mesh."""
-    unknown = [a for a, _ in target.mesh if a not in MESH_AXES]
+    from harness import model
+
+    unknown = model.unknown_mesh_axes([a for a, _ in target.mesh])
     if unknown:
         path = where + ("target.mesh",) if "target.mesh" in overrides else ("target", "mesh")
-        raise m.error(path, f"unknown mesh axes {unknown} (known: {', '.join(MESH_AXES)})")
+        raise m.error(path, f"unknown mesh axes {unknown} (known: {model.known_mesh_axes()})")
     try:
-        check_workload(cfg, model_workload(wl), target.mesh_shape, wl.stages)
-    except WorkloadError as e:
+        model.check_sizes(cfg, wl, target.mesh_shape)
+    except model.WorkloadError as e:
         raise m.error(_blame(overrides, where, e), str(e)) from None
 
 
@@ -252,10 +265,16 @@ def resolve(
 
 def _check_tolerance_stages(m: mf.Manifest) -> None:
     """A stage-qualified ``[gate] tolerances`` key names a stage of the model."""
+    from harness import model
+
     for key in m.gate.tolerances:
         stage, _ = split_tolerance_key(key)
-        if stage is not None and stage not in STAGES:
-            raise m.error(("gate", "tolerances", key), f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+        if stage is None:
+            continue
+        try:
+            model.check_stage(stage)
+        except ValueError as e:
+            raise m.error(("gate", "tolerances", key), str(e)) from None
 
 
 def expand(m: mf.Manifest) -> tuple[Variant, ...]:

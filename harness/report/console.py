@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.metrics.attribution import label
 from harness.report import tables
 from harness.results.diff import Delta, StageDiff
 from harness.results.record import Record
+from harness.vocabulary import label
 
 WIDTH = 120
 MIB = 2**20

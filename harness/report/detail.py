@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.attribution import UNATTRIBUTED, label
+from harness.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.report import predicted
 from harness.report.charts import bar_chart
-from harness.report.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_time
 from harness.report.tables import XPROF_PORT
 from harness.results.diff import Delta, StageDiff
 from harness.results.record import Record, StageEntry
+from harness.vocabulary import UNATTRIBUTED, label
 
 e = html.escape
 TOP_SCOPES = 14  # bars per time-by-scope chart

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.fmt import fmt_bytes, fmt_num, fmt_ratio, fmt_time, fmt_unit
 from harness.plan.manifest import Gate
 from harness.report import detail, plots, predicted, tables, xprof
 from harness.report import interactive as ui
-from harness.report.fmt import fmt_bytes, fmt_num, fmt_ratio, fmt_time, fmt_unit
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
 from harness.results.diff import StageDiff, reference_diffs
 from harness.results.record import Record

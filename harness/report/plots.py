@@ -16,13 +16,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.metrics.hlo import KINDS
 from harness.report.tables import StageRow, ok_records
 from harness.results.record import Record
+from harness.vocabulary import COMPUTE, KINDS
 
 MIB = 2**20
 _COLOURS = {
-    "compute": "#4c78a8",
+    COMPUTE: "#4c78a8",
     "idle": "#bab0ac",
     **dict(zip(KINDS, ("#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6"), strict=True)),
 }
@@ -81,9 +81,9 @@ def _breakdown(trace: Mapping[str, Any]) -> dict[str, float] | None:
     if not devices:
         return None
     steps = max(1, int(trace.get("steps") or 1))
-    out: dict[str, float] = {"compute": 0.0}
+    out: dict[str, float] = {COMPUTE: 0.0}
     for d in devices:
-        out["compute"] += d.get("compute_ns", 0.0)
+        out[COMPUTE] += d.get("compute_ns", 0.0)
         by_kind = d.get("collective_ns_by_kind") or {}
         total = sum(by_kind.values())
         for kind, ns in by_kind.items():  # share the exposed time out by each kind's covered time
@@ -103,7 +103,7 @@ def time_breakdown(records: Sequence[Record]) -> str | None:
     if not bars:
         return None
     n_stages = len({s for _, s, _ in bars})
-    categories = ["compute", *[k for k in KINDS if any(k in b for _, _, b in bars)], "idle"]
+    categories = [COMPUTE, *[k for k in KINDS if any(k in b for _, _, b in bars)], "idle"]
     fig, ax = _figure(len(bars))
     bottom = np.zeros(len(bars))
     for cat in categories:
@@ -113,7 +113,7 @@ def time_breakdown(records: Sequence[Record]) -> str | None:
             vals,
             0.6,
             bottom=bottom,
-            label=cat if cat in ("compute", "idle") else f"{cat} (exposed)",
+            label=cat if cat in (COMPUTE, "idle") else f"{cat} (exposed)",
             color=_COLOURS[cat],
         )
         bottom += vals

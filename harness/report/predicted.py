@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.fmt import fmt_pct, fmt_time
 from harness.report import interactive as ui
-from harness.report.fmt import fmt_pct, fmt_time
 from harness.results import calibration
 from harness.results.record import Record, StageEntry
 

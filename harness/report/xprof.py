@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.fmt import fmt_pct, fmt_time
 from harness.plan.manifest import ManifestError, load_manifest
-from harness.report.fmt import fmt_pct, fmt_time
 from harness.results.record import Record
 
 e = html.escape

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from harness.results import stats
 from harness.results.record import Record
+from harness.vocabulary import StageStatus
 
 TARGET_SPEARMAN = 0.8
 TARGET_LOG_RATIO = math.log(1.5)
@@ -68,7 +69,7 @@ def points(records: Sequence[Record]) -> list[Point]:
             pred = entry.predicted or {}
             samples = [float(s) for s in (entry.measured or {}).get("samples_s") or ()]
             step = pred.get("step_s")
-            if entry.status != "ok" or not samples or not isinstance(step, int | float) or step <= 0:
+            if entry.status != StageStatus.OK or not samples or not isinstance(step, int | float) or step <= 0:
                 continue
             if pred.get("host_loop"):
                 continue

@@ -29,8 +29,9 @@ from harness.plan.manifest import Gate
 from harness.results import stats
 from harness.results.metric_names import MEMORY_FIELDS, tolerance_forms
 from harness.results.record import Record, StageEntry
+from harness.vocabulary import Change
 
-MISSING, NEW = "missing", "new"  # only in the baseline / only in the new run
+MISSING, NEW = Change.MISSING, Change.NEW
 KINDS = ("timing", "exact", "relative", "monotonic", "info")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 
-from harness.metrics.hlo import KINDS
+from harness.vocabulary import KINDS
 
 FAMILIES = ("measured", "static", "trace", "predicted")
 MEMORY_FIELDS = (

@@ -50,12 +50,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.plan.manifest import Manifest, Run, Target, Workload
+from harness.vocabulary import StageStatus, Status
 
 RECORD_VERSION = 1
-STATUSES = ("ok", "failed", "timeout", "crashed")
-# A stage that "does-not-fit" was compiled but not run: the memory it needs per device exceeds the
-# device's (its static metrics are recorded, its measured ones are not).
-STAGE_STATUSES = ("ok", "failed", "does-not-fit")
+STATUSES: tuple[str, ...] = tuple(Status)
+STAGE_STATUSES: tuple[str, ...] = tuple(StageStatus)
 
 # record_version n -> a function turning a version-n record (a JSON object) into version n + 1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -264,7 +263,7 @@ class Record:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == Status.OK
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Record:

@@ -11,7 +11,7 @@ comparison works from the raw samples:
   a long slow tail) and is insensitive to a few outliers.
 
 A timing regresses only if the ratio is beyond the manifest's threshold *and* the
-difference is significant at ``alpha`` (STYLE 16): significance alone fires on
+difference is significant at ``alpha``: significance alone fires on
 tiny, real but irrelevant shifts; the ratio alone fires on noise. With few samples
 the exact test cannot reach ``alpha`` at all (3 vs 3 samples: p >= 0.1), so every
 verdict says whether its test *could* have fired (:func:`min_p_value`).
@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-IMPROVED, REGRESSED, UNCHANGED, NOISE = "improved", "regressed", "unchanged", "noise"
+from harness.vocabulary import Change
+
+IMPROVED, REGRESSED, UNCHANGED, NOISE = Change.IMPROVED, Change.REGRESSED, Change.UNCHANGED, Change.NOISE
 VERDICTS: tuple[str, ...] = (IMPROVED, REGRESSED, UNCHANGED, NOISE)
 
 Samples = Sequence[float] | np.ndarray

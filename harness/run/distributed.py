@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.run.spec import WorkerSpec
+from harness.vocabulary import StageStatus, Status
+
+OK_STAGE = (StageStatus.OK, StageStatus.DOES_NOT_FIT)  # a stage that did not fit is a result
 
 STATIC_VOLATILE = ("timing",)  # compile times differ between processes; everything else must not
 
@@ -77,16 +80,16 @@ def merge_stage(name: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, An
     """One stage's entry from every process's: see the module docstring."""
     merged = dict(entries[0])
     merged["notes"] = list(merged.get("notes") or [])
-    failed = [(i, e) for i, e in enumerate(entries) if e.get("status") not in ("ok", "does-not-fit")]
-    if failed and merged.get("status") in ("ok", "does-not-fit"):
+    failed = [(i, e) for i, e in enumerate(entries) if e.get("status") not in OK_STAGE]
+    if failed and merged.get("status") in OK_STAGE:
         i, e = failed[0]
-        merged["status"], merged["error"] = e.get("status", "failed"), f"process {i}: {e.get('error')}"
+        merged["status"], merged["error"] = e.get("status", Status.FAILED), f"process {i}: {e.get('error')}"
     statics = [e.get("static") for e in entries]
     if all(s is not None for s in statics):
         for i, s in enumerate(statics[1:], start=1):
             if _static_key(s) != _static_key(statics[0]):
                 diff = ", ".join(_static_diff(statics[0], s))  # type: ignore[arg-type]
-                merged["status"] = "failed"
+                merged["status"] = Status.FAILED
                 merged["error"] = f"{name}: static metrics of process {i} differ from process 0's ({diff})"
                 break
     measured = [e.get("measured") for e in entries]
@@ -124,9 +127,9 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         name: merge_stage(name, [entry] + [r["stages"][name] for r in results[1:] if name in (r.get("stages") or {})])
         for name, entry in stages.items()
     }
-    bad = [n for n, e in merged["stages"].items() if e["status"] not in ("ok", "does-not-fit")]
-    if bad and merged.get("status") == "ok":
-        merged["status"] = "failed"
+    bad = [n for n, e in merged["stages"].items() if e["status"] not in OK_STAGE]
+    if bad and merged.get("status") == Status.OK:
+        merged["status"] = Status.FAILED
         merged["error"] = "\n".join(f"{n}: {merged['stages'][n]['error']}" for n in bad)
     merged["processes"] = len(results)
     return merged

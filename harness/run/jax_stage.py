@@ -26,7 +26,7 @@ from harness.metrics.collective_cause import ParamLayout, ShardingFacts
 from harness.metrics.hlo import collective_instructions
 from harness.metrics.hlo_cost import matmul_flops, memory_traffic_bytes
 from harness.metrics.static import CompilerOptionError, analyze_compiled, lower_and_compile
-from harness.plan.config import build_config, config_dict, model_workload
+from harness.model import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
 from harness.run.spec import WorkerSpec
 from ltx2 import PipelineConfig, StageProgram, StageUnavailable, Workload, build_mesh, build_stage, get_strategy, scopes

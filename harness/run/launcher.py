@@ -43,6 +43,7 @@ from harness.run.distributed import merge_results
 from harness.run.lifeline import LAUNCHER_SIGNALS
 from harness.run.progress import Progress
 from harness.run.spec import WorkerSpec
+from harness.vocabulary import Status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -144,10 +145,10 @@ def classify(
     """(status, error): the worker's own verdict if it finished, else how it died."""
     if timed_out:
         at = f" in {where['stage']}:{where['phase']}" if where and where.get("stage") else ""
-        return "timeout", f"timed out after {timeout_s:g} s{at}\n{tail}".rstrip()
-    if result.get("status") in ("ok", "failed") and rc in (0, 1):
+        return Status.TIMEOUT, f"timed out after {timeout_s:g} s{at}\n{tail}".rstrip()
+    if result.get("status") in (Status.OK, Status.FAILED) and rc in (0, 1):
         return result["status"], result.get("error")
-    return "crashed", f"{_exit_reason(rc)}\n{tail}".rstrip()
+    return Status.CRASHED, f"{_exit_reason(rc)}\n{tail}".rstrip()
 
 
 def free_port() -> int:
@@ -318,18 +319,18 @@ def _outcome(
         return Outcome(status, error, results[0], duration, started_at, now())
     merged = merge_results([r if r.get("stages") is not None else {**r, "stages": {}} for r in results])
     if failed is None and not timed_out:
-        return Outcome(merged.get("status", "crashed"), merged.get("error"), merged, duration, started_at, now())
+        return Outcome(merged.get("status", Status.CRASHED), merged.get("error"), merged, duration, started_at, now())
     w = workers[0 if failed is None else failed]
     status, error = classify(
-        w.proc.returncode,
+        w.proc.returncode,  # type: ignore[union-attr]
         timed_out,
         w.where,
         results[w.process_id],
-        timeout_s,  # type: ignore[union-attr]
+        timeout_s,
         _tail(w.log_path),
     )
-    if status == "ok":  # exited 0 while another failed: cannot be the one that failed first
-        status = "failed"
+    if status == Status.OK:  # exited 0 while another failed: cannot be the one that failed first
+        status = Status.FAILED
     others = f"; the other {len(workers) - 1} process(es) were ended" if failed is not None else ""
     if timed_out:  # a hang: where each process was, the one behind the others is the likely culprit
         where = [
@@ -355,4 +356,4 @@ def _refused(spec: WorkerSpec, log_path: Path) -> Outcome:
         "'compile')"
     )
     log_path.write_text(f"{LOG_MARK} {now()} {error}\n")
-    return Outcome("failed", error, {}, 0.0, now(), now())
+    return Outcome(Status.FAILED, error, {}, 0.0, now(), now())

@@ -27,6 +27,7 @@ from harness.results.provenance import now
 from harness.results.record import Outcome
 from harness.run.progress import Progress
 from harness.run.spec import WorkerSpec
+from harness.vocabulary import Status
 
 NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 NAME_MAX = 40
@@ -148,4 +149,4 @@ class XpkLauncher:
         path.unlink(missing_ok=True)  # not submitted: the next sweep tries again
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[1:-1][-20:])
         error = f"xpk workload create {why} (workload {workload_name(self.sweep_id, spec.variant_id)})\n{tail}"
-        return Outcome("failed", error.rstrip(), {}, time.monotonic() - start, started_at, now())
+        return Outcome(Status.FAILED, error.rstrip(), {}, time.monotonic() - start, started_at, now())

@@ -38,10 +38,11 @@ from harness.run.load import MachineBusy
 from harness.run.measure import load_notes, measure, trace, trace_steps
 from harness.run.spec import WorkerSpec
 from harness.run.stage import Stage
+from harness.vocabulary import StageStatus, Status
 
 ERROR_TAIL_CHARS = 4000
 GiB = 2**30
-OK_STATUSES = ("ok", "does-not-fit")  # a stage that did not fit is a result, not a failure
+OK_STATUSES = (StageStatus.OK, StageStatus.DOES_NOT_FIT)  # a stage that did not fit is a result, not a failure
 
 
 def say(text: str) -> None:
@@ -216,7 +217,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
     """Everything the manifest asked for about one stage; its errors stay inside its entry."""
     run = spec.run
     entry: dict[str, Any] = {
-        "status": "ok",
+        "status": StageStatus.OK,
         "error": None,
         "notes": [],
         "static": None,
@@ -242,7 +243,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
         if spec.compile_only and wants_run:
             entry["notes"].append("compile-only: no target devices here, measured and trace metrics skipped")
         elif fit is not None and not fit["fits"]:
-            entry["status"], entry["error"] = "does-not-fit", _unfit_message(fit)
+            entry["status"], entry["error"] = StageStatus.DOES_NOT_FIT, _unfit_message(fit)
             say(f"{name}: {entry['error']}")
         elif wants_run:
             status(name, "prepare")
@@ -260,7 +261,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
                 where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
                 entry["trace"] = trace(stage, where, trace_steps(median), status)
     except Exception as e:  # a failed stage is data, not a crash
-        entry["status"] = "failed"
+        entry["status"] = StageStatus.FAILED
         entry["error"] = str(e) if isinstance(e, (*stages.unavailable, MachineBusy)) else error_text(e)
         say(f"{name} failed:\n{error_text(e)}")
     entry["phases_s"] = status.durations(name)
@@ -292,15 +293,15 @@ def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
                 result["stages"][name] = run_stage(name, spec, stages, status)
             write_json(out_path, result)
         failed = {n: s["error"] for n, s in result["stages"].items() if s["status"] not in OK_STATUSES}
-        result["status"] = "failed" if failed else "ok"
+        result["status"] = Status.FAILED if failed else Status.OK
         result["error"] = "\n".join(f"{n}: {(err or '').strip()}" for n, err in failed.items()) or None
     except Exception as e:
-        result["status"], result["error"] = "failed", error_text(e)
+        result["status"], result["error"] = Status.FAILED, error_text(e)
         say(f"failed:\n{error_text(e)}")
     status("", "done")
     say(f"finished: {result['status']}")
     write_json(out_path, result)
-    return 0 if result["status"] == "ok" else 1
+    return 0 if result["status"] == Status.OK else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from harness.results.record import Record
 from harness.run.runner import SweepOptions, run_sweep
 from harness.search.space import Candidate
 from harness.search.strategy import Score
+from harness.vocabulary import StageStatus, Status
 
 WHERE = ("search",)
 
@@ -58,7 +59,7 @@ class SweepEvaluator:
             try:
                 variants[c] = self.variant(c, full)
             except ManifestError as e:
-                scores[c] = Score("failed", error=f"rejected by the model: {e.reason}")
+                scores[c] = Score(StageStatus.FAILED, error=f"rejected by the model: {e.reason}")
         known = store.latest_by_variant(store.load_records(self.results_path))
         todo = tuple(v for v in variants.values() if v.id not in known)
         if todo:
@@ -68,7 +69,7 @@ class SweepEvaluator:
         for c, v in variants.items():
             record = known.get(v.id)
             scores[c] = (
-                Score("failed", variant_id=v.id, error="no record written")
+                Score(StageStatus.FAILED, variant_id=v.id, error="no record written")
                 if record is None
                 else score_of(record, self.manifest.workload.stages[0], depth, self.full_layers, self.hbm_bytes)
             )
@@ -78,9 +79,9 @@ class SweepEvaluator:
 def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes: float | None) -> Score:
     """A record's score for the search: predicted step and memory scaled from ``depth`` to full depth."""
     entry = record.stages.get(stage)
-    if entry is None or record.status == "failed" or entry.status == "failed":
+    if entry is None or record.status == Status.FAILED or entry.status == StageStatus.FAILED:
         error = (entry.error if entry is not None else None) or record.error or "failed"
-        return Score("failed", depth=depth, variant_id=record.variant.id, error=error)
+        return Score(StageStatus.FAILED, depth=depth, variant_id=record.variant.id, error=error)
     scale = full_layers / depth
     predicted = entry.predicted or {}
     device = predicted.get("device") or {}
@@ -90,12 +91,14 @@ def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes
     if needed is not None:
         needed = needed + (memory.get("argument_bytes") or 0) * (scale - 1)
     fits = (static.get("target") or {}).get("fits")
-    if entry.status == "does-not-fit" or (needed is not None and hbm_bytes is not None and needed > hbm_bytes):
+    if entry.status == StageStatus.DOES_NOT_FIT or (
+        needed is not None and hbm_bytes is not None and needed > hbm_bytes
+    ):
         fits = False
     step = predicted.get("step_s")
     exposed = device.get("exposed_collective_ns")
     return Score(
-        status="does-not-fit" if fits is False else "ok",
+        status=StageStatus.DOES_NOT_FIT if fits is False else StageStatus.OK,
         step_s=None if step is None else step * scale,
         depth=depth,
         fits=fits,

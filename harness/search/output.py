@@ -4,15 +4,18 @@ winners as a manifest of variants with per-rule overrides that ``harness sweep``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.fmt import fmt_pct
 from harness.plan.manifest import Manifest
-from harness.report.fmt import fmt_pct
-from harness.report.search import rules_text, search_page
+from harness.results.stats import spearman
+from harness.search.page import rules_text, search_page
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
+from harness.vocabulary import StageStatus
 
 GiB = 2**30
 # The manifest sections a winners manifest copies as written (everything but the variants and the space).
@@ -47,6 +50,19 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def rank_agreement(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How well the analytic estimate ordered the candidates: Spearman's rank correlation between
+    its step and the predicted step (a proxy's scaled to full depth) over the rows that compiled
+    (status ``ok``) and have both; ``spearman`` is None below 3 such rows or when either is constant."""
+    pairs = [
+        (r["analytic_step_s"], r["step_s"])
+        for r in table
+        if r["status"] == StageStatus.OK and r.get("analytic_step_s") is not None and r["step_s"] is not None
+    ]
+    rho = spearman([a for a, _ in pairs], [s for _, s in pairs]) if pairs else math.nan
+    return {"spearman": None if math.isnan(rho) else rho, "pairs": len(pairs)}
 
 
 def _ms(v: float | None) -> str:
@@ -151,11 +167,14 @@ def write_outputs(
         "pruned": {k: len(v) for k, v in result.pruned.items()},
         "evaluations": result.evaluations,
         "rows": table,
+        "analytic_rank_agreement": rank_agreement(table),
         "references": list(references),
     }
     paths["json"].write_text(json.dumps(summary, indent=1, sort_keys=True))
     paths["html"].write_text(search_page(summary, title=f"Layout search: {manifest.name}"))
     by_name = {c.name: c for c in [*result.proxy, *result.confirmed]}
-    best = [(by_name[r["name"]], r) for r in table if r["status"] == "ok" and r["step_s"] is not None][:winners]
+    best = [(by_name[r["name"]], r) for r in table if r["status"] == StageStatus.OK and r["step_s"] is not None][
+        :winners
+    ]
     paths["winners"].write_text(winners_manifest(manifest, best, base))
     return paths

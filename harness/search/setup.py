@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets
-from harness.plan.config import build_config, check_override, model_workload
+from harness.model import build_config, check_override, model_workload
 from harness.plan.manifest import Manifest
 from harness.plan.search_space import SearchSpace
 from harness.plan.variants import Sweep, load_sweep, resolve

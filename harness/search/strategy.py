@@ -35,6 +35,7 @@ from harness.search.space import (
     neighbours,
     prune_reason,
 )
+from harness.vocabulary import StageStatus
 
 ROUND_SIZE = 4
 
@@ -43,7 +44,7 @@ ROUND_SIZE = 4
 class Score:
     """A compiled candidate: predicted step at full depth (a proxy's scaled per block), fit, collectives."""
 
-    status: str  # "ok" | "does-not-fit" | "failed"
+    status: StageStatus
     step_s: float | None = None
     depth: int = 0  # transformer blocks compiled
     fits: bool | None = None
@@ -56,7 +57,7 @@ class Score:
 
     @property
     def usable(self) -> bool:
-        return self.status == "ok" and self.fits is not False and self.step_s is not None
+        return self.status == StageStatus.OK and self.fits is not False and self.step_s is not None
 
 
 Evaluate = Callable[[Sequence[Candidate], bool], Mapping[Candidate, Score]]

@@ -12,13 +12,12 @@ Quirk kept from the pipeline: the DiT sees *packed* latents ``[B, A, Cz*M/4]``, 
 feature with ``latents_mean/latents_std`` of size ``base_channels``; that only lines up when
 ``base_channels == latent_channels * mel_bins / 4`` (2.0: 128 = 8 * 64/4).
 
-:class:`Buffer` and :class:`GroupNorm` are shared with the vocoder and the latent upsampler; they
-belong next to ``Conv`` in ``ltx2/vae/conv.py`` (``ltx2.vae.video`` has its own ``Buffer``).
+Its buffers, group norm and config checks are shared with the other VAEs and live in
+:mod:`ltx2.vae.conv`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,78 +27,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ltx2 import scopes
-from ltx2.sharding import constrain, get_strategy, param
-from ltx2.vae.conv import Conv, pad
+from ltx2.sharding import constrain
+from ltx2.vae.conv import Conv, GroupNorm, buffer, check_common, config_fail, config_from_mapping, pad
 
 LATENT_DOWNSAMPLE_FACTOR = 4
 CAUSALITY_AXES = ("none", "width", "height", "width-compatibility")
 NORM_TYPES = ("pixel", "group")
 _ACT = ("activation_batch", "activation_frames", None, "activation_channels")
-
-
-# ----------------------------------------------------------------------------- shared pieces
-
-
-class Buffer(nnx.Variable):
-    """Checkpointed non-trainable state (torch ``register_buffer``), apart from :class:`nnx.Param`."""
-
-
-def buffer(value: jax.Array, names: tuple[str | None, ...]) -> Buffer:
-    if len(names) != value.ndim:
-        raise ValueError(f"logical names {names} do not match buffer shape {value.shape}")
-    return Buffer(value, logical_axes=tuple(names))
-
-
-class GroupNorm(nnx.Module):
-    """torch ``nn.GroupNorm`` on channels-last ``[B, *S, C]`` (statistics in float32)."""
-
-    def __init__(self, num_groups: int, num_channels: int, *, eps: float, dtype: jnp.dtype = jnp.float32):
-        if num_channels % num_groups:
-            raise ValueError(f"GroupNorm: {num_channels} channels do not split into {num_groups} groups")
-        self.num_groups, self.eps = num_groups, eps
-        self.scale = param(jnp.ones((num_channels,), dtype), ("norm",))
-        self.bias = param(jnp.zeros((num_channels,), dtype), ("norm",))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        b, c = x.shape[0], x.shape[-1]
-        xg = x.astype(jnp.float32).reshape(b, -1, self.num_groups, c // self.num_groups)
-        mean = jnp.mean(xg, axis=(1, 3), keepdims=True)
-        var = jnp.mean(jnp.square(xg - mean), axis=(1, 3), keepdims=True)
-        y = ((xg - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
-        return (y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)).astype(x.dtype)
-
-
-def config_fail(cfg: Any, field: str, why: str) -> None:
-    raise ValueError(f"{type(cfg).__name__}.{field}={getattr(cfg, field)!r}: {why}")
-
-
-def check_common(cfg: Any) -> None:
-    """``sharding`` names a registered strategy and ``dtype`` a float dtype (our two fields)."""
-    try:
-        get_strategy(cfg.sharding)
-    except ValueError as e:
-        config_fail(cfg, "sharding", str(e))
-    try:
-        ok = jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating)
-    except TypeError:
-        ok = False
-    if not ok:
-        config_fail(cfg, "dtype", "must name a floating dtype such as 'float32' or 'bfloat16'")
-
-
-def config_from_mapping(cls: Any, config: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
-    """A config dataclass from a diffusers ``module.config``: lists become tuples, ``_``-prefixed
-    metadata keys are dropped, any other unknown key is an error naming it."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in {**dict(config), **overrides}.items() if not k.startswith("_")}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown diffusers config keys {unknown}")
-
-    def freeze(v: Any) -> Any:
-        return tuple(freeze(x) for x in v) if isinstance(v, list | tuple) else v
-
-    return cls(**{k: freeze(v) for k, v in values.items()})
 
 
 # ----------------------------------------------------------------------------- config

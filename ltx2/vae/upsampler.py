@@ -24,8 +24,7 @@ from flax import nnx
 
 from ltx2 import scopes
 from ltx2.sharding import constrain
-from ltx2.vae.audio import GroupNorm, buffer, check_common, config_fail, config_from_mapping
-from ltx2.vae.conv import Conv, pad
+from ltx2.vae.conv import Conv, GroupNorm, buffer, check_common, config_fail, config_from_mapping, pad
 
 # diffusers RATIONAL_RESAMPLER_SCALE_MAPPING: scale -> (upsample numerator, blur stride denominator).
 RATIONAL_SCALES: dict[float, tuple[int, int]] = {0.75: (3, 4), 1.5: (3, 2), 2.0: (2, 1), 4.0: (4, 1)}

@@ -18,17 +18,13 @@ from flax import nnx
 from ltx2 import scopes
 from ltx2.layers import Linear, layer_norm
 from ltx2.sharding import constrain, param
-from ltx2.vae.conv import CausalConv3d, Conv
+from ltx2.vae.conv import Buffer, CausalConv3d, Conv
 from ltx2.vae.video_config import DOWN_STRIDES, UP_STRIDES, DownPlan, UpPlan, VideoVAEConfig, decoder_plan, encoder_plan
 
 _ACT = ("activation_batch", "activation_frames", None, None, "activation_channels")
 
 
 # ----------------------------------------------------------------------------- pieces
-
-
-class Buffer(nnx.Variable):
-    """A non-trainable array that the state dict carries (torch ``register_buffer``)."""
 
 
 def per_channel_rms_norm(x: jax.Array, eps: float = 1e-8) -> jax.Array:

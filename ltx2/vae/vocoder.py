@@ -23,8 +23,7 @@ from flax import nnx
 
 from ltx2 import scopes
 from ltx2.sharding import constrain, param
-from ltx2.vae.audio import buffer
-from ltx2.vae.conv import Conv, pad
+from ltx2.vae.conv import Conv, buffer, pad
 from ltx2.vae.vocoder_config import VocoderConfig, VocoderWithBWEConfig
 
 _ACT = ("activation_batch", "activation_frames", "activation_channels")

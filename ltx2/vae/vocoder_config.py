@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ltx2.vae.audio import check_common, config_fail, config_from_mapping
+from ltx2.vae.conv import check_common, config_fail, config_from_mapping
 
 ACT_FNS = ("leaky_relu", "snake", "snakebeta")
 FINAL_ACT_FNS = ("tanh", "clamp", None)

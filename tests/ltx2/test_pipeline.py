@@ -3,8 +3,8 @@
 One tiny diffusers pipeline with random weights (no text encoder: Gemma hidden states go in as
 ``prompt_embeds``), 2 steps with CFG + STG + modality guidance + rescale for video and audio,
 is run against ours fed the converted weights and the same initial latents. Parity metric
-(fixed): max|ours - diffusers| / max(1, max|diffusers|) <= 1e-4, the block tolerance of
-STYLE.md, since the chain is transformer passes, Euler steps and two decoders in fp32.
+(fixed): max|ours - diffusers| / max(1, max|diffusers|) <= 1e-4, the fp32 tolerance the
+parity tests hold a block to, since the chain is transformer passes, Euler steps and two decoders in fp32.
 Every combination of the guided step's knobs (``pipeline.guidance_batching``, ``stg_fork``,
 ``text_kv_cache``) is held to that bar. Also: scan and Python loops agree; new guidance scales
 never recompile the loop (batched and sequential passes); the loop moves nothing between host and

@@ -22,9 +22,9 @@ from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace,
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology, cpu_spec, spec_for
+from harness.vocabulary import BLOCK_SCOPE
 
 CRITICAL_PATH_TOP = 20
-BLOCK_SCOPE = "block"  # the model scope of one transformer block (ltx2.scopes)
 
 
 def _critical_path(sim: Simulator, ops_scope: dict[str, str]) -> tuple[dict[str, Any], ...]:

@@ -17,9 +17,9 @@ from typing import Any
 
 from harness.metrics.accounting import device_metrics
 from harness.metrics.events import COMPUTE, OpEvent
-from harness.metrics.hlo import KINDS
 from harness.metrics.timeline.simulate import Event
 from harness.metrics.timeline.specs import TimelineSpec
+from harness.vocabulary import KINDS
 
 LANES: tuple[str, ...] = (COMPUTE, *KINDS)  # Chrome trace tid = index in this tuple
 PREDICTED_MODULE = "predicted"

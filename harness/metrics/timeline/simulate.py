@@ -251,7 +251,7 @@ class Simulator:
                     return value
                 return value[op.index] if isinstance(value, tuple) and 0 <= op.index < len(value) else None
             return env.get(operands[0]) if pass_through(op) and operands else None
-        if cls == "compute":
+        if cls == COMPUTE:
             self._compute(op)
         elif cls == "continuation":  # compute that passes an async collective's state (its token) on
             self._compute(op)

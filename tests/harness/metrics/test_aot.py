@@ -23,7 +23,7 @@ HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the [tpu-aot] extra (libtpu): nox -s aot")
 V6E = targets.SPECS["v6e"]
 
-# libtpu's own words for a program that does not fit (profiling_toolchain.md section 6).
+# libtpu's own words for a program that does not fit, as it prints them.
 OOM_MESSAGE = (
     "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
     "Used 40.00G of 31.25G hbm. Exceeded hbm capacity by 8.75G."
@@ -171,7 +171,7 @@ metrics = ["static", "measured"]
 
 def _cpu_collectives(strategy: str) -> dict[str, int]:
     """The same variant compiled for 8 simulated CPU devices, in this process."""
-    from harness.plan.config import build_config
+    from harness.model import build_config
     from harness.plan.manifest import Target
     from harness.run.jax_stage import JaxStage, device_mesh
     from ltx2 import Workload, build_stage

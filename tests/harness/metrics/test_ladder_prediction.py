@@ -1,4 +1,4 @@
-"""The layout ladder of ``experiments/v6e.toml`` and ``v7x.toml`` (issue 14), compiled for the real
+"""The layout ladder of ``experiments/v6e.toml`` and ``v7x.toml``, compiled for the real
 slices and predicted by the schedule simulator: each step of MaxDiffusion's LTX-2 fixes lowers the
 predicted step time, and where the simulator says it does, the exposed all-gather share.
 

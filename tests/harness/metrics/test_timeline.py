@@ -163,15 +163,70 @@ def test_while_loop_with_collective_pipelined_across_iterations():
     assert len(done_events) == 5
 
 
+AG_BIG, AG_SMALL = "(f32[1000]{0}, f32[4000]{0})", "(f32[250]{0}, f32[1000]{0})"
+TWO_TYPES = ("s32[]", "f32[1000]{0}", "f32[250]{0}", "f32[100]{0}", AG_BIG, AG_SMALL)
+TWO = f"({', '.join(TWO_TYPES)})"
+
+
+def _two(*names: str) -> str:
+    """The operands of a tuple of ``TWO``'s element types."""
+    return ", ".join(f"{ty} {name}" for ty, name in zip(TWO_TYPES, names, strict=True))
+
+
+TWO_BODY = f"""%body2 (bp: {TWO}) -> {TWO} {{
+  %bp = {TWO} parameter(0)
+  %i = s32[] get-tuple-element({TWO} %bp), index=0
+  %x = f32[1000]{{0}} get-tuple-element({TWO} %bp), index=1
+  %s = f32[250]{{0}} get-tuple-element({TWO} %bp), index=2
+  %c = f32[100]{{0}} get-tuple-element({TWO} %bp), index=3
+  %pb = {AG_BIG} get-tuple-element({TWO} %bp), index=4
+  %ps = {AG_SMALL} get-tuple-element({TWO} %bp), index=5
+  %all-gather-done.s = f32[1000]{{0}} all-gather-done({AG_SMALL} %ps)
+  %cc = f32[100]{{0}} add(f32[100]{{0}} %c, f32[100]{{0}} %c)
+  %all-gather-done.b = f32[4000]{{0}} all-gather-done({AG_BIG} %pb)
+  %all-gather-start.b = {AG_BIG} all-gather-start(f32[1000]{{0}} %x), {GROUPS}
+  %all-gather-start.s = {AG_SMALL} all-gather-start(f32[250]{{0}} %s), {GROUPS}
+  ROOT %out = {TWO} tuple({_two("%i", "%x", "%s", "%cc", "%all-gather-start.b", "%all-gather-start.s")})
+}}"""
+TWO_COND = f"""%cond2 (cp: {TWO}) -> pred[] {{
+  %cp = {TWO} parameter(0)
+  ROOT %k = pred[] constant(true)
+}}"""
+TWO_IN_FLIGHT = _module(
+    f"""ENTRY %main (p: f32[1000], s: f32[250], c: f32[100]) -> f32[4000] {{
+  %p = f32[1000]{{0}} parameter(0)
+  %s = f32[250]{{0}} parameter(1)
+  %c = f32[100]{{0}} parameter(2)
+  %all-gather-start.b0 = {AG_BIG} all-gather-start(f32[1000]{{0}} %p), {GROUPS}
+  %all-gather-start.s0 = {AG_SMALL} all-gather-start(f32[250]{{0}} %s), {GROUPS}
+  %i0 = s32[] constant(0)
+  %t = {TWO} tuple({_two("%i0", "%p", "%s", "%c", "%all-gather-start.b0", "%all-gather-start.s0")})
+  %loop = {TWO} while({TWO} %t), condition=%cond2, body=%body2, backend_config={{"known_trip_count":{{"n":"4"}}}}
+  %gb = {AG_BIG} get-tuple-element({TWO} %loop), index=4
+  %gs = {AG_SMALL} get-tuple-element({TWO} %loop), index=5
+  %all-gather-done.s1 = f32[1000]{{0}} all-gather-done({AG_SMALL} %gs)
+  ROOT %all-gather-done.b1 = f32[4000]{{0}} all-gather-done({AG_BIG} %gb)
+}}""",
+    TWO_COND,
+    TWO_BODY,
+)
+
+
 def test_loop_carried_transfer_is_matched_by_value_not_by_order():
-    """Two transfers in flight through the loop tuple: each done waits for its own start's transfer."""
+    """Two transfers in flight through the loop tuple, done in the other order than started: each
+    iteration starts a big gather (T_b) then a small one (T_s), queued one after the other on the
+    same links; the next iteration waits for the small one first, computes C, then waits for the big
+    one. Matched by value, the first done waits T_b + T_s, and C runs after it: T_b + T_s + C per
+    iteration. Matched by order, the first done would take the oldest transfer (the big one, T_b)
+    and C would hide under the small one: T_b + T_s per iteration, C less."""
     spec = _spec()
-    p = timeline.predict(LOOP, spec)
-    # Every done completes at or after the end of the transfer it waits for, never before it started.
-    transfers = sorted(e for e in p.events if e.name.endswith("(transfer)"))
-    dones = sorted((e for e in p.events if "done" in e.name), key=lambda e: e.start_ns)
-    for transfer, done in zip(sorted(transfers, key=lambda e: e.start_ns), dones, strict=True):
-        assert done.end_ns == pytest.approx(max(done.start_ns, transfer.end_ns), rel=1e-12)
+    tb, ts, c = gather_ns(1000, spec), gather_ns(250, spec), add_ns(100, spec)
+    assert c < ts  # so that by order C would hide, and the two answers differ by 4 C
+    p = timeline.predict(TWO_IN_FLIGHT, spec)
+    assert p.step_ns == pytest.approx(5 * (tb + ts) + 4 * c, rel=1e-12)
+    assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(5 * (tb + ts), rel=1e-12)
+    small_dones = [e for e in p.events if e.name.startswith("all-gather-done.s")]
+    assert [e.end_ns - e.start_ns for e in small_dones] == pytest.approx([tb + ts] * 5, rel=1e-12)
 
 
 def test_iota_replica_groups_resolve_to_groups_and_link_dims():

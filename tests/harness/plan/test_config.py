@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.plan.config import base_config, build_config, check_override, components, config_dict, model_workload
+from harness.model import base_config, build_config, check_override, components, config_dict, model_workload
 from harness.plan.manifest import Workload
 from ltx2 import PipelineConfig
 from ltx2 import Workload as ModelWorkload

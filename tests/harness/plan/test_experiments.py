@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.config import build_config
+from harness.model import build_config
 from harness.plan.variants import load_sweep
 from ltx2.sharding import strategy_names
 
@@ -35,7 +35,7 @@ def test_cpu_manifest_runs_every_strategy_once() -> None:
 @pytest.mark.parametrize("name", ["v6e.toml", "v7x.toml"])
 def test_tpu_manifests_climb_the_layout_ladder(name: str) -> None:
     """naive, then its FFN kernels whole on the contracted dim and split on the hidden dim over
-    tensor, then Q/K/V's likewise (issue 14)."""
+    tensor, then Q/K/V's likewise: MaxDiffusion's LTX-2 sharding fixes, one at a time."""
     variants = {v.name: v for v in load_sweep(Path(__file__).parents[3] / "experiments" / name).variants}
     ladder = [variants[n] for n in ("naive", "naive-ffn-fixed", "naive-ffn-qkv-fixed")]
     assert [v.reference for v in ladder[1:]] == ["naive", "naive-ffn-fixed"]

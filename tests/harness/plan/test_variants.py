@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.config import build_config
+from harness.model import build_config
 from harness.plan.variants import ID_LENGTH, Variant, load_sweep, matrix_points, select, variant_id
 
 HEADER = """\

@@ -28,7 +28,7 @@ MANIFEST = REPO / "experiments" / "multiprocess-cpu.toml"
 DRIVER = Path(__file__).with_name("multiprocess_step.py")
 # The same SPMD program on the same 8 device shards either way; only how collectives move data
 # differs (in-process copies vs gloo over TCP), which may reorder the cross-device sums of an
-# all-reduce. Outputs are O(1) (|x| <= 4 here): 1e-6 is the bar, ~2 ulps of fp32 at 4
+# all-reduce. Outputs are O(1) (|x| <= 4 here): 1e-6 is ~2 ulps of fp32 at 4
 # (ulp(4) = 4.8e-7), room for a reordered sum of a few terms; a wrong shard or a missing
 # reduction is off by O(1).
 OUTPUT_TOLERANCE = 1e-6

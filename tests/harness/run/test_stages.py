@@ -114,7 +114,7 @@ def test_sharding_facts_name_each_kernel_by_the_rule_that_places_it(rules: dict[
     contracted dim is ``mlp_in``, placed by ``embed`` under trillium unless a manifest overrides it."""
     import jax
 
-    from harness.plan.config import build_config, model_workload
+    from harness.model import build_config, model_workload
     from harness.run.jax_stage import sharding_facts
     from ltx2 import build_mesh, build_stage
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.plan.config import build_config, rules_of
+from harness.model import build_config, rules_of
 from harness.plan.manifest import load_manifest
 from harness.plan.variants import load_sweep
-from harness.search.output import console_table, rows, toml_value, write_outputs
+from harness.search.output import console_table, rank_agreement, rows, toml_value, write_outputs
 from harness.search.strategy import search
 from tests.harness.search.test_search_manifest import HEAD
 from tests.harness.search.test_space import MESH, tiny_facts
@@ -47,6 +47,10 @@ def test_the_winners_manifest_runs_the_winners_as_they_are(tmp_path: Path) -> No
     assert summary["rows"][0]["step_s"] == 0.010 and summary["rows"][0]["confirmed"] is True
     page = paths["html"].read_text()
     assert page.startswith("<!doctype html>") and summary["rows"][0]["variant_id"] in page
+    agreement = summary["analytic_rank_agreement"]
+    ok = [r for r in summary["rows"] if r["status"] == "ok" and r["step_s"] is not None]
+    assert agreement == rank_agreement(summary["rows"]) and agreement["pairs"] == len(ok) >= 3
+    assert f"Spearman {agreement['spearman']:.2f} over {len(ok)} compiled candidates" in page
 
 
 def test_the_console_table_ranks_best_first() -> None:

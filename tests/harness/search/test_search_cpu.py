@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.config import rules_of
+from harness.model import rules_of
 from harness.plan.variants import load_sweep
 from ltx2 import sharding
 from tests.ltx2.test_strategies import _check_step

@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from harness.plan.config import rules_of
+from harness.model import rules_of
 from harness.plan.variants import Variant, load_sweep
 from ltx2 import LTX2Transformer, sharding
 from tests.ltx2 import test_strategies as ts

@@ -1,4 +1,4 @@
-"""The layout search's page: a pure function of its summary (``search.json``), no JAX, no model."""
+"""The layout search's page (``search.html``): a pure function of its summary (``search.json``), no JAX, no model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.report.fmt import fmt_bytes, fmt_pct, fmt_time
+from harness.fmt import fmt_bytes, fmt_pct, fmt_time
 
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -32,6 +32,16 @@ _HEAD = (
 def rules_text(rules: Mapping[str, Sequence[str]]) -> str:
     """``heads=tensor embed=context,fsdp mlp_in=-`` (``-``: replicated)."""
     return " ".join(f"{k}={','.join(v) or '-'}" for k, v in rules.items())
+
+
+def agreement_text(agreement: Mapping[str, Any]) -> str:
+    """The analytic estimate's rank agreement with the predicted step, in a sentence."""
+    rho = agreement.get("spearman")
+    return (
+        f"The analytic estimate that ordered the candidates agrees with their predicted step at Spearman "
+        f"{'-' if rho is None else f'{rho:.2f}'} over {agreement.get('pairs', 0)} compiled candidates "
+        "(1: the same order; -: fewer than 3)."
+    )
 
 
 def _row(r: Mapping[str, Any], rank: str) -> str:
@@ -62,11 +72,12 @@ def search_page(summary: Mapping[str, Any], title: str) -> str:
     )
     body = "".join(_row(r, str(r["rank"])) for r in summary["rows"])
     refs = "".join(_row(r, "ref") for r in summary.get("references", []))
+    order = agreement_text(summary.get("analytic_rank_agreement") or {})
     return (
         f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<p>{summary['declared']} declared candidates, pruned before compiling: {pruned}; "
         f"{summary['evaluations']} evaluated. Predicted = the schedule simulator on the compiled program; "
-        "a proxy's step and memory are scaled per block to full depth.</p>"
+        f"a proxy's step and memory are scaled per block to full depth. {order}</p>"
         f"<table><tr>{head}</tr>{body}{refs}</table></body></html>"
     )

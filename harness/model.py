@@ -1,4 +1,8 @@
-"""A preset's :class:`ltx2.PipelineConfig` with a manifest's dotted overrides applied.
+"""The model as the harness sees it: a variant's :class:`ltx2.PipelineConfig` (a preset with a
+manifest's dotted overrides applied) and the checks expanding a manifest asks of the model (stage
+names, mesh axes, workload sizes against the latent grid and the mesh). Outside ``run/`` and
+``search/``, the one module that imports ``ltx2``: reading a manifest (:mod:`harness.plan`) loads
+neither it nor JAX; expanding one (:func:`harness.plan.variants.expand`) imports this module then.
 
 ``transformer.sharding = "context"`` replaces one field of one component config; each
 replace re-validates that component, and :func:`build_config` checks the components together
@@ -21,10 +25,18 @@ from typing import Any
 
 from harness import testing
 from harness.plan.manifest import Workload
-from ltx2 import PRESETS, PipelineConfig, strategy_names, with_overrides
+from harness.plan.overrides import RULES_PREFIX
+from ltx2 import (
+    MESH_AXES,
+    PRESETS,
+    STAGES,
+    PipelineConfig,
+    WorkloadError,
+    check_workload,
+    strategy_names,
+    with_overrides,
+)
 from ltx2 import Workload as ModelWorkload
-
-RULES_PREFIX = "sharding.rules."
 
 
 def rules_of(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,3 +166,48 @@ def config_dict(cfg: PipelineConfig) -> dict[str, Any]:
 def model_workload(wl: Workload) -> ModelWorkload:
     """The manifest's workload as the model's :class:`ltx2.Workload` (its size; the stage list stays here)."""
     return ModelWorkload(**{f.name: getattr(wl, f.name) for f in dataclasses.fields(ModelWorkload)})
+
+
+# --------------------------------------------------------------------------- what expansion asks
+
+
+def check_stage(stage: str) -> None:
+    """A ``[workload] stages`` entry (or a stage-qualified tolerance key) names a model stage."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+
+
+def unknown_mesh_axes(axes: list[str]) -> list[str]:
+    """Mesh axis names no sharding strategy knows (``ltx2.MESH_AXES``)."""
+    return [a for a in axes if a not in MESH_AXES]
+
+
+def known_mesh_axes() -> str:
+    return ", ".join(MESH_AXES)
+
+
+def check_sizes(cfg: PipelineConfig, wl: Workload, mesh_shape: Mapping[str, int]) -> None:
+    """The workload's sizes fit the latent grid and divide over the mesh (:func:`ltx2.check_workload`);
+    raises :class:`ltx2.WorkloadError` (its ``fields`` and ``sharded`` say what is at fault)."""
+    check_workload(cfg, model_workload(wl), dict(mesh_shape), wl.stages)
+
+
+__all__ = [
+    "RULES_PREFIX",
+    "PipelineConfig",
+    "WorkloadError",
+    "base_config",
+    "build_config",
+    "check_override",
+    "check_preset",
+    "check_rule",
+    "check_sizes",
+    "check_stage",
+    "components",
+    "config_dict",
+    "known_mesh_axes",
+    "model_workload",
+    "preset_names",
+    "rules_of",
+    "unknown_mesh_axes",
+]

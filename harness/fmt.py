@@ -1,4 +1,4 @@
-"""How the page writes numbers: times, bytes, counts, ratios ("-" for unknown)."""
+"""How people read numbers, on pages and in consoles: times, bytes, counts, ratios ("-" for unknown)."""
 
 from __future__ import annotations
 
