@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.config import build_config
+from harness.model import build_config
 from harness.plan.manifest import ManifestError, load_manifest
 from harness.plan.variants import load_sweep
 from tests.harness.plan.manifest_cases import BASE
