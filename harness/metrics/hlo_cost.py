@@ -167,33 +167,88 @@ _NO_TRAFFIC = frozenset(
 
 
 _SLICING = ("dynamic-slice", "slice", "gather")
+_SHAPE_ONLY = ("bitcast", "reshape")  # a view of the same bytes: follow it to what reads them
 
 
-def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
-    """Bytes a fusion reads and writes. An operand the fused code only slices is read as its
-    slices (a scan reading layer i of stacked weights); an in-place dynamic-update-slice root
-    writes only its update (a scan writing step i of its outputs)."""
-    fused = next((module.computations[c] for c in callees(instr) if c in module.computations), None)
-    if fused is None:
-        return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
-    inner = {i.name: i.shape for i in fused}
-    params = {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
+def _users(fused: list[Instruction]) -> dict[str, list[Instruction]]:
     users: dict[str, list[Instruction]] = {}
     for i in fused:
         for operand in i.operands:
             users.setdefault(operand, []).append(i)
-    root = fused[-1] if fused else None
-    in_place = root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1
-    total = shape_bytes(inner.get(root.operands[1], "")) if in_place and root else shape_bytes(instr.shape)
+    return users
+
+
+def _params(fused: list[Instruction]) -> dict[int, str]:
+    return {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
+
+
+def _sliced_bytes(value: str, fused: list[Instruction], module: Module, depth: int = 0) -> int | None:
+    """Bytes of ``value`` the fused code reads when it only slices it (through bitcasts/reshapes
+    and into nested fusions, as TPU fusions reach a scan's stacked weights), else None."""
+    uses = _users(fused).get(value, [])
+    if not uses or depth > 8:
+        return None
+    total = 0
+    for u in uses:
+        if u.opcode in _SLICING and u.operands[0] == value and value not in u.operands[1:]:
+            total += shape_bytes(u.shape)
+        elif u.opcode in _SHAPE_ONLY:
+            inner = _sliced_bytes(u.name, fused, module, depth + 1)
+            if inner is None:
+                return None
+            total += inner
+        elif u.opcode == "fusion":
+            nested = next((module.computations[c] for c in callees(u) if c in module.computations), None)
+            params = _params(nested) if nested else {}
+            positions = [k for k, o in enumerate(u.operands) if o == value]
+            parts = [
+                _sliced_bytes(params[k], nested, module, depth + 1) if nested and k in params else None
+                for k in positions
+            ]
+            if not parts or any(p is None for p in parts):
+                return None
+            total += sum(p for p in parts if p is not None)
+        else:
+            return None
+    return total
+
+
+def _root_update(fused: list[Instruction]) -> tuple[Instruction, str] | None:
+    """(the in-place dynamic-update-slice a fusion's root is or is a bitcast/reshape of, the value
+    holding the buffer it updates, followed back through bitcasts/reshapes), else None."""
+    by_name = {i.name: i for i in fused}
+
+    def back(name: str) -> Instruction | None:
+        instr = by_name.get(name)
+        while instr is not None and instr.opcode in _SHAPE_ONLY and instr.operands:
+            instr = by_name.get(instr.operands[0])
+        return instr
+
+    root = back(fused[-1].name) if fused else None
+    if root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
+        return None
+    buffer = back(root.operands[0])
+    return root, buffer.name if buffer is not None else root.operands[0]
+
+
+def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
+    """Bytes a fusion reads and writes. An operand the fused code only slices (directly, through
+    bitcasts/reshapes, or inside a nested fusion) is read as its slices (a scan reading layer i of
+    stacked weights); an in-place dynamic-update-slice root (or a bitcast of one) writes only its
+    update and does not read the buffer it updates (a scan writing step i of its outputs)."""
+    fused = next((module.computations[c] for c in callees(instr) if c in module.computations), None)
+    if fused is None:
+        return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
+    inner = {i.name: i.shape for i in fused}
+    params = _params(fused)
+    update = _root_update(fused)
+    total = shape_bytes(inner.get(update[0].operands[1], "")) if update is not None else shape_bytes(instr.shape)
     for index, (name, inline) in enumerate(zip(instr.operands, instr.operand_shapes, strict=True)):
         param = params.get(index)
-        uses = users.get(param, []) if param else []
-        if in_place and root is not None and param == root.operands[0]:
+        if update is not None and param == update[1]:
             continue  # the buffer updated in place is not read
-        if uses and all(u.opcode in _SLICING and u.operands[0] == param for u in uses):
-            total += sum(shape_bytes(u.shape) for u in uses)
-        else:
-            total += shape_bytes(inline or shapes.get(name, ""))
+        sliced = _sliced_bytes(param, fused, module) if param else None
+        total += sliced if sliced is not None else shape_bytes(inline or shapes.get(name, ""))
     return total
 
 
