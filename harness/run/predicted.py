@@ -15,8 +15,9 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
 
 The spec (:func:`timeline_spec`): a TPU/GPU target's from its topology and the mesh devices'
 coordinates (``coords`` and ``core_on_chip`` of libtpu's devices); a CPU target's from constants
-measured on this machine (:mod:`harness.metrics.timeline.cpu_calibrate`), once per sweep: the
-first worker measures them into ``<sweep>/traces/cpu-calibration.json``, the others read it.
+measured on this machine with as many simulated devices as the variant's mesh has, sharing the
+host's cores (:mod:`harness.metrics.timeline.cpu_calibrate`), once per sweep and device count: the
+first worker measures them into ``<sweep>/traces/cpu-calibration-<N>dev.json``, the others read it.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.timeline import TimelineSpec, cpu_spec, predict, sensitivity, spec_for
+from harness.metrics.timeline import TimelineSpec, predict, sensitivity, spec_for
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
 
 SENSITIVITY_FACTOR = 0.2
 CHROME_NAME = "predicted_trace.json.gz"
-CALIBRATION_NAME = "cpu-calibration.json"
+CALIBRATION_NAME = "cpu-calibration-{devices}dev.json"
 
 
 def scope_of(op_name: str) -> str:
@@ -43,9 +44,9 @@ def scope_of(op_name: str) -> str:
     return "/".join(scopes.scope_path(op_name))
 
 
-def calibration_path(spec: WorkerSpec) -> Path:
-    """Where a sweep keeps its CPU constants: next to its variants' trace folders."""
-    return Path(spec.trace_dir).parent / CALIBRATION_NAME
+def calibration_path(spec: WorkerSpec, devices: int = 1) -> Path:
+    """Where a sweep keeps its CPU constants for ``devices`` devices: next to its variants' trace folders."""
+    return Path(spec.trace_dir).parent / CALIBRATION_NAME.format(devices=devices)
 
 
 def device_coords(devices: Sequence[Any]) -> list[tuple[int, ...]] | None:
@@ -65,11 +66,9 @@ def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpe
     """(the spec to simulate on, the CPU calibration it rests on or None)."""
     target = spec.target
     if target.platform == "cpu":
-        cal, _ = load_or_measure(calibration_path(spec))
         n = math.prod(spec.mesh_shape.values())
-        return cpu_spec(
-            cal.matmul_flops_per_s, cal.copy_bytes_per_s, cal.op_overhead_s, cal.source, devices=n
-        ), cal.to_dict()
+        cal, _ = load_or_measure(calibration_path(spec, n), devices=n)
+        return cal.spec(), cal.to_dict()
     return spec_for(target.topology, target.platform, device_coords(devices)), None
 
 
