@@ -11,6 +11,8 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
                                  (its measured time is not one program call's)
      sensitivity,                each constant of the spec +-SENSITIVITY_FACTOR -> step_s low/high
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
+     compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
+                                 per-instruction prices against them (timeline.compare.Agreement)
      calibration}                CPU only: the measured constants the spec rests on
 
 The spec (:func:`timeline_spec`): a TPU/GPU target's from its topology and the mesh devices'
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics.timeline import TimelineSpec, predict, sensitivity, spec_for
+from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
@@ -97,6 +100,9 @@ def predicted_entry(
     out["video_s"] = None if step is None else step * calls_per_video
     out["sensitivity"] = sensitivity(hlo_text, tl_spec, factor=SENSITIVITY_FACTOR)
     out["chrome_trace"] = str(write_chrome(prediction.chrome_trace(), where))
+    agreement = compare_program(hlo_text, tl_spec)
+    if agreement is not None:
+        out["compiler_agreement"] = agreement.to_dict()
     return out
 
 
