@@ -12,7 +12,7 @@ import html
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,66 @@ LANE_COLOURS = {
 
 
 @dataclass(frozen=True)
+class Uncertain:
+    """A predicted step with its interval (:func:`harness.metrics.timeline.uncertainty`): ``points_s``
+    the step at each evaluation of the constants' bounds, ``spec`` the spec they were priced on."""
+
+    step_s: float
+    interval_s: tuple[float, float] | None = None
+    points_s: Mapping[str, float] = field(default_factory=dict)
+    spec: str = ""
+
+    @classmethod
+    def of(cls, predicted: Mapping[str, Any] | None, scale: float = 1.0) -> Uncertain | None:
+        """From a stage's ``predicted`` object (times multiplied by ``scale``); None without a step."""
+        if not predicted or not isinstance(predicted.get("step_s"), int | float):
+            return None
+        unc = predicted.get("uncertainty") or {}
+        interval = unc.get("interval_s")
+        points = {str(k): float(v) * scale for k, v in (unc.get("points_s") or {}).items()}
+        return cls(
+            float(predicted["step_s"]) * scale,
+            (float(interval[0]) * scale, float(interval[1]) * scale) if interval else None,
+            points,
+            str((predicted.get("spec") or {}).get("name") or ""),
+        )
+
+
+def ordering(a: Uncertain, b: Uncertain) -> str:
+    """``<`` (a faster), ``>`` or ``tie``: on the same spec, an order holds only if it holds at every
+    evaluation of the constants' bounds both were priced at (the constants are shared, so their
+    errors move both steps together); across specs, only if the intervals do not overlap; without
+    intervals, by the steps alone."""
+    if a.spec and a.spec == b.spec and a.points_s and b.points_s:
+        common = [k for k in a.points_s if k in b.points_s]
+        signs = {(a.points_s[k] > b.points_s[k]) - (a.points_s[k] < b.points_s[k]) for k in common}
+        if signs == {-1}:
+            return "<"
+        return ">" if signs == {1} else "tie"
+    if a.interval_s and b.interval_s:
+        if a.interval_s[1] < b.interval_s[0]:
+            return "<"
+        return ">" if b.interval_s[1] < a.interval_s[0] else "tie"
+    return "<" if a.step_s < b.step_s else ">" if a.step_s > b.step_s else "tie"
+
+
+def ranking_text(items: Sequence[tuple[str, Uncertain]]) -> str:
+    """Names fastest first, ``<`` between a pair whose order survives the constants' uncertainty and
+    ``≈`` between a tie (``a < b ≈ c``)."""
+    ranked = sorted(items, key=lambda kv: (kv[1].step_s, kv[0]))
+    out = ranked[0][0] if ranked else ""
+    for (_, prev), (name, cur) in zip(ranked, ranked[1:], strict=False):
+        out += (" ≈ " if ordering(prev, cur) == "tie" else " < ") + name
+    return out
+
+
+def interval_text(u: Uncertain | None) -> str:
+    if u is None or u.interval_s is None:
+        return "-"
+    return f"{fmt_time(u.interval_s[0])}..{fmt_time(u.interval_s[1])}"
+
+
+@dataclass(frozen=True)
 class PredictedRow:
     variant: str
     stage: str
@@ -46,6 +106,7 @@ class PredictedRow:
     measured_s: float | None
     sensitivity: str
     chrome_trace: str | None
+    uncertain: Uncertain | None = None
 
 
 def sensitivity_line(sens: Mapping[str, Any] | None) -> str:
@@ -88,6 +149,7 @@ def predicted_rows(records: Sequence[Record]) -> list[PredictedRow]:
                     None if p.get("host_loop") else _measured(entry),
                     sensitivity_line(p.get("sensitivity")),
                     p.get("chrome_trace"),
+                    Uncertain.of(p),
                 )
             )
     return rows
@@ -120,6 +182,9 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
             + ui.cell(r.stage, left=True)
             + ui.cell(r.spec, left=True)
             + ui.cell(fmt_time(r.step_s), r.step_s if r.step_s is not None else -1)
+            + ui.cell(
+                interval_text(r.uncertain), r.uncertain.interval_s[0] if r.uncertain and r.uncertain.interval_s else -1
+            )
             + ui.cell(f"{fmt_time(r.video_s)} <span class=note>x{r.calls_per_video}</span>", r.video_s or -1, raw=True)
             + ui.cell(fmt_pct(r.exposed_all_gather_fraction), r.exposed_all_gather_fraction or 0)
             + ui.cell(fmt_pct(r.wasted_fraction), r.wasted_fraction or 0)
@@ -134,6 +199,7 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
         "stage",
         "spec",
         "predicted step",
+        "interval",
         "per video",
         "exposed all-gather",
         "wasted",
@@ -145,13 +211,31 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
     return (
         '<section id="predicted"><h2>Predicted (simulated from the scheduled program)</h2>'
         + ui.table(head, body, "predicted-table", 3)
+        + rankings_html(rows)
         + "<p class=\"note\">Predicted, not measured: each compiled program's schedule replayed on the spec's "
         "constants (compute at peak FLOP/s or memory bandwidth, collectives over the topology's links, async "
         "collectives overlapping the compute between their start and done). Exposed all-gather and wasted "
         "(exposed collectives + idle) are shares of the predicted step, in a measured trace's accounting. "
+        "Interval: the step with the constants at the ends of their stated uncertainty (published \u00b15%, "
+        "measured \u00b115%, assumed \u00b150%). Ranking: '<' where the order holds at every end of the "
+        "constants' uncertainty, '\u2248' where it flips (a tie). "
         "Sensitivity: the constant whose \u00b120% moves the step most. Timeline: gzipped Chrome JSON; open "
         'ui.perfetto.dev and "Open trace file".</p></section>'
     )
+
+
+def rankings_html(rows: Sequence[PredictedRow]) -> str:
+    """Per (stage, spec) with two or more variants: the variants by predicted step, ties marked."""
+    groups: dict[tuple[str, str], list[tuple[str, Uncertain]]] = {}
+    for r in rows:
+        if r.uncertain is not None:
+            groups.setdefault((r.stage, r.spec), []).append((r.variant, r.uncertain))
+    lines = [
+        f"<li><b>{e(stage)}</b> ({e(spec)}): {e(ranking_text(items))}</li>"
+        for (stage, spec), items in groups.items()
+        if len(items) > 1
+    ]
+    return f'<ul class="predicted-ranking">{"".join(lines)}</ul>' if lines else ""
 
 
 # --------------------------------------------------------------------------- the block Gantt
@@ -317,8 +401,13 @@ __all__ = [
     "calibration_section",
     "gantt_block",
     "gantt_svg",
+    "interval_text",
+    "ordering",
     "predicted_rows",
     "predicted_section",
+    "ranking_text",
+    "rankings_html",
     "scatter_svg",
     "sensitivity_line",
+    "Uncertain",
 ]

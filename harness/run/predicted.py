@@ -10,6 +10,9 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
      host_loop,                  true when one call of the stage is a host loop around the program
                                  (its measured time is not one program call's)
      sensitivity,                each constant of the spec +-SENSITIVITY_FACTOR -> step_s low/high
+     uncertainty,                the step's interval from the constants' stated uncertainty:
+                                 interval_s [low, high], points_s (timeline.uncertainty)
+     video_interval_s,           the interval times the calls per video
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
      compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
                                  per-instruction prices against them (timeline.compare.Agreement)
@@ -27,11 +30,12 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.timeline import TimelineSpec, predict, sensitivity, spec_for
+from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.run.spec import WorkerSpec
@@ -93,12 +97,17 @@ def predicted_entry(
     scope_of: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
-    prediction = predict(hlo_text, tl_spec, scope_of=scope_of)
+    start = time.perf_counter()
+    program = build_program(hlo_text)
+    prediction = simulate(program, tl_spec, scope_of)
     out = prediction.to_dict()
+    out["simulate_s"] = time.perf_counter() - start
     step = out.get("step_s")
     out["calls_per_video"] = calls_per_video
     out["video_s"] = None if step is None else step * calls_per_video
-    out["sensitivity"] = sensitivity(hlo_text, tl_spec, factor=SENSITIVITY_FACTOR)
+    out["sensitivity"] = sensitivity(program, tl_spec, factor=SENSITIVITY_FACTOR)
+    out["uncertainty"] = uncertainty(program, tl_spec)
+    out["video_interval_s"] = [v * calls_per_video for v in out["uncertainty"]["interval_s"]]
     out["chrome_trace"] = str(write_chrome(prediction.chrome_trace(), where))
     agreement = compare_program(hlo_text, tl_spec)
     if agreement is not None:
