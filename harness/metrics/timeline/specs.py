@@ -365,3 +365,29 @@ def cpu_spec(
     }
     coords = tuple((i, 0) for i in range(devices))
     return TimelineSpec("cpu", "cpu", constants, Topology("memcpy", (devices,), (False,), 1, coords, "host memory"))
+
+
+def spec_from_dict(raw: Mapping[str, Any], where: str = "spec") -> TimelineSpec:
+    """A spec from :meth:`TimelineSpec.to_dict` (a calibrated spec file's ``spec``); ValueError
+    naming ``where`` and the key that is missing or wrong."""
+    try:
+        constants = {
+            str(k): Constant(float(c["value"]), str(c["unit"]), str(c["source"]), c.get("uncertainty"))
+            for k, c in raw["constants"].items()
+        }
+        t = raw.get("topology") or {"kind": "memcpy"}
+        topology = Topology(
+            str(t["kind"]),
+            tuple(int(v) for v in t.get("shape", ())),
+            tuple(bool(v) for v in t.get("wraparound", ())),
+            int(t.get("devices_per_chip", 1)),
+            tuple(tuple(int(v) for v in c) for c in t.get("device_coords", ())),
+            str(t.get("source", "")),
+        )
+        spec = TimelineSpec(str(raw["name"]), str(raw["platform"]), constants, topology, tuple(raw.get("notes", ())))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{where}: not a timeline spec ({type(e).__name__}: {e})") from None
+    missing = [k for k in ("peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s") if k not in constants]
+    if missing:
+        raise ValueError(f"{where}: spec {spec.name!r} lacks {', '.join(missing)}")
+    return spec
