@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "diff": "harness.commands.diff",
     "collect": "harness.commands.collect",
     "search": "harness.commands.search",
+    "calibrate": "harness.commands.calibrate",
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)

@@ -18,15 +18,18 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
                                  per-instruction prices against them (timeline.compare.Agreement)
      calibration}                CPU only: the measured constants the spec rests on
 
-The spec (:func:`timeline_spec`): a TPU/GPU target's from its topology and the mesh devices'
-coordinates (``coords`` and ``core_on_chip`` of libtpu's devices); a CPU target's from constants
-measured on this machine with as many simulated devices as the variant's mesh has, sharing the
-host's cores (:mod:`harness.metrics.timeline.cpu_calibrate`), once per sweep and device count: the
-first worker measures them into ``<sweep>/traces/cpu-calibration-<N>dev.json``, the others read it.
+The spec (:func:`timeline_spec`): a calibrated spec file's where the target names one
+(``target.spec``, written by ``python -m harness calibrate``); else a TPU/GPU target's from its
+topology and the mesh devices' coordinates (``coords`` and ``core_on_chip`` of libtpu's devices);
+a CPU target's from constants measured on this machine with as many simulated devices as the
+variant's mesh has, sharing the host's cores (:mod:`harness.metrics.timeline.cpu_calibrate`),
+once per sweep and device count: the first worker measures them into
+``<sweep>/traces/cpu-calibration-<N>dev.json``, the others read it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -38,6 +41,7 @@ from typing import Any
 from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
+from harness.metrics.timeline.specs import spec_from_dict
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
 
@@ -69,9 +73,22 @@ def device_coords(devices: Sequence[Any]) -> list[tuple[int, ...]] | None:
     return out
 
 
+def load_spec_file(path: str | Path) -> TimelineSpec:
+    """A calibrated spec file's spec (``python -m harness calibrate --out``); ValueError naming the file."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"spec file {str(path)!r}: cannot read ({e})") from None
+    loaded = spec_from_dict((raw or {}).get("spec") or {}, str(path))
+    return dataclasses.replace(loaded, notes=(*loaded.notes, f"calibrated spec file: {path}"))
+
+
 def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpec, dict[str, Any] | None]:
-    """(the spec to simulate on, the CPU calibration it rests on or None)."""
+    """(the spec to simulate on, the CPU calibration it rests on or None). A target naming a spec
+    file (``target.spec``) is priced on that file's constants."""
     target = spec.target
+    if target.spec:
+        return load_spec_file(target.spec), None
     if target.platform == "cpu":
         n = math.prod(spec.mesh_shape.values())
         cal, _ = load_or_measure(calibration_path(spec, n), devices=n)
