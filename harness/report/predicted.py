@@ -376,11 +376,14 @@ def calibration_section(records: Sequence[Record]) -> str:
     ]
     s = calibration.summarize(pts)
     if s is None:
-        score = "No single-device program to score (multi-device CPU programs share the host's cores)."
+        score = (
+            "No program to score: the multi-device CPU programs' specs did not model their devices sharing the "
+            "host's cores (records from before the CPU spec measured them)."
+        )
     else:
         verdict = "meets" if s.met else "misses"
         score = (
-            f"{s.n} single-device programs: Spearman {s.spearman:.2f} (target \u2265 "
+            f"{s.n} programs whose devices the spec models: Spearman {s.spearman:.2f} (target \u2265 "
             f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.2f} (within "
             f"{s.typical_factor:.2f}x; target \u2264 ln 1.5 = {calibration.TARGET_LOG_RATIO:.2f}): {verdict} "
             "the target. The CPU constants are measured on this machine, not fitted to these points."
@@ -391,8 +394,9 @@ def calibration_section(records: Sequence[Record]) -> str:
         f'<p id="calibration-score">{e(score)}</p>'
         + ui.table(head, body, "calibration-table", 2)
         + scatter_svg(pts, "calibration-scatter")
-        + '<p class="note">One call of each compiled program; blue: scored (one device), orange: shown only '
-        "(several simulated devices share the host's cores, which the simulation does not model). Dashed: "
+        + '<p class="note">One call of each compiled program; blue: scored (its spec models its devices: one, or '
+        "N simulated devices measured sharing the host's cores), orange: shown only (an older record whose spec "
+        "did not). Dashed: "
         "predicted = measured; grey: 1.5x either way.</p></section>"
     )
 
