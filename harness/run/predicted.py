@@ -16,7 +16,9 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
      compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
                                  per-instruction prices against them (timeline.compare.Agreement)
-     calibration}                CPU only: the measured constants the spec rests on
+     calibration,                CPU only: the measured constants the spec rests on
+     program}                    traced variants: the optimized HLO (gzip) beside the trace, which
+                                 python -m harness calibrate pairs with it
 
 The spec (:func:`timeline_spec`): a calibrated spec file's where the target names one
 (``target.spec``, written by ``python -m harness calibrate``); else a TPU/GPU target's from its
@@ -47,6 +49,7 @@ from ltx2 import scopes
 
 SENSITIVITY_FACTOR = 0.2
 CHROME_NAME = "predicted_trace.json.gz"
+PROGRAM_NAME = "program.hlo.gz"  # a traced stage's optimized HLO, beside its trace: what calibrate pairs
 CALIBRATION_NAME = "cpu-calibration-{devices}dev.json"
 
 
@@ -142,4 +145,9 @@ def stage_prediction(
     out["host_loop"] = host_loop
     if calibration is not None:
         out["calibration"] = calibration
+    if spec.run.trace:  # the program a measured trace ran, for python -m harness calibrate
+        where.mkdir(parents=True, exist_ok=True)
+        with gzip.open(where / PROGRAM_NAME, "wt", encoding="utf-8") as f:
+            f.write(hlo_text)
+        out["program"] = str(where / PROGRAM_NAME)
     return out

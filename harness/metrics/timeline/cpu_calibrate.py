@@ -28,6 +28,7 @@ worker reads the same constants.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -91,7 +92,7 @@ class CpuCalibration:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "calibration") -> CpuCalibration:
         try:
-            optional = {k: raw.get(k) for k in ("collective_latency_s", "collective_bytes_per_s")}
+            latency, bandwidth = (raw.get(k) for k in ("collective_latency_s", "collective_bytes_per_s"))
             out = cls(
                 float(raw["matmul_flops_per_s"]),
                 float(raw["copy_bytes_per_s"]),
@@ -101,7 +102,8 @@ class CpuCalibration:
                 int(raw.get("devices", 1)),
                 int(raw.get("cores", 0)),
                 tuple((int(n), float(e)) for n, e in raw.get("curve") or ()),
-                *(None if v is None else float(v) for v in optional.values()),
+                None if latency is None else float(latency),
+                None if bandwidth is None else float(bandwidth),
                 single={str(k): float(v) for k, v in (raw.get("single") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
@@ -167,6 +169,10 @@ def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
     )
 
 
+def _block(fn: Callable[[Any], Any], x: Any) -> Any:
+    return fn(x).block_until_ready()
+
+
 def _chain(m: Any, links: int) -> Any:
     for _ in range(links):
         m = m @ m * 0.5
@@ -207,8 +213,8 @@ def _curve(device: Any, peak: float, overhead: float, repeats: int) -> tuple[tup
     for n in CURVE_SIZES:
         links = int(min(CHAIN, max(2, CURVE_WORK // (2 * n**3))))
         m = jax.device_put(jnp.eye(n, dtype=jnp.float32), device)
-        chained = jax.jit(lambda x, links=links: _chain(x, links))
-        per_link = _median_s(lambda c=chained, x=m: c(x).block_until_ready(), repeats) / links
+        chained = jax.jit(functools.partial(_chain, links=links))
+        per_link = _median_s(functools.partial(_block, chained, m), repeats) / links
         compute = max(per_link - overhead, per_link * 0.05)
         out.append((n, min(2 * n**3 / compute / peak, 1.0)))
     return tuple(out + [(MATMUL_N, 1.0)])
