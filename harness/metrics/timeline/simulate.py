@@ -45,6 +45,8 @@ from harness.metrics.timeline.program import Op, Program, pass_through
 from harness.metrics.timeline.specs import TimelineSpec
 
 NS = 1e9
+_MATMUL_MODULES = 1  # modules whose dots stay cached: the program being predicted (a parsed step is large)
+_MATMULS: dict[int, tuple[Any, dict[str, list[pricing.Matmul]]]] = {}
 
 
 class Event(NamedTuple):
@@ -135,9 +137,23 @@ class Simulator:
         """A compute op's time (:func:`harness.metrics.timeline.pricing.compute_seconds`)."""
         key = id(op)
         if key not in self._cost:
-            mms = pricing.matmuls(op.instr, self.program.module, self.shapes) if op.flops > 0 else []
+            mms = self.matmuls(op) if op.flops > 0 else []
             self._cost[key] = pricing.compute_seconds(op.flops, op.bytes, mms, self.spec) * NS
         return self._cost[key]
+
+    def matmuls(self, op: Op) -> list[pricing.Matmul]:
+        """The dots ``op`` runs (:func:`~harness.metrics.timeline.pricing.matmuls`), read once per
+        module: the simulations of one program at other constants (sensitivity, intervals) share them."""
+        module = self.program.module
+        cached = _MATMULS.get(id(module))
+        if cached is None or cached[0] is not module:
+            if len(_MATMULS) >= _MATMUL_MODULES:
+                _MATMULS.pop(next(iter(_MATMULS)))
+            cached = _MATMULS[id(module)] = (module, {})
+        table = cached[1]
+        if op.name not in table:
+            table[op.name] = pricing.matmuls(op.instr, module, self.shapes)
+        return table[op.name]
 
     @property
     def shapes(self) -> dict[str, str]:
