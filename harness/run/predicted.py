@@ -94,8 +94,10 @@ def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpe
         return load_spec_file(target.spec), None
     if target.platform == "cpu":
         n = math.prod(spec.mesh_shape.values())
-        cal, _ = load_or_measure(calibration_path(spec, n), devices=n)
-        return cal.spec(), cal.to_dict()
+        # the devices this process runs (a multi-process variant's others are in other processes)
+        local = sum(1 for d in devices if getattr(d, "process_index", spec.process_id) == spec.process_id) or n
+        cal, _ = load_or_measure(calibration_path(spec, min(n, local)), devices=min(n, local))
+        return cal.spec(devices=n), cal.to_dict()
     return spec_for(target.topology, target.platform, device_coords(devices)), None
 
 

@@ -76,14 +76,15 @@ class CpuCalibration:
         out["single"] = dict(self.single)
         return out
 
-    def spec(self) -> TimelineSpec:
-        """The timeline spec these constants make (:func:`harness.metrics.timeline.cpu_spec`)."""
+    def spec(self, devices: int | None = None) -> TimelineSpec:
+        """The timeline spec these constants make (:func:`harness.metrics.timeline.cpu_spec`) for
+        ``devices`` simulated devices (default: as many as were measured)."""
         return cpu_spec(
             self.matmul_flops_per_s,
             self.copy_bytes_per_s,
             self.op_overhead_s,
             self.source,
-            devices=self.devices,
+            devices=self.devices if devices is None else devices,
             curve=self.curve,
             collective_latency_s=self.collective_latency_s,
             collective_bytes_per_s=self.collective_bytes_per_s,
@@ -129,7 +130,7 @@ def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
     ``devices`` devices at once; return the constants. ValueError when fewer devices exist."""
     import jax
 
-    available = jax.devices()
+    available = jax.local_devices()
     if devices < 1 or devices > len(available):
         raise ValueError(f"cannot calibrate {devices} devices: this process has {len(available)}")
     device = available[0]
