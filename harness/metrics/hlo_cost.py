@@ -168,6 +168,9 @@ _NO_TRAFFIC = frozenset(
 
 _SLICING = ("dynamic-slice", "slice", "gather")
 _SHAPE_ONLY = ("bitcast", "reshape")  # a view of the same bytes: follow it to what reads them
+# Per-element maps a loop fusion computes only where its output needs them: a slice after one reads
+# only the sliced elements of what the map reads (a layout copy, a convert, a transpose).
+_PER_ELEMENT = (*_SHAPE_ONLY, "copy", "convert", "transpose")
 
 
 def _users(fused: list[Instruction]) -> dict[str, list[Instruction]]:
@@ -182,35 +185,63 @@ def _params(fused: list[Instruction]) -> dict[int, str]:
     return {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
 
 
-def _sliced_bytes(value: str, fused: list[Instruction], module: Module, depth: int = 0) -> int | None:
-    """Bytes of ``value`` the fused code reads when it only slices it (through bitcasts/reshapes
-    and into nested fusions, as TPU fusions reach a scan's stacked weights), else None."""
+def _elements_of(shape: str) -> int | None:
+    dims = shape_dims(shape)
+    return None if dims is None else _elements(dims)
+
+
+def _sliced_elements(value: str, shape: str, fused: list[Instruction], module: Module, depth: int = 0) -> int | None:
+    """Elements of ``value`` (of ``shape``) the fused code reads when it only slices it -- directly,
+    through per-element maps (bitcast, reshape, copy, convert, transpose, a nested fusion of the
+    same element count) or inside a nested fusion, as TPU fusions reach a scan's stacked weights --
+    else None (read whole)."""
     uses = _users(fused).get(value, [])
-    if not uses or depth > 8:
+    total = _elements_of(shape)
+    if not uses or depth > 8 or not total:
         return None
-    total = 0
+    out = 0
     for u in uses:
         if u.opcode in _SLICING and u.operands[0] == value and value not in u.operands[1:]:
-            total += shape_bytes(u.shape)
-        elif u.opcode in _SHAPE_ONLY:
-            inner = _sliced_bytes(u.name, fused, module, depth + 1)
-            if inner is None:
-                return None
-            total += inner
-        elif u.opcode == "fusion":
-            nested = next((module.computations[c] for c in callees(u) if c in module.computations), None)
-            params = _params(nested) if nested else {}
-            positions = [k for k, o in enumerate(u.operands) if o == value]
-            parts = [
-                _sliced_bytes(params[k], nested, module, depth + 1) if nested and k in params else None
-                for k in positions
-            ]
-            if not parts or any(p is None for p in parts):
-                return None
-            total += sum(p for p in parts if p is not None)
+            out += _elements_of(u.shape) or total
+            continue
+        nested = (
+            next((module.computations[c] for c in callees(u) if c in module.computations), None)
+            if u.opcode == "fusion"
+            else None
+        )
+        if u.opcode in _PER_ELEMENT or (nested is not None and _elements_of(u.shape) == total):
+            inner = _sliced_elements(u.name, u.shape, fused, module, depth + 1)  # a map: follow its result
+            if inner is None and nested is not None:  # or the nested fusion itself slices it
+                inner = _nested_slices(u, value, nested, module, depth)
+        elif nested is not None:
+            inner = _nested_slices(u, value, nested, module, depth)
         else:
             return None
-    return total
+        if inner is None:
+            return None
+        out += inner
+    return min(out, total)
+
+
+def _nested_slices(u: Instruction, value: str, nested: list[Instruction], module: Module, depth: int) -> int | None:
+    params = _params(nested)
+    positions = [k for k, o in enumerate(u.operands) if o == value]
+    by_name = {i.name: i.shape for i in nested}
+    parts = [
+        _sliced_elements(params[k], by_name.get(params[k], ""), nested, module, depth + 1) if k in params else None
+        for k in positions
+    ]
+    return None if not parts or any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
+def _sliced_bytes(param: str, fused: list[Instruction], module: Module) -> int | None:
+    """Bytes of a fusion parameter the fused code reads when it only slices it (see
+    :func:`_sliced_elements`), else None."""
+    shape = next((i.shape for i in fused if i.name == param), "")
+    elements, total = _sliced_elements(param, shape, fused, module), _elements_of(shape)
+    if elements is None or not total:
+        return None
+    return shape_bytes(shape) * elements // total
 
 
 def _root_update(fused: list[Instruction]) -> tuple[Instruction, str] | None:
@@ -233,7 +264,7 @@ def _root_update(fused: list[Instruction]) -> tuple[Instruction, str] | None:
 
 def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
     """Bytes a fusion reads and writes. An operand the fused code only slices (directly, through
-    bitcasts/reshapes, or inside a nested fusion) is read as its slices (a scan reading layer i of
+    per-element maps, or inside a nested fusion) is read as its slices (a scan reading layer i of
     stacked weights); an in-place dynamic-update-slice root (or a bitcast of one) writes only its
     update and does not read the buffer it updates (a scan writing step i of its outputs)."""
     fused = next((module.computations[c] for c in callees(instr) if c in module.computations), None)

@@ -101,3 +101,24 @@ ENTRY %main (p0: bf16[48,4096,4096], p1: s32[], p2: bf16[4096,4096]) -> bf16[48,
 }}
 """  # noqa: E501 (HLO instructions are single lines)
     assert memory_traffic_bytes(text) == SLICE + INDEX + SLICE  # write the update, read the index and the update
+
+
+def test_slice_after_a_nested_layout_copy_reads_the_slice() -> None:
+    """libtpu's layer-scan weight fusion as compiled: the stacked weights re-tiled by a nested copy
+    fusion (T(16,128) -> T(8,128)), then sliced, then copied out; a loop fusion computes only the
+    output's elements, so it reads one layer, not the 48-layer stack the old rule priced."""
+    fused = f"""%copy_fusion (c0: bf16[48,4096,4096]) -> bf16[48,4096,4096] {{
+  %c0 = {W} parameter(0)
+  ROOT %c = bf16[48,4096,4096]{{2,1,0:T(8,128)(2,1)}} copy(%c0)
+}}
+
+%fused (param_0.1: bf16[48,4096,4096], param_1.2: s32[]) -> bf16[1,4096,4096] {{
+  %param_0.1 = {W} parameter(0)
+  %retiled = bf16[48,4096,4096]{{2,1,0:T(8,128)(2,1)}} fusion(%param_0.1), kind=kLoop, calls=%copy_fusion
+  %param_1.2 = s32[] parameter(1)
+  %c = s32[] constant(0)
+  %ds = bf16[1,4096,4096]{{2,1,0:T(8,128)(2,1)}} dynamic-slice(%retiled, %param_1.2, %c, %c), dynamic_slice_sizes={{1,4096,4096}}
+  ROOT %out = bf16[1,4096,4096]{T} copy(%ds)
+}}"""  # noqa: E501 (HLO instructions are single lines)
+    text = _module(fused, f"bf16[1,4096,4096]{T}", f"{W} %p0, s32[] %p1", "p0: bf16[48,4096,4096], p1: s32[]")
+    assert memory_traffic_bytes(text) == 2 * SLICE + INDEX
