@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "search": "harness.commands.search",
     "bisect": "harness.commands.bisect",
     "gate-power": "harness.commands.gate_power",
+    "calibrate": "harness.commands.calibrate",
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)

@@ -167,33 +167,119 @@ _NO_TRAFFIC = frozenset(
 
 
 _SLICING = ("dynamic-slice", "slice", "gather")
+_SHAPE_ONLY = ("bitcast", "reshape")  # a view of the same bytes: follow it to what reads them
+# Per-element maps a loop fusion computes only where its output needs them: a slice after one reads
+# only the sliced elements of what the map reads (a layout copy, a convert, a transpose).
+_PER_ELEMENT = (*_SHAPE_ONLY, "copy", "convert", "transpose")
 
 
-def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
-    """Bytes a fusion reads and writes. An operand the fused code only slices is read as its
-    slices (a scan reading layer i of stacked weights); an in-place dynamic-update-slice root
-    writes only its update (a scan writing step i of its outputs)."""
-    fused = next((module.computations[c] for c in callees(instr) if c in module.computations), None)
-    if fused is None:
-        return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
-    inner = {i.name: i.shape for i in fused}
-    params = {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
+def _users(fused: list[Instruction]) -> dict[str, list[Instruction]]:
     users: dict[str, list[Instruction]] = {}
     for i in fused:
         for operand in i.operands:
             users.setdefault(operand, []).append(i)
-    root = fused[-1] if fused else None
-    in_place = root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1
-    total = shape_bytes(inner.get(root.operands[1], "")) if in_place and root else shape_bytes(instr.shape)
+    return users
+
+
+def _params(fused: list[Instruction]) -> dict[int, str]:
+    return {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
+
+
+def _elements_of(shape: str) -> int | None:
+    dims = shape_dims(shape)
+    return None if dims is None else _elements(dims)
+
+
+def _sliced_elements(value: str, shape: str, fused: list[Instruction], module: Module, depth: int = 0) -> int | None:
+    """Elements of ``value`` (of ``shape``) the fused code reads when it only slices it -- directly,
+    through per-element maps (bitcast, reshape, copy, convert, transpose, a nested fusion of the
+    same element count) or inside a nested fusion, as TPU fusions reach a scan's stacked weights --
+    else None (read whole)."""
+    uses = _users(fused).get(value, [])
+    total = _elements_of(shape)
+    if not uses or depth > 8 or not total:
+        return None
+    out = 0
+    for u in uses:
+        if u.opcode in _SLICING and u.operands[0] == value and value not in u.operands[1:]:
+            out += _elements_of(u.shape) or total
+            continue
+        nested = (
+            next((module.computations[c] for c in callees(u) if c in module.computations), None)
+            if u.opcode == "fusion"
+            else None
+        )
+        if u.opcode in _PER_ELEMENT or (nested is not None and _elements_of(u.shape) == total):
+            inner = _sliced_elements(u.name, u.shape, fused, module, depth + 1)  # a map: follow its result
+            if inner is None and nested is not None:  # or the nested fusion itself slices it
+                inner = _nested_slices(u, value, nested, module, depth)
+        elif nested is not None:
+            inner = _nested_slices(u, value, nested, module, depth)
+        else:
+            return None
+        if inner is None:
+            return None
+        out += inner
+    return min(out, total)
+
+
+def _nested_slices(u: Instruction, value: str, nested: list[Instruction], module: Module, depth: int) -> int | None:
+    params = _params(nested)
+    positions = [k for k, o in enumerate(u.operands) if o == value]
+    by_name = {i.name: i.shape for i in nested}
+    parts = [
+        _sliced_elements(params[k], by_name.get(params[k], ""), nested, module, depth + 1) if k in params else None
+        for k in positions
+    ]
+    return None if not parts or any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
+def _sliced_bytes(param: str, fused: list[Instruction], module: Module) -> int | None:
+    """Bytes of a fusion parameter the fused code reads when it only slices it (see
+    :func:`_sliced_elements`), else None."""
+    shape = next((i.shape for i in fused if i.name == param), "")
+    elements, total = _sliced_elements(param, shape, fused, module), _elements_of(shape)
+    if elements is None or not total:
+        return None
+    return shape_bytes(shape) * elements // total
+
+
+def _root_update(fused: list[Instruction]) -> tuple[Instruction, str] | None:
+    """(the in-place dynamic-update-slice a fusion's root is or is a bitcast/reshape of, the value
+    holding the buffer it updates, followed back through bitcasts/reshapes), else None."""
+    by_name = {i.name: i for i in fused}
+
+    def back(name: str) -> Instruction | None:
+        instr = by_name.get(name)
+        while instr is not None and instr.opcode in _SHAPE_ONLY and instr.operands:
+            instr = by_name.get(instr.operands[0])
+        return instr
+
+    root = back(fused[-1].name) if fused else None
+    if root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
+        return None
+    buffer = back(root.operands[0])
+    return root, buffer.name if buffer is not None else root.operands[0]
+
+
+def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
+    """Bytes a fusion reads and writes. An operand the fused code only slices (directly, through
+    per-element maps, or inside a nested fusion) is read as its slices (a scan reading layer i of
+    stacked weights); an in-place dynamic-update-slice root (or a bitcast of one) writes only its
+    update and does not read the buffer it updates (a scan writing step i of its outputs)."""
+    fused = next((module.computations[c] for c in callees(instr) if c in module.computations), None)
+    if fused is None:
+        return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
+    inner = {i.name: i.shape for i in fused}
+    params = _params(fused)
+    update = _root_update(fused)
+    total = shape_bytes(inner.get(update[0].operands[1], "")) if update is not None else shape_bytes(instr.shape)
     for index, (name, inline) in enumerate(zip(instr.operands, instr.operand_shapes, strict=True)):
         param = params.get(index)
-        uses = users.get(param, []) if param else []
-        if in_place and root is not None and param == root.operands[0]:
+        if update is not None and param == update[1]:
             continue  # the buffer updated in place is not read
-        if uses and all(u.opcode in _SLICING and u.operands[0] == param for u in uses):
-            total += sum(shape_bytes(u.shape) for u in uses)
-        else:
-            total += shape_bytes(inline or shapes.get(name, ""))
+        sliced = _sliced_bytes(param, fused, module) if param else None
+        total += sliced if sliced is not None else shape_bytes(inline or shapes.get(name, ""))
     return total
 
 

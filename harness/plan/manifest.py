@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import re
 import tomllib
@@ -121,6 +122,7 @@ class Target(_Section):
     processes: int = 1  # JAX processes of one variant (jax.distributed); each has devices / processes
     # XLA / libtpu compile options (name -> value), sorted by name: given to every compile of the variant
     compiler_options: tuple[tuple[str, bool | int | float | str], ...] = ()
+    spec: str | None = None  # a calibrated timeline spec file (python -m harness calibrate) predictions use
 
     @property
     def mesh_shape(self) -> dict[str, int]:
@@ -135,7 +137,10 @@ class Target(_Section):
         return dataclasses.replace(self, mesh=tuple(self.mesh_shape.items()))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "mesh": dict(self.mesh), "compiler_options": dict(self.compiler_options)}
+        out = {**super().to_dict(), "mesh": dict(self.mesh), "compiler_options": dict(self.compiler_options)}
+        if self.spec is None:
+            del out["spec"]  # only when set: records of targets without one are unchanged
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
@@ -147,6 +152,7 @@ class Target(_Section):
             d.get("devices"),
             int(d.get("processes", 1)),
             tuple(sorted((d.get("compiler_options") or {}).items())),
+            d.get("spec"),
         )
 
 
@@ -256,8 +262,31 @@ def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:
     return tuple(raw.items())
 
 
+_SPEC_CONSTANTS = ("peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s")
+
+
+def _spec_file(path: str) -> str:
+    """A calibrated spec file (``python -m harness calibrate --out``), checked readable and shaped
+    like one; the path as given (relative paths are from where the harness runs)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise Invalid(("spec",), f"cannot read spec file {path!r}: {e.strerror}") from None
+    except ValueError as e:
+        raise Invalid(("spec",), f"spec file {path!r} is not JSON: {e}") from None
+    constants = ((raw.get("spec") if isinstance(raw, dict) else None) or {}).get("constants")
+    missing = [k for k in _SPEC_CONSTANTS if not isinstance(constants, dict) or k not in constants]
+    if missing:
+        raise Invalid(
+            ("spec",),
+            f"{path!r} is not a calibrated spec file (no spec.constants {', '.join(missing)}); write one with "
+            "python -m harness calibrate",
+        )
+    return path
+
+
 def parse_target(raw: Mapping[str, Any]) -> Target:
-    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices", "processes", "compiler_options"))
+    check_keys(raw, ("platform", "mode", "mesh", "topology", "devices", "processes", "compiler_options", "spec"))
     platform = choice(get(raw, "platform", "str", "cpu"), "platform", PLATFORMS, "platform")
     mode = choice(get(raw, "mode", "str", "auto"), "mode", MODES, "mode")
     mesh = _mesh(raw.get("mesh", {"data": -1}))
@@ -299,7 +328,10 @@ def parse_target(raw: Mapping[str, Any]) -> Target:
         )
     # whether the compiler knows an option is the compiler's to say: an unknown one fails the compile, naming it
     options = option_table(raw.get("compiler_options", {}), "compiler_options")
-    return Target(platform, mode, mesh, topology, devices, processes, options)
+    spec = get(raw, "spec", "str", None)
+    return Target(
+        platform, mode, mesh, topology, devices, processes, options, None if spec is None else _spec_file(spec)
+    )
 
 
 def parse_workload(raw: Mapping[str, Any]) -> Workload:

@@ -20,6 +20,7 @@ from harness.fmt import fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.results import calibration
 from harness.results.record import Record, StageEntry
+from harness.results.uncertain import Uncertain, ranking_text
 
 e = html.escape
 LANE_COLOURS = {
@@ -30,6 +31,12 @@ LANE_COLOURS = {
     "all-to-all": "#b279a2",
     "collective-permute": "#9d755d",
 }
+
+
+def interval_text(u: Uncertain | None) -> str:
+    if u is None or u.interval_s is None:
+        return "-"
+    return f"{fmt_time(u.interval_s[0])}..{fmt_time(u.interval_s[1])}"
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class PredictedRow:
     measured_s: float | None
     sensitivity: str
     chrome_trace: str | None
+    uncertain: Uncertain | None = None
 
 
 def sensitivity_line(sens: Mapping[str, Any] | None) -> str:
@@ -88,6 +96,7 @@ def predicted_rows(records: Sequence[Record]) -> list[PredictedRow]:
                     None if p.get("host_loop") else _measured(entry),
                     sensitivity_line(p.get("sensitivity")),
                     p.get("chrome_trace"),
+                    Uncertain.of(p),
                 )
             )
     return rows
@@ -120,6 +129,9 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
             + ui.cell(r.stage, left=True)
             + ui.cell(r.spec, left=True)
             + ui.cell(fmt_time(r.step_s), r.step_s if r.step_s is not None else -1)
+            + ui.cell(
+                interval_text(r.uncertain), r.uncertain.interval_s[0] if r.uncertain and r.uncertain.interval_s else -1
+            )
             + ui.cell(f"{fmt_time(r.video_s)} <span class=note>x{r.calls_per_video}</span>", r.video_s or -1, raw=True)
             + ui.cell(fmt_pct(r.exposed_all_gather_fraction), r.exposed_all_gather_fraction or 0)
             + ui.cell(fmt_pct(r.wasted_fraction), r.wasted_fraction or 0)
@@ -134,6 +146,7 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
         "stage",
         "spec",
         "predicted step",
+        "interval",
         "per video",
         "exposed all-gather",
         "wasted",
@@ -145,13 +158,31 @@ def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
     return (
         '<section id="predicted"><h2>Predicted (simulated from the scheduled program)</h2>'
         + ui.table(head, body, "predicted-table", 3)
+        + rankings_html(rows)
         + "<p class=\"note\">Predicted, not measured: each compiled program's schedule replayed on the spec's "
         "constants (compute at peak FLOP/s or memory bandwidth, collectives over the topology's links, async "
         "collectives overlapping the compute between their start and done). Exposed all-gather and wasted "
         "(exposed collectives + idle) are shares of the predicted step, in a measured trace's accounting. "
+        "Interval: the step with the constants at the ends of their stated uncertainty (published \u00b15%, "
+        "measured \u00b115%, assumed \u00b150%). Ranking: '<' where the order holds at every end of the "
+        "constants' uncertainty, '\u2248' where it flips (a tie). "
         "Sensitivity: the constant whose \u00b120% moves the step most. Timeline: gzipped Chrome JSON; open "
         'ui.perfetto.dev and "Open trace file".</p></section>'
     )
+
+
+def rankings_html(rows: Sequence[PredictedRow]) -> str:
+    """Per (stage, spec) with two or more variants: the variants by predicted step, ties marked."""
+    groups: dict[tuple[str, str], list[tuple[str, Uncertain]]] = {}
+    for r in rows:
+        if r.uncertain is not None:
+            groups.setdefault((r.stage, r.spec), []).append((r.variant, r.uncertain))
+    lines = [
+        f"<li><b>{e(stage)}</b> ({e(spec)}): {e(ranking_text(items))}</li>"
+        for (stage, spec), items in groups.items()
+        if len(items) > 1
+    ]
+    return f'<ul class="predicted-ranking">{"".join(lines)}</ul>' if lines else ""
 
 
 # --------------------------------------------------------------------------- the block Gantt
@@ -292,11 +323,14 @@ def calibration_section(records: Sequence[Record]) -> str:
     ]
     s = calibration.summarize(pts)
     if s is None:
-        score = "No single-device program to score (multi-device CPU programs share the host's cores)."
+        score = (
+            "No program to score: the multi-device CPU programs' specs did not model their devices sharing the "
+            "host's cores (records from before the CPU spec measured them)."
+        )
     else:
         verdict = "meets" if s.met else "misses"
         score = (
-            f"{s.n} single-device programs: Spearman {s.spearman:.2f} (target \u2265 "
+            f"{s.n} programs whose devices the spec models: Spearman {s.spearman:.2f} (target \u2265 "
             f"{calibration.TARGET_SPEARMAN}), median |ln(pred/meas)| {s.median_abs_log_ratio:.2f} (within "
             f"{s.typical_factor:.2f}x; target \u2264 ln 1.5 = {calibration.TARGET_LOG_RATIO:.2f}): {verdict} "
             "the target. The CPU constants are measured on this machine, not fitted to these points."
@@ -307,8 +341,9 @@ def calibration_section(records: Sequence[Record]) -> str:
         f'<p id="calibration-score">{e(score)}</p>'
         + ui.table(head, body, "calibration-table", 2)
         + scatter_svg(pts, "calibration-scatter")
-        + '<p class="note">One call of each compiled program; blue: scored (one device), orange: shown only '
-        "(several simulated devices share the host's cores, which the simulation does not model). Dashed: "
+        + '<p class="note">One call of each compiled program; blue: scored (its spec models its devices: one, or '
+        "N simulated devices measured sharing the host's cores), orange: shown only (an older record whose spec "
+        "did not). Dashed: "
         "predicted = measured; grey: 1.5x either way.</p></section>"
     )
 
@@ -317,8 +352,10 @@ __all__ = [
     "calibration_section",
     "gantt_block",
     "gantt_svg",
+    "interval_text",
     "predicted_rows",
     "predicted_section",
+    "rankings_html",
     "scatter_svg",
     "sensitivity_line",
 ]

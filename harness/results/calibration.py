@@ -3,9 +3,10 @@
 A :class:`Point` is one (variant, stage) whose record has both a predicted step
 (``predicted.step_s``) and measured samples. What is compared is one call of the compiled program:
 a stage whose call is a host loop around its program (``predicted.host_loop``, e.g. the Python
-denoising loop) is not a point. Only single-device programs are *gated*: on a CPU, simulated
-devices share the host's cores (8 devices on 2 cores run 8 copies of a replicated program), which
-the per-device simulation does not model; multi-device points are shown, not scored.
+denoising loop) is not a point. A point is *gated* (scored) when its prediction models its device
+count: one device, or a CPU spec measured with as many simulated devices sharing the host's cores
+(``predicted.calibration.devices``); other multi-device points (records from before the CPU spec
+modelled shared cores) are shown, not scored.
 
 :func:`summarize` scores the gated points: Spearman rank correlation and
 ``median |ln(predicted / measured)|`` (:mod:`harness.results.stats`), against the targets
@@ -73,7 +74,8 @@ def points(records: Sequence[Record]) -> list[Point]:
                 continue
             if pred.get("host_loop"):
                 continue
-            out.append(Point(r.variant.name, stage, devices, float(step), stats.median(samples), devices == 1))
+            modelled = devices == 1 or (pred.get("calibration") or {}).get("devices") == devices
+            out.append(Point(r.variant.name, stage, devices, float(step), stats.median(samples), modelled))
     return out
 
 

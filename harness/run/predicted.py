@@ -10,37 +10,52 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
      host_loop,                  true when one call of the stage is a host loop around the program
                                  (its measured time is not one program call's)
      sensitivity,                each constant of the spec +-SENSITIVITY_FACTOR -> step_s low/high
+     uncertainty,                the step's interval from the constants' stated uncertainty:
+                                 interval_s [low, high], points_s (timeline.uncertainty)
+     video_interval_s,           the interval times the calls per video
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
      xplane,                     the same timeline as a TPU-layout XSpace (`xprof --logdir <its
                                  stage folder>` opens it: :mod:`harness.metrics.predicted_xprof`)
      xprof,                      XProf's op-profile numbers of the step (time %, FLOPs and HBM
                                  utilisation, wasted %, by category: :mod:`harness.metrics.xprof_metrics`)
-     calibration}                CPU only: the measured constants the spec rests on
+     compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
+                                 per-instruction prices against them (timeline.compare.Agreement)
+     calibration,                CPU only: the measured constants the spec rests on
+     program}                    traced variants: the optimized HLO (gzip) beside the trace, which
+                                 python -m harness calibrate pairs with it
 
-The spec (:func:`timeline_spec`): a TPU/GPU target's from its topology and the mesh devices'
-coordinates (``coords`` and ``core_on_chip`` of libtpu's devices); a CPU target's from constants
-measured on this machine (:mod:`harness.metrics.timeline.cpu_calibrate`), once per sweep: the
-first worker measures them into ``<sweep>/traces/cpu-calibration.json``, the others read it.
+The spec (:func:`timeline_spec`): a calibrated spec file's where the target names one
+(``target.spec``, written by ``python -m harness calibrate``); else a TPU/GPU target's from its
+topology and the mesh devices' coordinates (``coords`` and ``core_on_chip`` of libtpu's devices);
+a CPU target's from constants measured on this machine with as many simulated devices as the
+variant's mesh has, sharing the host's cores (:mod:`harness.metrics.timeline.cpu_calibrate`),
+once per sweep and device count: the first worker measures them into
+``<sweep>/traces/cpu-calibration-<N>dev.json``, the others read it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
-from harness.metrics.timeline import TimelineSpec, build_program, cpu_spec, predict, sensitivity, spec_for
+from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
+from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
+from harness.metrics.timeline.specs import spec_from_dict
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
 
 SENSITIVITY_FACTOR = 0.2
 CHROME_NAME = "predicted_trace.json.gz"
-CALIBRATION_NAME = "cpu-calibration.json"
+PROGRAM_NAME = "program.hlo.gz"  # a traced stage's optimized HLO, beside its trace: what calibrate pairs
+CALIBRATION_NAME = "cpu-calibration-{devices}dev.json"
 
 
 def scope_of(op_name: str) -> str:
@@ -48,9 +63,9 @@ def scope_of(op_name: str) -> str:
     return "/".join(scopes.scope_path(op_name))
 
 
-def calibration_path(spec: WorkerSpec) -> Path:
-    """Where a sweep keeps its CPU constants: next to its variants' trace folders."""
-    return Path(spec.trace_dir).parent / CALIBRATION_NAME
+def calibration_path(spec: WorkerSpec, devices: int = 1) -> Path:
+    """Where a sweep keeps its CPU constants for ``devices`` devices: next to its variants' trace folders."""
+    return Path(spec.trace_dir).parent / CALIBRATION_NAME.format(devices=devices)
 
 
 def device_coords(devices: Sequence[Any]) -> list[tuple[int, ...]] | None:
@@ -66,15 +81,28 @@ def device_coords(devices: Sequence[Any]) -> list[tuple[int, ...]] | None:
     return out
 
 
+def load_spec_file(path: str | Path) -> TimelineSpec:
+    """A calibrated spec file's spec (``python -m harness calibrate --out``); ValueError naming the file."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"spec file {str(path)!r}: cannot read ({e})") from None
+    loaded = spec_from_dict((raw or {}).get("spec") or {}, str(path))
+    return dataclasses.replace(loaded, notes=(*loaded.notes, f"calibrated spec file: {path}"))
+
+
 def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpec, dict[str, Any] | None]:
-    """(the spec to simulate on, the CPU calibration it rests on or None)."""
+    """(the spec to simulate on, the CPU calibration it rests on or None). A target naming a spec
+    file (``target.spec``) is priced on that file's constants."""
     target = spec.target
+    if target.spec:
+        return load_spec_file(target.spec), None
     if target.platform == "cpu":
-        cal, _ = load_or_measure(calibration_path(spec))
         n = math.prod(spec.mesh_shape.values())
-        return cpu_spec(
-            cal.matmul_flops_per_s, cal.copy_bytes_per_s, cal.op_overhead_s, cal.source, devices=n
-        ), cal.to_dict()
+        # the devices this process runs (a multi-process variant's others are in other processes)
+        local = sum(1 for d in devices if getattr(d, "process_index", spec.process_id) == spec.process_id) or n
+        cal, _ = load_or_measure(calibration_path(spec, min(n, local)), devices=min(n, local))
+        return cal.spec(devices=n), cal.to_dict()
     return spec_for(target.topology, target.platform, device_coords(devices)), None
 
 
@@ -96,17 +124,25 @@ def predicted_entry(
     scope_of: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
-    prediction = predict(hlo_text, tl_spec, scope_of=scope_of)
+    start = time.perf_counter()
+    program = build_program(hlo_text)
+    prediction = simulate(program, tl_spec, scope_of)
     out = prediction.to_dict()
+    out["simulate_s"] = time.perf_counter() - start
     step = out.get("step_s")
     out["calls_per_video"] = calls_per_video
     out["video_s"] = None if step is None else step * calls_per_video
-    out["sensitivity"] = sensitivity(hlo_text, tl_spec, factor=SENSITIVITY_FACTOR)
+    out["sensitivity"] = sensitivity(program, tl_spec, factor=SENSITIVITY_FACTOR)
+    out["uncertainty"] = uncertainty(program, tl_spec)
+    out["video_interval_s"] = [v * calls_per_video for v in out["uncertainty"]["interval_s"]]
     out["chrome_trace"] = str(write_chrome(prediction.chrome_trace(), where))
-    costs, opcodes = program_costs(build_program(hlo_text).ops)
+    costs, opcodes = program_costs(program.ops)
     peaks = {"peak_flops_per_s": tl_spec.value("peak_flops_per_s"), "hbm_bytes_per_s": tl_spec.value("hbm_bytes_per_s")}
     out["xprof"] = xprof_entry(prediction.events, costs, opcodes, **peaks)
     out["xplane"] = str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks))
+    agreement = compare_program(hlo_text, tl_spec)
+    if agreement is not None:
+        out["compiler_agreement"] = agreement.to_dict()
     return out
 
 
@@ -120,4 +156,9 @@ def stage_prediction(
     out["host_loop"] = host_loop
     if calibration is not None:
         out["calibration"] = calibration
+    if spec.run.trace:  # the program a measured trace ran, for python -m harness calibrate
+        where.mkdir(parents=True, exist_ok=True)
+        with gzip.open(where / PROGRAM_NAME, "wt", encoding="utf-8") as f:
+            f.write(hlo_text)
+        out["program"] = str(where / PROGRAM_NAME)
     return out

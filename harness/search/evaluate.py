@@ -97,6 +97,8 @@ def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes
         fits = False
     step = predicted.get("step_s")
     exposed = device.get("exposed_collective_ns")
+    unc = predicted.get("uncertainty") or {}
+    interval = unc.get("interval_s")
     return Score(
         status=StageStatus.DOES_NOT_FIT if fits is False else StageStatus.OK,
         step_s=None if step is None else step * scale,
@@ -108,4 +110,7 @@ def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes
         wasted=predicted.get("wasted_fraction"),
         variant_id=record.variant.id,
         error=None if step is not None else "no predicted step (see the record's notes)",
+        interval_s=(interval[0] * scale, interval[1] * scale) if interval else None,
+        points_s=tuple((str(k), float(v) * scale) for k, v in (unc.get("points_s") or {}).items()),
+        spec=str((predicted.get("spec") or {}).get("name") or ""),
     )

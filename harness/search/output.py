@@ -12,6 +12,7 @@ from typing import Any
 from harness.fmt import fmt_pct
 from harness.plan.manifest import Manifest
 from harness.results.stats import spearman
+from harness.results.uncertain import Uncertain, ordering
 from harness.search.page import rules_text, search_page
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
@@ -22,8 +23,30 @@ GiB = 2**30
 COPIED = ("target", "model", "workload", "run", "gate")
 
 
+def _uncertain(row: Mapping[str, Any]) -> Uncertain | None:
+    if row["step_s"] is None or row["status"] != "ok":
+        return None
+    interval = row.get("interval_s")
+    return Uncertain(
+        row["step_s"],
+        (float(interval[0]), float(interval[1])) if interval else None,
+        row.get("points_s") or {},
+        row.get("spec", ""),
+    )
+
+
+def mark_ties(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set each row's ``tie_with_previous``: its order against the row ranked just above it does not
+    survive the constants' uncertainty (:func:`harness.results.uncertain.ordering`)."""
+    for prev, row in zip([None, *table], table, strict=False):
+        a, b = (None if prev is None else _uncertain(prev)), _uncertain(row)
+        row["tie_with_previous"] = a is not None and b is not None and ordering(a, b) == "tie"
+    return table
+
+
 def rows(result: SearchResult) -> list[dict[str, Any]]:
-    """One JSON-friendly row per evaluated candidate, best first (:meth:`SearchResult.ranked`)."""
+    """One JSON-friendly row per evaluated candidate, best first (:meth:`SearchResult.ranked`), each
+    marked where its order against the one above is a tie (:func:`mark_ties`)."""
     out = []
     for rank, (c, s) in enumerate(result.ranked(), start=1):
         est = result.estimates.get(c)
@@ -47,9 +70,12 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
                 "variant_id": s.variant_id,
                 "error": s.error,
                 "analytic_step_s": None if est is None else est.step_s,
+                "interval_s": None if s.interval_s is None else list(s.interval_s),
+                "points_s": dict(s.points_s),
+                "spec": s.spec,
             }
         )
-    return out
+    return mark_ties(out)
 
 
 def rank_agreement(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -73,15 +99,30 @@ def _ms(v: float | None) -> str:
 
 def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]] = ()) -> str:
     """Ranked candidates (and hand-written references) as plain text."""
-    head = ("#", "step ms", "depth", "exp AG", "exp coll ms", "wasted", "mem GiB", "fits", "mesh", "attn", "rules")
+    head = (
+        "#",
+        "step ms",
+        "interval ms",
+        "depth",
+        "exp AG",
+        "exp coll ms",
+        "wasted",
+        "mem GiB",
+        "fits",
+        "mesh",
+        "attn",
+        "rules",
+    )
     lines = [head]
     for r in [*table, *references]:
         mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
-        rank = str(r.get("rank", "ref"))
+        rank = str(r.get("rank", "ref")) + ("~" if r.get("tie_with_previous") else "")
+        interval = r.get("interval_s")
         lines.append(
             (
                 rank,
                 _ms(r["step_s"]),
+                f"{_ms(interval[0])}..{_ms(interval[1])}" if interval else "-",
                 f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
                 fmt_pct(r["exposed_all_gather"]),
                 _ms(r["exposed_collective_s"]),
@@ -95,7 +136,11 @@ def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mappi
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
-    return "\n".join(text) + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth)"
+    return (
+        "\n".join(text)
+        + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth; "
+        + "N~: a tie with the row above, its order flips within the constants' stated uncertainty)"
+    )
 
 
 # --------------------------------------------------------------------------- winners manifest

@@ -54,6 +54,9 @@ class Score:
     wasted: float | None = None
     variant_id: str = ""
     error: str | None = None
+    interval_s: tuple[float, float] | None = None  # the step's interval from the spec's uncertainty
+    points_s: tuple[tuple[str, float], ...] = ()  # the step at each bound evaluated (timeline.uncertainty)
+    spec: str = ""
 
     @property
     def usable(self) -> bool:

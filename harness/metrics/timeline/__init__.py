@@ -6,7 +6,8 @@ roofline speed plus overhead, collectives over the links their replica groups sp
 (:mod:`~harness.metrics.timeline.groups`), async pairs overlapping compute, loops with collectives
 pipelined across iterations) and accounts the timeline as a measured trace is accounted
 (:mod:`~harness.metrics.timeline.prediction`). Every constant is in the spec with its source
-(:mod:`~harness.metrics.timeline.specs`); :func:`sensitivity` says which one moves the step most.
+(:mod:`~harness.metrics.timeline.specs`); :func:`sensitivity` says which one moves the step most,
+and :func:`uncertainty` gives the step's interval from the constants' stated uncertainties.
 
 Pure Python: importing this package imports no JAX.
 """
@@ -126,13 +127,13 @@ def step_ns(program: Program, spec: TimelineSpec) -> float:
     return Simulator(program, spec, record=False).finish()
 
 
-def sensitivity(hlo_text: str, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
-    """Each constant of ``spec`` scaled by ``1 - factor`` and ``1 + factor``: the step time at
-    each, and ``most``, the constant whose range moves the step most. JSON-able."""
-    program = build_program(hlo_text)
+def sensitivity(hlo_text: str | Program, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
+    """Each rate and time constant of ``spec`` scaled by ``1 - factor`` and ``1 + factor``: the step
+    time at each, and ``most``, the constant whose range moves the step most. JSON-able."""
+    program = build_program(hlo_text) if isinstance(hlo_text, str) else hlo_text
     base = step_ns(program, spec)
     out: dict[str, dict[str, float]] = {}
-    for name in spec.constants:
+    for name in (k for k, c in spec.constants.items() if c.scalable):
         low = step_ns(program, spec.scaled(name, 1 - factor)) / 1e9
         high = step_ns(program, spec.scaled(name, 1 + factor)) / 1e9
         out[name] = {"low_step_s": low, "high_step_s": high, "range_s": abs(high - low)}
@@ -143,6 +144,39 @@ def sensitivity(hlo_text: str, spec: TimelineSpec, *, factor: float = 0.2) -> di
         "constants": out,
         "most": most,
         "most_range_fraction": (out[most]["range_s"] / (base / 1e9)) if most and base > 0 else 0.0,
+    }
+
+
+def _faster(constant: Constant) -> float:
+    """The factor that moves ``constant`` to the fast end of its uncertainty (rates up, times down)."""
+    up = 1.0 + constant.rel_uncertainty
+    return 1.0 / up if constant.unit == "s" else up
+
+
+def uncertainty(hlo_text: str | Program, spec: TimelineSpec) -> dict[str, Any]:
+    """The step's interval from its constants' stated uncertainty (:attr:`Constant.rel_uncertainty`):
+    the step with every rate and time constant at its fast bound together (``fast``), at its slow
+    bound (``slow``), and each one alone at either bound (``<constant>:fast`` / ``:slow``).
+    ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
+    predictions on the same spec can be compared point by point (:func:`harness.results.uncertain.
+    ordering`: an order that flips at some point is a tie). JSON-able."""
+    program = build_program(hlo_text) if isinstance(hlo_text, str) else hlo_text
+    points = {"base": step_ns(program, spec)}
+    fast, slow = spec, spec
+    for name, c in spec.constants.items():
+        if not c.scalable or c.rel_uncertainty <= 0:
+            continue
+        f = _faster(c)
+        points[f"{name}:fast"] = step_ns(program, spec.scaled(name, f))
+        points[f"{name}:slow"] = step_ns(program, spec.scaled(name, 1 / f))
+        fast, slow = fast.scaled(name, f), slow.scaled(name, 1 / f)
+    points["fast"], points["slow"] = step_ns(program, fast), step_ns(program, slow)
+    seconds = {k: v / 1e9 for k, v in points.items()}
+    return {
+        "step_s": seconds["base"],
+        "interval_s": [min(seconds.values()), max(seconds.values())],
+        "points_s": seconds,
+        "uncertainty": {k: c.rel_uncertainty for k, c in spec.constants.items() if c.scalable},
     }
 
 
@@ -164,4 +198,5 @@ __all__ = [
     "simulate",
     "spec_for",
     "step_ns",
+    "uncertainty",
 ]

@@ -1,59 +1,111 @@
-"""The CPU's three timeline constants, measured on this machine (never fitted to a prediction).
+"""The CPU's timeline constants, measured on this machine (never fitted to a prediction).
 
-The CPU spec (:func:`harness.metrics.timeline.cpu_spec`) rests on three numbers, each timed
-here with small jitted programs on the first JAX device, as the stage programs run:
+The CPU spec (:func:`harness.metrics.timeline.cpu_spec`) rests on numbers timed here with small
+jitted programs, as the stage programs run:
 
 * ``matmul_flops_per_s``: a ``MATMUL_N`` squared float32 matmul, ``2 N^3`` FLOPs per call;
-* ``copy_bytes_per_s``: ``x + 1`` over ``COPY_BYTES`` of float32, in place (read once, written
-  once into the donated input, as a fusion inside a program writes a buffer already allocated);
+* ``copy_bytes_per_s``: ``x + 1`` over float32 in place (read once, written once into the donated
+  input, as a fusion inside a program writes a buffer already allocated);
 * ``op_overhead_s``: a chain of ``CHAIN`` dependent 8x8 matmuls (no two can fuse, each too
-  small to cost anything but its dispatch), the chain's time over its length.
+  small to cost anything but its dispatch), the chain's time over its length;
+* ``curve``: the efficiency of N x N x N matmuls (``CURVE_SIZES``) against the ``MATMUL_N`` one,
+  each timed as a chain inside one program, less the op overhead per link (one device: the shape
+  effect, applied at any device count);
+* with ``devices`` > 1, the simulated devices share the host's cores: XLA:CPU runs each device's
+  program on its own thread and every op's work on the one intra-op pool the devices share, so
+  what one device does alone on all the cores, ``devices`` devices do at once on the same cores.
+  The three rates are measured again with every device running the same per-device program at
+  once (``shard_map`` over a ``devices``-device mesh) and the spec takes those per-device rates;
+  collectives between the devices are copies through host memory, timed as ``all_gather`` chains
+  of ``COLLECTIVE_SMALL`` bytes (``collective_latency_s``) and one of ``COLLECTIVE_BYTES`` per
+  device (``collective_bytes_per_s``: ring wire bytes over the time past the latency).
 
-Each is the median of :data:`REPEATS` timed calls after a warm-up call. :func:`load_or_measure`
-keeps the result in a JSON file (the sweep's ``traces/cpu-calibration.json``), so a sweep
-measures once and every later worker reads the same constants.
+Each timing is the median of :data:`REPEATS` timed calls after a warm-up call.
+:func:`load_or_measure` keeps the result in a JSON file (the sweep's
+``traces/cpu-calibration-<N>dev.json``), so a sweep measures once per device count and every later
+worker reads the same constants.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.timeline.specs import TimelineSpec, cpu_spec
+
 MATMUL_N = 1024
 COPY_BYTES = 64 * 2**20
+SHARED_COPY_BYTES = 16 * 2**20  # per device when several run at once (8 x 64 MiB would crowd a shared host)
 CHAIN = 64
+CURVE_SIZES = (16, 32, 64, 128, 256, 512)
+CURVE_WORK = 4e8  # FLOPs per timed chain of one curve size (at most CHAIN links)
+COLLECTIVE_SMALL = 32  # bytes per device of the latency chain's all-gathers
+COLLECTIVE_CHAIN = 16
+COLLECTIVE_BYTES = 8 * 2**20
 REPEATS = 9
 
 
 @dataclass(frozen=True)
 class CpuCalibration:
-    """The measured constants and how they were measured."""
+    """The measured constants (per simulated device, with ``devices`` of them sharing ``cores``
+    host cores) and how they were measured; ``single``: the one-device rates, for comparison."""
 
     matmul_flops_per_s: float
     copy_bytes_per_s: float
     op_overhead_s: float
     source: str
     measured_at: str = ""
+    devices: int = 1
+    cores: int = 0
+    curve: tuple[tuple[int, float], ...] = ()
+    collective_latency_s: float | None = None
+    collective_bytes_per_s: float | None = None
+    single: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["curve"] = [list(p) for p in self.curve]
+        out["single"] = dict(self.single)
+        return out
+
+    def spec(self, devices: int | None = None) -> TimelineSpec:
+        """The timeline spec these constants make (:func:`harness.metrics.timeline.cpu_spec`) for
+        ``devices`` simulated devices (default: as many as were measured)."""
+        return cpu_spec(
+            self.matmul_flops_per_s,
+            self.copy_bytes_per_s,
+            self.op_overhead_s,
+            self.source,
+            devices=self.devices if devices is None else devices,
+            curve=self.curve,
+            collective_latency_s=self.collective_latency_s,
+            collective_bytes_per_s=self.collective_bytes_per_s,
+        )
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "calibration") -> CpuCalibration:
         try:
+            latency, bandwidth = (raw.get(k) for k in ("collective_latency_s", "collective_bytes_per_s"))
             out = cls(
                 float(raw["matmul_flops_per_s"]),
                 float(raw["copy_bytes_per_s"]),
                 float(raw["op_overhead_s"]),
                 str(raw["source"]),
                 str(raw.get("measured_at", "")),
+                int(raw.get("devices", 1)),
+                int(raw.get("cores", 0)),
+                tuple((int(n), float(e)) for n, e in raw.get("curve") or ()),
+                None if latency is None else float(latency),
+                None if bandwidth is None else float(bandwidth),
+                single={str(k): float(v) for k, v in (raw.get("single") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{where}: not a CPU calibration ({type(e).__name__}: {e})") from None
@@ -72,17 +124,64 @@ def _median_s(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(repeats: int = REPEATS) -> CpuCalibration:
-    """Time the three programs (a few seconds on 2 cores) on the first device (on a one-device mesh
-    of its own, whatever mesh the caller has set) and return the constants."""
+def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
+    """Time the programs (seconds on 2 cores; more with ``devices`` > 1) on the first device (on a
+    mesh of its own, whatever mesh the caller has set), then, with ``devices`` > 1, on the first
+    ``devices`` devices at once; return the constants. ValueError when fewer devices exist."""
     import jax
 
-    device = jax.devices()[0]
+    available = jax.local_devices()
+    if devices < 1 or devices > len(available):
+        raise ValueError(f"cannot calibrate {devices} devices: this process has {len(available)}")
+    device = available[0]
     with jax.set_mesh(jax.sharding.Mesh([device], ("calibrate",))):
-        return _measure(device, repeats)
+        flops, copy, overhead = _measure_one(device, repeats)
+        curve = _curve(device, flops, overhead, repeats)
+    cores = os.cpu_count() or 0
+    single = {"matmul_flops_per_s": flops, "copy_bytes_per_s": copy, "op_overhead_s": overhead}
+    what = (
+        f"{MATMUL_N}^2 float32 matmul, x + 1 in place, a chain of {CHAIN} dependent 8x8 matmuls, "
+        f"matmul chains of {', '.join(map(str, CURVE_SIZES))}; median of {repeats} calls each"
+    )
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if devices == 1:
+        source = f"measured on this CPU ({device.device_kind}, {cores} cores), one device: {what}"
+        return CpuCalibration(flops, copy, overhead, source, stamp, 1, cores, curve, single=single)
+    mesh = jax.sharding.Mesh(available[:devices], ("d",))
+    with jax.set_mesh(mesh):
+        shared = _measure_shared(mesh, repeats)
+    source = (
+        f"measured on this CPU ({device.device_kind}, {cores} cores) with {devices} devices running at once, "
+        f"per device: {what}; all_gather chains of {COLLECTIVE_SMALL} B and one of {COLLECTIVE_BYTES >> 20} MiB "
+        f"per device. One device alone: {flops / 1e9:.1f} GFLOP/s, {copy / 1e9:.1f} GB/s, {overhead * 1e6:.1f} us/op"
+    )
+    return CpuCalibration(
+        shared["matmul_flops_per_s"],
+        shared["copy_bytes_per_s"],
+        shared["op_overhead_s"],
+        source,
+        stamp,
+        devices,
+        cores,
+        curve,
+        shared["collective_latency_s"],
+        shared["collective_bytes_per_s"],
+        single,
+    )
 
 
-def _measure(device: Any, repeats: int) -> CpuCalibration:
+def _block(fn: Callable[[Any], Any], x: Any) -> Any:
+    return fn(x).block_until_ready()
+
+
+def _chain(m: Any, links: int) -> Any:
+    for _ in range(links):
+        m = m @ m * 0.5
+    return m
+
+
+def _measure_one(device: Any, repeats: int) -> tuple[float, float, float]:
+    """(matmul FLOP/s, copy B/s, op overhead s) of one device alone."""
     import jax
     import jax.numpy as jnp
 
@@ -99,34 +198,90 @@ def _measure(device: Any, repeats: int) -> CpuCalibration:
         state["x"] = add(state["x"]).block_until_ready()
 
     t_copy = _median_s(copy, repeats)
-
-    def chain(m: jax.Array) -> jax.Array:
-        for _ in range(CHAIN):
-            m = m @ m * 0.5
-        return m
-
     small = jax.device_put(jnp.eye(8, dtype=jnp.float32), device)
-    chained = jax.jit(chain)
+    chained = jax.jit(lambda m: _chain(m, CHAIN))
     t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats)
-    source = (
-        f"measured on this CPU ({device.device_kind}, {os.cpu_count()} cores): {MATMUL_N}^2 float32 "
-        f"matmul, x + 1 in place over {COPY_BYTES >> 20} MiB, a chain of {CHAIN} dependent 8x8 matmuls; "
-        f"median of {repeats} calls each"
-    )
-    return CpuCalibration(
-        2 * MATMUL_N**3 / t_mm, 2 * COPY_BYTES / t_copy, t_chain / CHAIN, source, time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    )
+    return 2 * MATMUL_N**3 / t_mm, 2 * COPY_BYTES / t_copy, t_chain / CHAIN
 
 
-def load_or_measure(path: str | Path | None) -> tuple[CpuCalibration, bool]:
-    """(the constants, whether they were measured now): read from ``path`` when it holds them, else
-    measured and written there atomically (when ``path`` is given)."""
+def _curve(device: Any, peak: float, overhead: float, repeats: int) -> tuple[tuple[int, float], ...]:
+    """Efficiency of each ``CURVE_SIZES`` matmul against ``peak``: a chain of them in one program,
+    the op overhead of each link taken off, capped at 1."""
+    import jax
+    import jax.numpy as jnp
+
+    out = []
+    for n in CURVE_SIZES:
+        links = int(min(CHAIN, max(2, CURVE_WORK // (2 * n**3))))
+        m = jax.device_put(jnp.eye(n, dtype=jnp.float32), device)
+        chained = jax.jit(functools.partial(_chain, links=links))
+        per_link = _median_s(functools.partial(_block, chained, m), repeats) / links
+        compute = max(per_link - overhead, per_link * 0.05)
+        out.append((n, min(2 * n**3 / compute / peak, 1.0)))
+    return tuple(out + [(MATMUL_N, 1.0)])
+
+
+def _measure_shared(mesh: Any, repeats: int) -> dict[str, float]:
+    """Per-device rates with every device of ``mesh`` running the same program at once."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = mesh.size
+    sharded = NamedSharding(mesh, P("d"))
+
+    def each(fn: Callable[..., Any], donate: bool = False) -> Any:
+        wrapped = jax.shard_map(fn, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+        return jax.jit(wrapped, donate_argnums=0 if donate else ())
+
+    a = jax.device_put(jnp.ones((n * MATMUL_N, MATMUL_N), jnp.float32), sharded)
+    matmul = each(lambda x: x @ x)
+    t_mm = _median_s(lambda: matmul(a).block_until_ready(), repeats)
+    per_device = SHARED_COPY_BYTES // 4
+    state = {"x": jax.device_put(jnp.ones((n * per_device,), jnp.float32), sharded)}
+    add = each(lambda v: v + 1.0, donate=True)
+
+    def copy() -> None:
+        state["x"] = add(state["x"]).block_until_ready()
+
+    t_copy = _median_s(copy, repeats)
+    small = jax.device_put(jnp.tile(jnp.eye(8, dtype=jnp.float32), (n, 1)), sharded)
+    chained = each(lambda m: _chain(m, CHAIN))
+    t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats)
+
+    def gathers(v: Any) -> Any:
+        for _ in range(COLLECTIVE_CHAIN):
+            v = jax.lax.all_gather(v, "d", tiled=True)[: v.shape[0]] * 0.5
+        return v
+
+    tiny = jax.device_put(jnp.ones((n * (COLLECTIVE_SMALL // 4),), jnp.float32), sharded)
+    chain_gather = each(gathers)
+    t_small = _median_s(lambda: chain_gather(tiny).block_until_ready(), repeats) / COLLECTIVE_CHAIN
+    big = jax.device_put(jnp.ones((n * (COLLECTIVE_BYTES // 4),), jnp.float32), sharded)
+    gather = each(lambda v: jax.lax.all_gather(v, "d", tiled=True)[: v.shape[0]])
+    t_big = _median_s(lambda: gather(big).block_until_ready(), repeats)
+    wire = COLLECTIVE_BYTES * (n - 1)  # ring all-gather: each device's shard to the n - 1 others
+    return {
+        "matmul_flops_per_s": 2 * MATMUL_N**3 / t_mm,
+        "copy_bytes_per_s": 2 * SHARED_COPY_BYTES / t_copy,
+        "op_overhead_s": t_chain / CHAIN,
+        "collective_latency_s": t_small,
+        "collective_bytes_per_s": wire / max(t_big - t_small, t_big * 0.05),
+    }
+
+
+def load_or_measure(path: str | Path | None, devices: int = 1) -> tuple[CpuCalibration, bool]:
+    """(the constants, whether they were measured now): read from ``path`` when it holds them for
+    ``devices`` devices, else measured and written there atomically (when ``path`` is given)."""
     if path is not None and Path(path).exists():
         try:
-            return CpuCalibration.from_dict(json.loads(Path(path).read_text()), str(path)), False
+            cal = CpuCalibration.from_dict(json.loads(Path(path).read_text()), str(path))
+            if cal.devices == devices:
+                return cal, False
         except ValueError:
             pass  # unreadable: measure again and replace it
-    cal = measure()
+    cal = measure(devices=devices)
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Walk a scheduled program on one device and lay out its timeline.
 
 One compute stream runs the instructions in schedule order; its clock advances by each compute
-op's time, ``max(flops / peak, bytes / HBM bandwidth) + op overhead``. A collective's transfer
+op's time, ``max(matmul time, bytes / HBM bandwidth) + op overhead``, each dot at its shape's
+efficiency (:mod:`~harness.metrics.timeline.pricing`). A collective's transfer
 takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.timeline.groups`):
 
 * a synchronous collective blocks the stream until its transfer ends;
@@ -38,11 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from harness.metrics.events import COMPUTE
+from harness.metrics.timeline import pricing
 from harness.metrics.timeline.groups import Route, permute_route, slowest_route
 from harness.metrics.timeline.program import Op, Program, pass_through
 from harness.metrics.timeline.specs import TimelineSpec
 
 NS = 1e9
+_MATMUL_MODULES = 1  # modules whose dots stay cached: the program being predicted (a parsed step is large)
+_MATMULS: dict[int, tuple[Any, dict[str, list[pricing.Matmul]]]] = {}
 
 
 class Event(NamedTuple):
@@ -120,11 +124,9 @@ class Simulator:
     ):
         self.program, self.spec, self.record = program, spec, record
         self.scope_of = scope_of
-        self.peak = spec.value("peak_flops_per_s")
-        self.hbm = spec.value("hbm_bytes_per_s")
-        self.overhead_ns = spec.value("op_overhead_s") * NS
         self.latency_ns = spec.value("collective_latency_s") * NS
         self.state = State()
+        self._shapes: dict[str, str] | None = None
         self._cost: dict[int, float] = {}
         self._route: dict[int, tuple[Route, float]] = {}
         self._scope: dict[str, str] = {}
@@ -132,10 +134,33 @@ class Simulator:
     # ------------------------------------------------------------------ costs
 
     def compute_ns(self, op: Op) -> float:
+        """A compute op's time (:func:`harness.metrics.timeline.pricing.compute_seconds`)."""
         key = id(op)
         if key not in self._cost:
-            self._cost[key] = max(op.flops / self.peak, op.bytes / self.hbm) * NS + self.overhead_ns
+            mms = self.matmuls(op) if op.flops > 0 else []
+            self._cost[key] = pricing.compute_seconds(op.flops, op.bytes, mms, self.spec) * NS
         return self._cost[key]
+
+    def matmuls(self, op: Op) -> list[pricing.Matmul]:
+        """The dots ``op`` runs (:func:`~harness.metrics.timeline.pricing.matmuls`), read once per
+        module: the simulations of one program at other constants (sensitivity, intervals) share them."""
+        module = self.program.module
+        cached = _MATMULS.get(id(module))
+        if cached is None or cached[0] is not module:
+            if len(_MATMULS) >= _MATMUL_MODULES:
+                _MATMULS.pop(next(iter(_MATMULS)))
+            cached = _MATMULS[id(module)] = (module, {})
+        table = cached[1]
+        if op.name not in table:
+            table[op.name] = pricing.matmuls(op.instr, module, self.shapes)
+        return table[op.name]
+
+    @property
+    def shapes(self) -> dict[str, str]:
+        """Instruction name -> shape over the whole module (names are unique in an HLO module)."""
+        if self._shapes is None:
+            self._shapes = {i.name: i.shape for instrs in self.program.module.computations.values() for i in instrs}
+        return self._shapes
 
     def transfer(self, op: Op) -> tuple[Route, float]:
         """The route of a collective and its transfer time in ns (latency + wire bytes / bandwidth)."""

@@ -9,7 +9,15 @@ it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants
 * ``collective_latency_s``: fixed cost of every collective (synchronisation, first hop);
 * ``link_bytes_per_s``: one ICI link, one direction (TPU); the NVLink bandwidth of one GPU, one
   direction (GPU: NVSwitch gives every group the GPU's full NVLink bandwidth); copy bandwidth (CPU);
-* ``on_chip_bytes_per_s`` (tpu7x only): between the two TensorCores of one chip.
+* ``on_chip_bytes_per_s`` (tpu7x only): between the two TensorCores of one chip;
+* ``tile_m``, ``tile_n``, ``tile_k`` (TPU, GPU): the matrix unit's tile a matmul is padded to
+  (:mod:`~harness.metrics.timeline.pricing`); ``matmul_eff_n<N>`` (CPU): the measured efficiency
+  of an N x N x N matmul.
+
+Every constant has a relative uncertainty (:attr:`Constant.rel_uncertainty`): stated where the
+source gives one, else by the kind of source: published figures +-5%, measured ones +-15% (a
+shared, loaded host), assumed ones +-50%. A prediction's interval evaluates the step with every
+rate and time constant at its bounds (:func:`harness.metrics.timeline.interval`).
 
 Where no published or measured figure exists the source says ``assumed: <why>``; such constants
 are the first to check against a real trace, and ``sensitivity()`` shows how much each one moves
@@ -26,17 +34,39 @@ from typing import Any
 
 from harness import targets
 
+PUBLISHED_UNCERTAINTY = 0.05  # a datasheet peak is an upper bound a kernel gets close to, not exactly
+MEASURED_UNCERTAINTY = 0.15  # repeated timings on a shared host spread this much
+ASSUMED_UNCERTAINTY = 0.5  # a guess with no figure behind it: within a factor of ~2
+SCALED_UNITS = ("s", "B/s", "FLOP/s")  # rates and times: what intervals and sensitivity move
+
 
 @dataclass(frozen=True)
 class Constant:
-    """One number of the hardware model, with its unit and where it comes from."""
+    """One number of the hardware model, with its unit, where it comes from and, optionally, its
+    relative uncertainty (None: by the kind of source, see the module docstring)."""
 
     value: float
     unit: str
     source: str
+    uncertainty: float | None = None
+
+    @property
+    def rel_uncertainty(self) -> float:
+        if self.uncertainty is not None:
+            return self.uncertainty
+        if self.source.startswith("assumed"):
+            return ASSUMED_UNCERTAINTY
+        if self.source.startswith("measured") or self.source.startswith("fitted"):
+            return MEASURED_UNCERTAINTY
+        return PUBLISHED_UNCERTAINTY
+
+    @property
+    def scalable(self) -> bool:
+        """A rate or time (moved by intervals and sensitivity); tiles and efficiencies are not."""
+        return self.unit in SCALED_UNITS
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit, "source": self.source}
+        return {"value": self.value, "unit": self.unit, "source": self.source, "uncertainty": self.rel_uncertainty}
 
 
 @dataclass(frozen=True)
@@ -86,7 +116,7 @@ class TimelineSpec:
         old = self.constants.get(constant)
         if old is None:
             raise KeyError(f"spec {self.name!r} has no constant {constant!r} (has: {', '.join(self.constants)})")
-        new = Constant(old.value * factor, old.unit, f"{old.source} (x{factor:g})")
+        new = Constant(old.value * factor, old.unit, f"{old.source} (x{factor:g})", old.uncertainty)
         return dataclasses.replace(self, constants={**self.constants, constant: new})
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +142,17 @@ _ASSUMED_ICI_LATENCY = (
 )
 
 
+_SCALING_BOOK = "jax-ml.github.io/scaling-book/tpus"
+
+
+def _tiles(m: int, n: int, k: int, source: str) -> dict[str, Constant]:
+    return {
+        "tile_m": Constant(m, "elements", source),
+        "tile_n": Constant(n, "elements", source),
+        "tile_k": Constant(k, "elements", source),
+    }
+
+
 def _from_targets(name: str) -> dict[str, Constant]:
     t = targets.SPECS[name]
     return {
@@ -123,6 +164,13 @@ def _from_targets(name: str) -> dict[str, Constant]:
 def _v6e() -> dict[str, Constant]:
     return {
         **_from_targets("v6e"),
+        **_tiles(
+            8,
+            256,
+            256,
+            f"{_SCALING_BOOK}: the MXU multiplies an [8, K] LHS block per pass; v6e's MXU is a 256x256 "
+            "systolic array (v2-v5: 128x128), so N and K pad to 256 and M to 8",
+        ),
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
         "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
         # 3,584 Gbps of ICI per chip over 4 ports, both directions: 3584e9 / 8 / 4 / 2 B/s per port per direction.
@@ -138,6 +186,13 @@ def _v6e() -> dict[str, Constant]:
 def _tpu7x() -> dict[str, Constant]:
     return {
         **_from_targets("tpu7x"),
+        **_tiles(
+            8,
+            256,
+            256,
+            f"assumed: tpu7x's MXU is 256x256 like v6e's ({_SCALING_BOOK} gives v6e's; no published "
+            "tpu7x figure found), an [8, K] LHS block per pass",
+        ),
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
         "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
         # 1.2 TB/s bidirectional per chip over the 6 ports of a 3D torus (assumption: 6 ports, +-x, +-y, +-z).
@@ -160,6 +215,13 @@ def _gpu(name: str) -> dict[str, Constant]:
     t = targets.SPECS[name]
     return {
         **_from_targets(name),
+        **_tiles(
+            128,
+            128,
+            64,
+            "assumed: a 128x128x64 thread-block tile, common for cuBLAS / CUTLASS bf16 GEMMs on Hopper "
+            "(no figure for the kernels XLA picks)",
+        ),
         "op_overhead_s": Constant(
             4e-6,
             "s",
@@ -180,17 +242,31 @@ def _gpu(name: str) -> dict[str, Constant]:
 
 _TABLES = {"v6e": _v6e, "tpu7x": _tpu7x, "h100": lambda: _gpu("h100"), "h200": lambda: _gpu("h200")}
 
-# Wraparound (torus) links per dimension: an ICI dimension closes into a ring only when the slice spans
-# the pod's full extent in it; smaller slices are meshes (lines) in that dimension.
+# Wraparound (torus) links. v6e: an ICI dimension closes into a ring only when the slice spans the pod's
+# full extent in it (assumed). tpu7x: the whole slice is a torus when it is made of whole 4x4x4 cubes (every
+# dimension a multiple of 4), otherwise a mesh with no wraparound in any dimension.
 _POD_EXTENT = {"v6e": 16, "tpu7x": 4}
 _WRAP_SOURCE = {
     "v6e": "assumed: a v6e dimension wraps around only when the slice spans the pod's full 16 chips in it ("
     + _V6E_DOC
-    + " lists the pod as one 16x16 2D torus and says nothing of sub-slices); shorter "
+    + " lists the pod as one 16x16 2D torus and says nothing of sub-slices; no second source found); shorter "
     "dimensions are lines",
-    "tpu7x": "assumed by analogy with cloud.google.com/tpu/docs/v5p ('All 4x4x4 and larger slices (one cube) "
-    "have full 3D torus'): a tpu7x dimension wraps around when it spans a multiple of 4 chips",
+    "tpu7x": "cloud.google.com/tpu/docs/v5p ('All 4x4x4 and larger slices (one cube) have full 3D torus') and "
+    "cloud.google.com/tpu/docs/v4 (slices of one or more full 4x4x4 cubes, each dimension a multiple of 4, "
+    "have wraparound links; smaller slices are a 3D mesh without them), applied to tpu7x, which "
+    + _TPU7X_DOC
+    + " says shares v5p's design: every dimension wraps when all are multiples of 4, none otherwise",
 }
+
+
+def wraparound(name: str, dims: Sequence[int]) -> tuple[bool, ...]:
+    """Per dimension, whether a slice of ``dims`` chips of generation ``name`` has wraparound links
+    (see ``_WRAP_SOURCE``)."""
+    extent = _POD_EXTENT[name]
+    if name == "tpu7x":
+        cubes = all(n >= extent and n % extent == 0 for n in dims)
+        return tuple(cubes for _ in dims)
+    return tuple(n >= extent and n % extent == 0 for n in dims)
 
 
 def _row_major_coords(shape: Sequence[int], per_chip: int) -> tuple[tuple[int, ...], ...]:
@@ -207,8 +283,7 @@ def _row_major_coords(shape: Sequence[int], per_chip: int) -> tuple[tuple[int, .
 
 def _tpu_topology(name: str, dims: tuple[int, ...], device_coords: Sequence[tuple[int, ...]] | None) -> Topology:
     per_chip = targets.TPU_GENERATIONS.get(name, 1)
-    extent = _POD_EXTENT[name]
-    wrap = tuple(n >= extent and n % extent == 0 for n in dims)
+    wrap = wraparound(name, dims)
     if device_coords:
         # (*device.coords, device.core_on_chip): the chip's first len(dims) coordinates, then the core.
         coords = tuple(
@@ -250,22 +325,69 @@ def spec_for(
 
 
 def cpu_spec(
-    matmul_flops_per_s: float, copy_bytes_per_s: float, op_overhead_s: float, source: str, devices: int = 1
+    matmul_flops_per_s: float,
+    copy_bytes_per_s: float,
+    op_overhead_s: float,
+    source: str,
+    devices: int = 1,
+    *,
+    curve: Sequence[tuple[int, float]] = (),
+    collective_latency_s: float | None = None,
+    collective_bytes_per_s: float | None = None,
 ) -> TimelineSpec:
-    """A host CPU's spec from measured constants (``source`` says how they were measured). The
-    simulated CPU devices share the host: a collective is a memcpy at ``copy_bytes_per_s`` plus
-    ``op_overhead_s``."""
+    """A host CPU's spec from measured constants (``source`` says how they were measured): per
+    simulated device, as measured with ``devices`` devices running at once on the host's cores.
+    ``curve``: ``[(N, efficiency)]`` of N x N x N matmuls (``matmul_eff_n<N>`` constants). A
+    collective is a memcpy between devices' buffers in host memory: ``collective_bytes_per_s`` and
+    ``collective_latency_s`` where measured, else the copy bandwidth and one op overhead."""
     for what, value in (("matmul_flops_per_s", matmul_flops_per_s), ("copy_bytes_per_s", copy_bytes_per_s)):
         if not value > 0:
             raise ValueError(f"cpu_spec: {what} must be > 0, got {value!r}")
     if op_overhead_s < 0:
         raise ValueError(f"cpu_spec: op_overhead_s must be >= 0, got {op_overhead_s!r}")
+    latency = Constant(
+        op_overhead_s if collective_latency_s is None else collective_latency_s,
+        "s",
+        f"{source} (a collective: one op overhead)" if collective_latency_s is None else source,
+    )
+    link = Constant(
+        copy_bytes_per_s if collective_bytes_per_s is None else collective_bytes_per_s,
+        "B/s",
+        f"{source} (a collective: a memcpy)" if collective_bytes_per_s is None else source,
+    )
     constants = {
         "peak_flops_per_s": Constant(matmul_flops_per_s, "FLOP/s", source),
         "hbm_bytes_per_s": Constant(copy_bytes_per_s, "B/s", source),
         "op_overhead_s": Constant(op_overhead_s, "s", source),
-        "collective_latency_s": Constant(op_overhead_s, "s", f"{source} (a collective: one op overhead)"),
-        "link_bytes_per_s": Constant(copy_bytes_per_s, "B/s", f"{source} (a collective: a memcpy)"),
+        "collective_latency_s": latency,
+        "link_bytes_per_s": link,
+        **{f"matmul_eff_n{n}": Constant(float(eff), "fraction", source) for n, eff in curve},
     }
     coords = tuple((i, 0) for i in range(devices))
     return TimelineSpec("cpu", "cpu", constants, Topology("memcpy", (devices,), (False,), 1, coords, "host memory"))
+
+
+def spec_from_dict(raw: Mapping[str, Any], where: str = "spec") -> TimelineSpec:
+    """A spec from :meth:`TimelineSpec.to_dict` (a calibrated spec file's ``spec``); ValueError
+    naming ``where`` and the key that is missing or wrong."""
+    try:
+        constants = {
+            str(k): Constant(float(c["value"]), str(c["unit"]), str(c["source"]), c.get("uncertainty"))
+            for k, c in raw["constants"].items()
+        }
+        t = raw.get("topology") or {"kind": "memcpy"}
+        topology = Topology(
+            str(t["kind"]),
+            tuple(int(v) for v in t.get("shape", ())),
+            tuple(bool(v) for v in t.get("wraparound", ())),
+            int(t.get("devices_per_chip", 1)),
+            tuple(tuple(int(v) for v in c) for c in t.get("device_coords", ())),
+            str(t.get("source", "")),
+        )
+        spec = TimelineSpec(str(raw["name"]), str(raw["platform"]), constants, topology, tuple(raw.get("notes", ())))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{where}: not a timeline spec ({type(e).__name__}: {e})") from None
+    missing = [k for k in ("peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s") if k not in constants]
+    if missing:
+        raise ValueError(f"{where}: spec {spec.name!r} lacks {', '.join(missing)}")
+    return spec

@@ -53,7 +53,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
         BASE.replace("devices = 8", "device = 8"),
         "target.device",
         3,
-        "unknown key (allowed: platform, mode, mesh, topology, devices, processes, compiler_options)",
+        "unknown key (allowed: platform, mode, mesh, topology, devices, processes, compiler_options, spec)",
     ),
     (
         "devices-type",

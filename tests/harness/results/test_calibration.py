@@ -36,11 +36,19 @@ def test_median_abs_log_ratio() -> None:
 
 
 def _record(
-    name: str, devices: int, predicted: float | None, measured: list[float], host_loop: bool = False, status: str = "ok"
+    name: str,
+    devices: int,
+    predicted: float | None,
+    measured: list[float],
+    host_loop: bool = False,
+    status: str = "ok",
+    calibrated: int | None = None,
 ) -> dict:
     stage = {"measured": {"samples_s": measured}, "status": status}
     if predicted is not None:
         stage["predicted"] = synthetic.predicted(predicted, host_loop=host_loop)
+        if calibrated is not None:
+            stage["predicted"]["calibration"] = {"devices": calibrated}
     return synthetic.minimal(
         name,
         {"denoise_step": stage},
@@ -61,23 +69,31 @@ def test_points_and_summary() -> None:
             _record("a", 1, 0.010, [0.008, 0.009, 0.010]),  # 0.010 / 0.009
             _record("b", 1, 0.200, [0.100]),  # 2x
             _record("c", 1, 0.003, [0.002]),  # 1.5x
-            _record("eight", 8, 0.001, [0.050]),  # shown, not scored
+            _record("eight", 8, 0.001, [0.050]),  # shown, not scored: its spec did not model 8 devices
+            _record("shared", 8, 0.040, [0.050], calibrated=8),  # measured with 8 devices sharing the cores
             _record("loop", 1, 0.001, [0.009], host_loop=True),  # a host loop: not one program call
             _record("none", 1, None, [0.009]),  # nothing predicted
             _record("failed", 1, 0.001, [0.009], status="failed"),
         ]
     )
     pts = calibration.points(records)
-    assert [(p.variant, p.gated) for p in pts] == [("a", True), ("b", True), ("c", True), ("eight", False)]
+    assert [(p.variant, p.gated) for p in pts] == [
+        ("a", True),
+        ("b", True),
+        ("c", True),
+        ("eight", False),
+        ("shared", True),
+    ]
     assert pts[0].measured_s == pytest.approx(0.009) and pts[1].ratio == pytest.approx(2.0)
-    s = calibration.summarize(pts)
+    s = calibration.summarize([p for p in pts if p.variant != "shared"])
     assert s is not None and s.n == 3
     assert s.spearman == pytest.approx(1.0)  # same order: c < a < b on both sides
     assert s.median_abs_log_ratio == pytest.approx(math.log(1.5)) and s.met  # exactly at the target
     assert calibration.summarize([p for p in pts if not p.gated]) is None
+    assert calibration.summarize(pts).n == 4
     text = calibration_section(records)
-    assert "3 single-device programs: Spearman 1.00" in text and "meets the target" in text
-    assert text.count("<circle") == 4 and "shown only" in text
+    assert "4 programs whose devices the spec models: Spearman" in text
+    assert text.count("<circle") == 5 and "shown only" in text
 
 
 def test_a_missed_target_says_so() -> None:

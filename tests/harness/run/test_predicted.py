@@ -91,13 +91,15 @@ def test_a_failed_prediction_is_a_note(tmp_path: Path) -> None:
 def test_cpu_constants_are_measured_once_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "cpu-calibration.json"
     calls: list[int] = []
-    fixed = cpu_calibrate.CpuCalibration(4e10, 2e9, 2e-6, "test: fixed numbers")
-    monkeypatch.setattr(cpu_calibrate, "measure", lambda: calls.append(1) or fixed)
+    fixed = cpu_calibrate.CpuCalibration(4e10, 2e9, 2e-6, "test: fixed numbers", curve=((64, 0.25), (1024, 1.0)))
+    monkeypatch.setattr(cpu_calibrate, "measure", lambda devices=1: calls.append(devices) or fixed)
     assert cpu_calibrate.load_or_measure(path) == (fixed, True)
     assert cpu_calibrate.load_or_measure(path) == (fixed, False) and calls == [1]
     path.write_text('{"matmul_flops_per_s": -1}')  # unreadable: measured again and replaced
     assert cpu_calibrate.load_or_measure(path) == (fixed, True) and calls == [1, 1]
     assert json.loads(path.read_text())["source"] == "test: fixed numbers"
+    assert cpu_calibrate.load_or_measure(path, devices=8)[1] and calls == [1, 1, 8]  # another device count
+    assert fixed.spec().value("matmul_eff_n64") == 0.25
     with pytest.raises(ValueError, match="must be positive"):
         cpu_calibrate.CpuCalibration.from_dict({**fixed.to_dict(), "op_overhead_s": 0.0}, "x.json")
 
@@ -133,7 +135,7 @@ def test_worker_predicts_a_cpu_stage(tmp_path: Path) -> None:
         "exposed_ns_by_kind",
     } <= set(device)
     assert device["window_ns"] == pytest.approx(p["step_s"] * 1e9, rel=1e-6)
-    assert p["calibration"]["matmul_flops_per_s"] > 1e8 and (tmp_path / "traces" / "cpu-calibration.json").exists()
+    assert p["calibration"]["matmul_flops_per_s"] > 1e8 and (tmp_path / "traces" / "cpu-calibration-1dev.json").exists()
     assert p["sensitivity"]["most"] in p["spec"]["constants"]
     assert p["block_gantt"] and {e["lane"] for e in p["block_gantt"]} == {"compute"}  # one device: no collectives
     chrome = Path(p["chrome_trace"])

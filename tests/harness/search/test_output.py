@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.model import build_config, rules_of
 from harness.plan.manifest import load_manifest
 from harness.plan.variants import load_sweep
-from harness.search.output import console_table, rank_agreement, rows, toml_value, write_outputs
+from harness.search.output import console_table, mark_ties, rank_agreement, rows, toml_value, write_outputs
 from harness.search.strategy import search
 from tests.harness.search.test_search_manifest import HEAD
 from tests.harness.search.test_space import MESH, tiny_facts
@@ -57,5 +57,38 @@ def test_the_console_table_ranks_best_first() -> None:
     result = search(SPACE, tiny_facts(), 8, HW, Known(), budget=12)
     lines = console_table(rows(result)).splitlines()
     assert lines[0].split()[:2] == ["#", "step"]
-    assert lines[1].split()[:3] == ["1", "10.0", "2"]
+    assert lines[1].split()[:4] == ["1", "10.0", "-", "2"]  # no interval: the fake records carry none
     assert "heads=tensor mlp=- activation_batch=data activation_length=context" in lines[1]
+
+
+def test_a_row_whose_order_flips_within_the_uncertainty_is_a_tie() -> None:
+    def row(step: float, fast: float, slow: float) -> dict[str, object]:
+        points = {"base": step, "fast": fast, "slow": slow}
+        return {"step_s": step, "status": "ok", "interval_s": [fast, slow], "points_s": points, "spec": "v6e:2x4"}
+
+    table = mark_ties([row(0.4326, 0.40, 0.47), row(0.4361, 0.39, 0.48), row(0.50, 0.45, 0.55)])
+    # 432.6 vs 436.1 ms: faster at base, slower with the constants at their fast ends -> a tie
+    assert [r["tie_with_previous"] for r in table] == [False, True, False]
+    lines = console_table(
+        [
+            {
+                **r,
+                "rank": i,
+                "depth": 2,
+                "exposed_all_gather": None,
+                "exposed_collective_s": None,
+                "wasted": None,
+                "memory_bytes": None,
+                "fits": True,
+                "mesh": {"data": 8},
+                "attention": "dot",
+                "rules": {},
+            }
+            for i, r in enumerate(table, start=1)
+        ]
+    ).splitlines()
+    assert [line.split()[:3] for line in lines[1:4]] == [
+        ["1", "433", "400..470"],
+        ["2~", "436", "390..480"],
+        ["3", "500", "450..550"],
+    ]

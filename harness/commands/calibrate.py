@@ -1,0 +1,130 @@
+"""Fit the timeline's constants to measured traces and write a spec file a manifest can name.
+
+Give one or more compiled programs (their optimized HLO text, ``.hlo`` or ``.hlo.gz``: the compile
+cache keeps one per stage as ``<key>.hlo.gz``) each with an XSpace trace of it (``.xplane.pb``),
+in pairs, and the spec to start from:
+
+  python -m harness calibrate --program A.hlo.gz --trace A.xplane.pb \\
+      [--program B.hlo.gz --trace B.xplane.pb ...] --base cpu-calibration-8dev.json --out cpu-fit.json
+
+``--base``: a compile-only target (``v6e:2x4``, ``tpu7x:2x2x1``, ``h100:1x1x8``), a CPU calibration
+(``<sweep>/traces/cpu-calibration-<N>dev.json``) or an earlier spec file. Every traced op is
+matched by name to the program's instructions (median duration over its executions, one device);
+a trace whose ops are not the program's is refused. The matmul, memory and collective classes
+are fitted by robust regression (:mod:`harness.metrics.timeline.calibrate`); a class with fewer
+than ``--min-ops`` instructions is refused, by name. The spec file holds the fitted spec, each
+class's residuals and the programs and traces it came from; ``target.spec = "<file>"`` in a
+manifest makes later predictions use (and cite) it.
+
+Exit status: 0 written, 2 bad input (unreadable file, a mismatched trace, too few ops of a class).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import targets
+from harness.metrics.timeline import TimelineSpec, build_program, spec_for
+from harness.metrics.timeline import calibrate as fitting
+from harness.metrics.timeline.cpu_calibrate import CpuCalibration
+from harness.metrics.timeline.specs import spec_from_dict
+
+HELP = "fit the timeline's constants to measured traces; write a spec file (target.spec)"
+_MODULE = re.compile(r"^HloModule\s+([\w.\-]+)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--program", action="append", default=[], type=Path, metavar="HLO", help="optimized HLO text")
+    parser.add_argument("--trace", action="append", default=[], type=Path, metavar="XPLANE", help="its trace")
+    parser.add_argument("--base", required=True, metavar="TARGET_OR_FILE", help="the spec the fit starts from")
+    parser.add_argument("--out", required=True, type=Path, metavar="PATH", help="the spec file to write (JSON)")
+    parser.add_argument("--device", type=int, default=None, help="the device whose ops are used (default: first)")
+    parser.add_argument("--min-ops", type=int, default=fitting.MIN_OPS, help="instructions needed per class")
+
+
+def base_spec(base: str) -> TimelineSpec:
+    """The starting spec: a target's table, a CPU calibration file or a spec file; ValueError otherwise."""
+    path = Path(base)
+    if path.exists():
+        raw = json.loads(path.read_text())
+        if isinstance(raw, dict) and "spec" in raw:
+            return spec_from_dict(raw["spec"], base)
+        return CpuCalibration.from_dict(raw, base).spec()
+    for platform in ("tpu", "gpu"):
+        try:
+            targets.check_topology(base, platform)
+        except ValueError:
+            continue
+        return spec_for(base, platform)
+    raise ValueError(f"--base {base!r}: neither a file nor a known target (e.g. v6e:2x4, h100:1x1x8)")
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    return gzip.decompress(data).decode() if data[:2] == b"\x1f\x8b" else data.decode()
+
+
+def program_samples(
+    hlo: Path, trace: Path, base: TimelineSpec, device: int | None
+) -> tuple[list[fitting.Sample], dict[str, Any]]:
+    """The matched samples of one (program, trace) pair and what the spec file records of it."""
+    from harness.metrics.xspace import read_trace  # JAX's profiler reads the trace
+
+    text = _read_text(hlo)
+    program = build_program(text)
+    m = _MODULE.match(text)
+    module = m.group(1) if m else None
+    events = read_trace(trace, modules={module} if module else None).events
+    devices = sorted({e.device for e in events})
+    if not devices:
+        raise fitting.CalibrationError(f"{trace}: no ops of module {module!r} in the trace")
+    chosen = devices[0] if device is None else device
+    measured = fitting.durations(events, device=chosen)
+    fitting.check_program(program, measured, str(trace))
+    pts = fitting.samples(program, measured, base, source=str(trace))
+    about = {
+        "program": str(hlo),
+        "trace": str(trace),
+        "module": module,
+        "device": chosen,
+        "fingerprint": fitting.fingerprint(program),
+        "matched": len(pts),
+    }
+    return pts, about
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.program or len(args.program) != len(args.trace):
+        print(
+            f"error: give --program and --trace in pairs (got {len(args.program)} programs, {len(args.trace)} traces)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        base = base_spec(args.base)
+        pts, about = [], []
+        for hlo, trace in zip(args.program, args.trace, strict=True):
+            one, info = program_samples(hlo, trace, base, args.device)
+            print(f"{trace}: {info['matched']} instructions matched ({hlo})")
+            pts += one
+            about.append(info)
+        origin = ", ".join(str(t) for t in args.trace)
+        result = fitting.fit(pts, base, args.min_ops, origin=f"{len(args.trace)} trace(s) ({origin[:200]})")
+    except (OSError, ValueError) as e:  # CalibrationError is a ValueError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = {**result.to_dict(), "traces": about, "base": args.base}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1))
+    for cls, f in result.classes.items():
+        print(f"{cls}: {f.n} instructions, median |ln(fit/measured)| {f.median_abs_log:.2f}")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"wrote {args.out}: name it in a manifest as target.spec = {str(args.out)!r}")
+    return 0

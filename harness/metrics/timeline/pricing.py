@@ -1,0 +1,177 @@
+"""What one compute op costs beyond its roofline: matmuls at a shape-dependent efficiency.
+
+A matmul does not run at the hardware's peak when its dimensions leave the matrix unit partly
+empty. :func:`matmuls` reads the dots and convolutions an op runs (its own, or those inside the
+fusions it calls) as :class:`Matmul` ``(batch, m, n, k)``; :func:`efficiency` prices each:
+
+* TPU / GPU specs carry the matrix unit's tile (``tile_m``, ``tile_n``, ``tile_k`` constants, each
+  with its source): the efficiency is the useful fraction of the padded work,
+  ``m n k / (pad(m) pad(n) pad(k))``;
+* CPU specs carry a measured curve (``matmul_eff_n<N>`` constants: the FLOP rate of an N x N x N
+  matmul over the rate of the largest one measured, :mod:`~harness.metrics.timeline.cpu_calibrate`):
+  a matmul of effective size ``(m n k)^(1/3)`` runs at the curve's efficiency there, interpolated
+  in log size and clamped at the ends;
+* a spec with neither prices matmuls at peak.
+
+:func:`compute_seconds` is an op's time on the compute stream, ``max(matmul time, bytes / HBM) +
+overhead``, where FLOPs outside any dot (a splash kernel) run at peak. Pure Python; it takes the
+op's instruction, the module's shapes and the spec, so it does not depend on how the program
+was classified.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from harness.metrics import hlo
+from harness.metrics.hlo_cost import instruction_flops
+from harness.metrics.hlo_parse import Instruction, Module, shape_dims
+from harness.metrics.timeline.specs import TimelineSpec
+
+CURVE_PREFIX = "matmul_eff_n"
+TILES = ("tile_m", "tile_n", "tile_k")
+_DIMS = {
+    key: re.compile(rf"\b{key}=\{{([0-9,]*)\}}")
+    for key in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims")
+}
+_DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One dot as ``batch`` independent ``[m, k] x [k, n]`` products; ``flops`` = 2 b m n k (a
+    convolution: its FLOPs, with ``k`` the taps x input features that reach one output)."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    flops: float
+
+
+def _ints(m: re.Match[str] | None) -> list[int]:
+    return [int(v) for v in m.group(1).split(",") if v] if m else []
+
+
+def _prod(values: Sequence[int]) -> int:
+    return math.prod(values) if values else 1
+
+
+def matmul_of(instr: Instruction, shapes: Mapping[str, str]) -> Matmul | None:
+    """The :class:`Matmul` of a ``dot`` or ``convolution`` (None for any other op or an unreadable one)."""
+    if instr.opcode not in ("dot", "convolution") or len(instr.operands) < 2:
+        return None
+    lhs, rhs = (shape_dims(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in (0, 1))
+    out = shape_dims(instr.shape)
+    flops = instruction_flops(instr, shapes) or 0
+    if lhs is None or rhs is None or out is None or flops <= 0:
+        return None
+    if instr.opcode == "dot":
+        lb, lc = (_ints(_DIMS[k].search(instr.attributes)) for k in ("lhs_batch_dims", "lhs_contracting_dims"))
+        rb, rc = (_ints(_DIMS[k].search(instr.attributes)) for k in ("rhs_batch_dims", "rhs_contracting_dims"))
+        batch = _prod([lhs[i] for i in lb if i < len(lhs)])
+        k = _prod([lhs[i] for i in lc if i < len(lhs)])
+        m = _prod([d for i, d in enumerate(lhs) if i not in lb and i not in lc])
+        n = _prod([d for i, d in enumerate(rhs) if i not in rb and i not in rc])
+        return Matmul(batch, m, n, k, float(flops))
+    labels = _DIM_LABELS.search(instr.attributes)
+    if labels is None:
+        return None
+    out_l = labels.group(3)
+    features = out[out_l.index("f")] if "f" in out_l else 1
+    elements = _prod(out)
+    m = max(elements // max(features, 1), 1)
+    k = max(round(flops / (2 * elements)), 1)
+    return Matmul(1, m, features, k, float(flops))
+
+
+def matmuls(instr: Instruction, module: Module, shapes: Mapping[str, str]) -> list[Matmul]:
+    """The matmuls one execution of ``instr`` runs: itself, or the dots and convolutions of the
+    fusions (and nested fusions) it calls. ``shapes``: instruction name -> shape, module-wide."""
+    own = matmul_of(instr, shapes)
+    if own is not None:
+        return [own]
+    if instr.opcode != "fusion":
+        return []
+    out: list[Matmul] = []
+    seen: set[str] = set()
+    stack = [c for c in hlo.callees(instr) if c in module.computations]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for inner in module.computations[name]:
+            one = matmul_of(inner, shapes)
+            if one is not None:
+                out.append(one)
+            elif inner.opcode == "fusion":
+                stack += [c for c in hlo.callees(inner) if c in module.computations]
+    return out
+
+
+def _padded(d: int, tile: int) -> int:
+    return -(-d // tile) * tile if tile > 1 else d
+
+
+def tile_efficiency(mm: Matmul, tile: tuple[int, int, int]) -> float:
+    """Useful over padded work of ``mm`` on a matrix unit of ``tile`` = (m, n, k) elements."""
+    tm, tn, tk = tile
+    useful = mm.m * mm.n * mm.k
+    padded = _padded(mm.m, tm) * _padded(mm.n, tn) * _padded(mm.k, tk)
+    return useful / padded if padded > 0 else 1.0
+
+
+def curve(spec: TimelineSpec) -> list[tuple[float, float]]:
+    """A spec's measured matmul efficiency curve, ``[(size, efficiency)]`` by size (empty: none)."""
+    points = []
+    for name, c in spec.constants.items():
+        if name.startswith(CURVE_PREFIX) and name[len(CURVE_PREFIX) :].isdigit():
+            points.append((float(name[len(CURVE_PREFIX) :]), c.value))
+    return sorted(points)
+
+
+def curve_efficiency(mm: Matmul, points: Sequence[tuple[float, float]]) -> float:
+    """The curve's efficiency at ``mm``'s effective size ``(m n k)^(1/3)`` (log-size interpolation,
+    clamped to the measured range)."""
+    if not points:
+        return 1.0
+    size = (mm.m * mm.n * mm.k) ** (1 / 3)
+    sizes = [p[0] for p in points]
+    if size <= sizes[0]:
+        return points[0][1]
+    if size >= sizes[-1]:
+        return points[-1][1]
+    i = bisect.bisect_right(sizes, size)
+    (s0, e0), (s1, e1) = points[i - 1], points[i]
+    w = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+    return e0 + w * (e1 - e0)
+
+
+def efficiency(mm: Matmul, spec: TimelineSpec) -> float:
+    """Fraction of peak ``mm`` runs at on ``spec``'s hardware (see the module docstring), in (0, 1]."""
+    if all(t in spec.constants for t in TILES):
+        tile = tuple(max(int(round(spec.value(t))), 1) for t in TILES)
+        eff = tile_efficiency(mm, (tile[0], tile[1], tile[2]))
+    else:
+        eff = curve_efficiency(mm, curve(spec))
+    return min(max(eff, 1e-3), 1.0)
+
+
+def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
+    """Seconds of ``flops`` matmul FLOPs of which ``mms`` are known dots: each dot at its
+    efficiency, the rest (opaque kernels) at peak."""
+    peak = spec.value("peak_flops_per_s")
+    known = sum(mm.flops for mm in mms)
+    seconds = sum(mm.flops / (peak * efficiency(mm, spec)) for mm in mms)
+    return seconds + max(flops - known, 0.0) / peak
+
+
+def compute_seconds(flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
+    """One compute op: ``max(matmul time, bytes / HBM bandwidth) + op overhead``."""
+    hbm = spec.value("hbm_bytes_per_s")
+    return max(matmul_seconds(flops, mms, spec), bytes_ / hbm) + spec.value("op_overhead_s")

@@ -1,0 +1,113 @@
+"""python -m harness calibrate on a real CPU trace: a spec file a manifest can name; a trace of
+another program refused; target.spec checked where the manifest names it and used by the worker."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from harness.cli import main
+from harness.plan.manifest import ManifestError, Run, Target, Workload, load_manifest
+from harness.run.predicted import timeline_spec
+from harness.run.spec import WorkerSpec
+from tests.harness.plan.manifest_cases import BASE
+
+SIZES = [(32 * (i + 1), 64 * (i + 1), 48 * (i + 1)) for i in range(10)]
+
+
+def _program(scale: int = 1) -> tuple[str, object, list[jax.Array], list[jax.Array]]:
+    def f(xs: list[jax.Array], ws: list[jax.Array]) -> list[jax.Array]:
+        # sin after a dot stays an op of its own on XLA:CPU (tanh fuses into the dot): memory-class ops
+        ys = [jnp.tanh(x @ w) if i % 2 == 0 else jnp.sin(x @ w) for i, (x, w) in enumerate(zip(xs, ws, strict=True))]
+        return [jnp.sum(y * 2.0 + 1.0, axis=0) for y in ys]
+
+    xs = [jnp.ones((m * scale, k), jnp.float32) for m, k, _ in SIZES]
+    ws = [jnp.ones((k, n), jnp.float32) for _, k, n in SIZES]
+    jf = jax.jit(f)
+    return jf.lower(xs, ws).compile().as_text(), jf, xs, ws
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    folder = tmp_path_factory.mktemp("calibrate")
+    text, jf, xs, ws = _program()
+    (folder / "prog.hlo").write_text(text)
+    jax.block_until_ready(jf(xs, ws))
+    with jax.profiler.trace(str(folder / "trace")):
+        for _ in range(3):
+            jax.block_until_ready(jf(xs, ws))
+    trace = Path(glob.glob(str(folder / "trace" / "**" / "*.xplane.pb"), recursive=True)[0])
+    base = folder / "base.json"
+    base.write_text(
+        json.dumps(
+            {
+                "matmul_flops_per_s": 1e10,
+                "copy_bytes_per_s": 3e9,
+                "op_overhead_s": 5e-6,
+                "source": "measured: a test's starting point",
+            }
+        )
+    )
+    return folder / "prog.hlo", trace, base
+
+
+def test_calibrate_writes_a_spec_file_from_a_trace(traced: tuple[Path, Path, Path], tmp_path: Path, capsys) -> None:
+    hlo, trace, base = traced
+    out = tmp_path / "fit.json"
+    argv = ["calibrate", "--program", str(hlo), "--trace", str(trace), "--base", str(base), "--out", str(out)]
+    assert main([*argv, "--min-ops", "5"]) == 0
+    raw = json.loads(out.read_text())
+    assert set(raw["fit"]) == {"matmul", "memory"} and raw["fit"]["matmul"]["n"] >= 5
+    assert raw["traces"][0]["trace"] == str(trace) and len(raw["traces"][0]["fingerprint"]) == 64
+    peak = raw["spec"]["constants"]["peak_flops_per_s"]
+    assert peak["value"] > 0 and peak["source"].startswith("fitted: 1 trace(s)")
+    assert "link_bytes_per_s and collective_latency_s from the base spec" in capsys.readouterr().out
+    # too few ops of a class: refused, naming it
+    assert main([*argv, "--min-ops", "500"]) == 2
+    assert "too few instructions to fit (need 500 per class): matmul (" in capsys.readouterr().err
+
+
+def test_a_trace_of_another_program_is_refused(traced: tuple[Path, Path, Path], tmp_path: Path, capsys) -> None:
+    _, trace, base = traced
+    other = tmp_path / "other.hlo"
+    other.write_text(_program(scale=2)[0])  # the same code at other sizes: another compile
+    argv = ["calibrate", "--program", str(other), "--trace", str(trace), "--base", str(base)]
+    assert main([*argv, "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "compiled differently" in err or "not a trace of this program" in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_manifest_names_a_spec_file_and_the_worker_prices_on_it(
+    traced: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    hlo, trace, base = traced
+    out = tmp_path / "fit.json"
+    argv = ["--program", str(hlo), "--trace", str(trace), "--base", str(base), "--out", str(out)]
+    assert main(["calibrate", *argv, "--min-ops", "5"]) == 0
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(BASE.replace("devices = 8", f"devices = 8\nspec = {json.dumps(str(out))}"))
+    parsed = load_manifest(manifest).target
+    assert parsed.spec == str(out) and parsed.to_dict()["spec"] == str(out)
+    assert "spec" not in Target().to_dict()  # unset: records as before
+    target = Target("cpu", "measure", (("data", 1),), None, 1, spec=str(out))
+    spec = WorkerSpec("v", "v", "tiny", {}, target, "measure", Workload(), Run(), str(tmp_path / "traces" / "v"))
+    tl, calibration = timeline_spec(spec, [])
+    fitted = json.loads(out.read_text())["spec"]["constants"]["peak_flops_per_s"]["value"]
+    assert calibration is None and tl.value("peak_flops_per_s") == fitted
+    assert tl.notes[-1] == f"calibrated spec file: {out}"
+
+    manifest.write_text(BASE.replace("devices = 8", 'devices = 8\nspec = "no/such/fit.json"'))
+    with pytest.raises(ManifestError) as info:
+        load_manifest(manifest)
+    assert info.value.key == "target.spec" and info.value.line is not None
+    assert "cannot read spec file 'no/such/fit.json'" in info.value.reason
+    (tmp_path / "bad.json").write_text('{"spec": {"constants": {}}}')
+    manifest.write_text(BASE.replace("devices = 8", f"devices = 8\nspec = {json.dumps(str(tmp_path / 'bad.json'))}"))
+    with pytest.raises(ManifestError, match="not a calibrated spec file"):
+        load_manifest(manifest)

@@ -1,0 +1,113 @@
+"""Fitting a spec to per-instruction durations: synthetic traces from known constants come back."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.metrics import timeline
+from harness.metrics.timeline import calibrate
+from harness.metrics.timeline.program import build_program
+from harness.metrics.timeline.simulate import Simulator
+
+TRUE = {"peak": 4e10, "hbm": 3e9, "overhead": 5e-6, "latency": 2e-5, "link": 1e9}
+DEVICES = 4
+
+
+def _program_text(adds: int = 12, dots: int = 10, reduces: int = 9) -> str:
+    params, lines, i = [], [], 0
+    for n in range(adds):
+        size = 1000 * (n + 1) ** 2
+        params.append(f"a{n}: f32[{size}]")
+        lines += [
+            f"  %a{n} = f32[{size}]{{0}} parameter({i})",
+            f"  %add{n} = f32[{size}]{{0}} add(f32[{size}]{{0}} %a{n}, f32[{size}]{{0}} %a{n})",
+        ]
+        i += 1
+    for n in range(dots):
+        m, k = 16 * (n + 1), 2048 * (n + 1)  # long contractions: compute-bound on any CPU
+        params.append(f"l{n}: f32[{m},{k}]")
+        lines += [
+            f"  %l{n} = f32[{m},{k}]{{1,0}} parameter({i})",
+            f"  %r{n} = f32[{k},{m}]{{1,0}} transpose(f32[{m},{k}]{{1,0}} %l{n}), dimensions={{1,0}}",
+            f"  %dot{n} = f32[{m},{m}]{{1,0}} dot(f32[{m},{k}]{{1,0}} %l{n}, f32[{k},{m}]{{1,0}} %r{n}), "
+            "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        ]
+        i += 1
+    for n in range(reduces):
+        size = 4096 * (n + 1)
+        params.append(f"c{n}: f32[{size}]")
+        lines += [
+            f"  %c{n} = f32[{size}]{{0}} parameter({i})",
+            f"  %ar{n} = f32[{size}]{{0}} all-reduce(f32[{size}]{{0}} %c{n}), replica_groups={{{{0,1,2,3}}}}, "
+            "to_apply=%sum",
+        ]
+        i += 1
+    lines.append("  ROOT %t = () tuple()")
+    reducer = "%sum (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+    reducer += "  ROOT %s = f32[] add(f32[] %x, f32[] %y)\n}\n\n"
+    head = f"HloModule synthetic, is_scheduled=true, num_partitions={DEVICES}\n\n"
+    return head + reducer + f"ENTRY %main ({', '.join(params)}) -> () {{\n" + "\n".join(lines) + "\n}\n"
+
+
+def _truth() -> timeline.TimelineSpec:
+    return timeline.cpu_spec(
+        TRUE["peak"],
+        TRUE["hbm"],
+        TRUE["overhead"],
+        "measured: the synthetic truth",
+        devices=DEVICES,
+        collective_latency_s=TRUE["latency"],
+        collective_bytes_per_s=TRUE["link"],
+    )
+
+
+def _synthetic_durations(text: str) -> dict[str, float]:
+    """Each instruction's duration as the truth spec prices it (compute: the simulator's own price;
+    a collective: latency + ring wire bytes / link)."""
+    program = build_program(text)
+    sim = Simulator(program, _truth(), record=False)
+    out = {}
+    for op in program.ops[program.entry]:
+        if op.cls == "compute":
+            out[op.name] = sim.compute_ns(op)
+        elif op.cls == "sync":
+            out[op.name] = sim.transfer(op)[1]
+    return out
+
+
+def test_synthetic_traces_recover_the_constants_within_5_percent() -> None:
+    text = _program_text()
+    program = build_program(text)
+    measured = _synthetic_durations(text)
+    base = timeline.cpu_spec(1e10, 1e10, 1e-6, "measured: a wrong start", devices=DEVICES)  # all far off
+    pts = calibrate.samples(program, measured, base)
+    assert {c: sum(p.cls == c for p in pts) for c in calibrate.CLASSES} == {"matmul": 10, "memory": 22, "collective": 9}
+    fitted = calibrate.fit(pts, base, origin="synthetic").spec
+    assert fitted.value("peak_flops_per_s") == pytest.approx(TRUE["peak"], rel=0.05)
+    assert fitted.value("hbm_bytes_per_s") == pytest.approx(TRUE["hbm"], rel=0.05)
+    assert fitted.value("op_overhead_s") == pytest.approx(TRUE["overhead"], rel=0.05)
+    assert fitted.value("link_bytes_per_s") == pytest.approx(TRUE["link"], rel=0.05)
+    assert fitted.value("collective_latency_s") == pytest.approx(TRUE["latency"], rel=0.05)
+    assert fitted.constants["peak_flops_per_s"].source.startswith("fitted: synthetic")
+
+
+def test_a_class_with_too_few_instructions_is_refused_by_name() -> None:
+    text = _program_text(dots=3)
+    program = build_program(text)
+    base = timeline.cpu_spec(1e10, 1e10, 1e-6, "measured: start", devices=DEVICES)
+    pts = calibrate.samples(program, _synthetic_durations(text), base)
+    with pytest.raises(calibrate.CalibrationError, match=r"too few instructions.*matmul \(3\)"):
+        calibrate.fit(pts, base)
+
+
+def test_a_trace_of_another_compile_is_refused() -> None:
+    program = build_program(_program_text())
+    other = _synthetic_durations(_program_text(adds=14))  # add12, add13 exist only in the other program
+    with pytest.raises(calibrate.CalibrationError, match="compiled differently"):
+        calibrate.check_program(program, other, "other.xplane.pb")
+    calibrate.check_program(program, _synthetic_durations(_program_text()), "same.xplane.pb")
+    sparse = dict(list(_synthetic_durations(_program_text()).items())[:3])
+    with pytest.raises(calibrate.CalibrationError, match="not a trace of this program"):
+        calibrate.check_program(program, sparse, "sparse.xplane.pb")
+    assert calibrate.fingerprint(program) == calibrate.fingerprint(build_program(_program_text()))
+    assert calibrate.fingerprint(program) != calibrate.fingerprint(build_program(_program_text(adds=14)))
