@@ -38,6 +38,7 @@ METRICS: dict[str, tuple[str, ...]] = {
         "cost.transcendentals",
         "analytic_flops",
         "compile_s",
+        "does_not_fit",
     ),
     "trace": ("trace.compute_s", "trace.exposed_collective_s", "trace.idle_s", "trace.wasted_fraction"),
     "predicted": (
