@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import signal
 import sys
 import tempfile
@@ -299,6 +300,11 @@ def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
     except Exception as e:
         result["status"], result["error"] = "failed", error_text(e)
         say(f"failed:\n{error_text(e)}")
+    # What the sweep's --jobs default sizes compile-only workers by (ru_maxrss: KiB on Linux).
+    result["machine"] = {
+        **result["machine"],
+        "worker_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
     status("", "done")
     say(f"finished: {result['status']}")
     write_json(out_path, result)
