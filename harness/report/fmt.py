@@ -21,7 +21,7 @@ def fmt_time(s: float | None) -> str:
 def fmt_bytes(b: float | None) -> str:
     if b is None:
         return "-"
-    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+    for scale, unit in ((2**60, "EiB"), (2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if abs(b) >= scale:
             return f"{b / scale:.3g} {unit}"
     return f"{b:.0f} B"
