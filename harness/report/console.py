@@ -60,10 +60,21 @@ def _wrap(text: str, width: int) -> list[str]:
     return [*pieces, text]
 
 
-# The summary's columns after variant / stage / status, in the order they are dropped when the table
-# is wider than WIDTH (the names are never shortened).
-SUMMARY_COLUMNS = ("median", "vs ref", "pred step", "AG/wst%", "compile", "rcmp", "colls", "coll bytes", "mem/dev")
-SUMMARY_COLUMNS += ("wasted", "scoped")
+# The summary's columns after variant / stage / status; DROP_ORDER: the ones left out, in this order,
+# while the table is wider than WIDTH (the names are never shortened).
+SUMMARY_COLUMNS = (
+    "median",
+    "vs ref",
+    "pred step",
+    "AG/wst%",
+    "compile",
+    "rcmp",
+    "colls",
+    "coll bytes",
+    "mem/dev",
+    "wasted",
+    "scoped",
+)
 NAME_WRAP = 32  # longer variant names wrap onto further lines before any column is left out
 DROP_ORDER = ("rcmp", "scoped", "wasted", "colls", "AG/wst%", "coll bytes", "compile", "vs ref")
 

@@ -332,6 +332,15 @@ def compare_records(
 
 
 def _metric_order(metric: str) -> int:
-    order = ("time", "recompiles", "does_not_fit", "collectives.", "memory.", "cost.", "analytic_flops", "compile_s")
-    order += ("trace.",)
+    order = (
+        "time",
+        "recompiles",
+        "does_not_fit",
+        "collectives.",
+        "memory.",
+        "cost.",
+        "analytic_flops",
+        "compile_s",
+        "trace.",
+    )
     return next((i for i, p in enumerate(order) if metric.startswith(p)), len(order))
