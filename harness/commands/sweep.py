@@ -4,7 +4,9 @@ skipped unless --rerun, or unless [run] changed what their samples are (repeats,
 trace, metrics): those run again, and the sweep says so. One sweep at a time per sweep id
 (a second one exits 2 naming the first). At the end the sweep's report (index.html,
 results.csv) is written from every record in the file. A variant whose compiled memory
-per device exceeds the device's is recorded as does-not-fit, not run.
+per device exceeds the device's is recorded as does-not-fit, not run. Compile-only variants run
+side by side (--jobs N; by default as many as the cores and memory allow), before the measured
+ones, which always run alone; records and ids are the same as one at a time.
 
 Exit status: 0 every variant that ran succeeded (or did not fit), 1 one did not, 2 bad
 manifest / results file / sweep id, or the sweep id is in use; 130 / 143 on SIGINT /
@@ -47,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the variants and their ids, run nothing")
     parser.add_argument("--no-report", action="store_true", help="do not write index.html / results.csv at the end")
+    parser.add_argument(
+        "--jobs",
+        type=_positive,
+        metavar="N",
+        help="compile-only variants at once (default: as many as the cores and the memory allow, sized by "
+        "the peak memory of earlier compiles); measured variants always run alone",
+    )
     cluster = parser.add_argument_group("cluster launchers")
     cluster.add_argument("--launcher", choices=LAUNCHERS, default="local", help="where variants run (default: local)")
     cluster.add_argument("--cluster", help="xpk: the GKE cluster")
@@ -56,6 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument("--project", help="xpk: GCP project (default: gcloud's)")
     cluster.add_argument("--zone", help="xpk: GCP zone (default: gcloud's)")
     cluster.add_argument("--dry-run", action="store_true", help="print the launcher's commands, run nothing")
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number >= 1, got {text!r}")
+    return n
 
 
 def _xpk(args: argparse.Namespace, sweep_id: str) -> Any:
@@ -83,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
         for v in variants:
             print(f"{v.id}  {v.name}")
         return 0
-    options = SweepOptions(reports_dir=args.reports, sweep_id=args.sweep_id, rerun=args.rerun, only=tuple(args.variant))
+    options = SweepOptions(
+        reports_dir=args.reports, sweep_id=args.sweep_id, rerun=args.rerun, only=tuple(args.variant), jobs=args.jobs
+    )
     launcher = None
     if args.launcher == "xpk":
         from harness.results.store import check_sweep_id

@@ -1,9 +1,10 @@
 """Plain-text tables for a terminal, each at most :data:`WIDTH` columns wide.
 
-* :func:`summary_table`: the end of a sweep, one row per variant and stage (median time, speedup
-  against the variant's reference, the predicted step and its exposed all-gather / wasted shares in
-  percent, compile time, recompiles, collectives, memory, wasted share of the traced window, and the
-  share of traced op time attributed to a model scope);
+* :func:`summary_table`: the end of a sweep, one row per variant and stage (status, median time,
+  speedup against the variant's reference, the predicted step and its exposed all-gather / wasted
+  shares in percent, compile time, recompiles, collectives, their bytes and memory per device, wasted
+  share of the traced window, and the share of traced op time attributed to a model scope), names
+  whole;
 * :func:`format_diff`: one stage of a variant against another (``python -m harness diff``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.fmt import fmt_bytes, fmt_time
 from harness.report import tables
 from harness.results.diff import Delta, StageDiff
 from harness.results.record import Record
@@ -25,7 +27,7 @@ def _cell(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def _grid(rows: list[list[str]], right_from: int) -> list[str]:
+def grid(rows: list[list[str]], right_from: int) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
@@ -47,64 +49,95 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
 
-def summary_table(records: Sequence[Record]) -> str:
-    """One row per (variant, stage), clipped to :data:`WIDTH` columns (long variant names shortened)."""
-    rows_by = tables.stage_rows(records)
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in pieces of at most ``width`` characters, broken after a ``-`` or ``_`` where one is near."""
+    pieces = []
+    while len(text) > width:
+        cut = max(text.rfind("-", 0, width), text.rfind("_", 0, width)) + 1
+        cut = cut if cut > width // 2 else width
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text]
+
+
+# The summary's columns after variant / stage / status; DROP_ORDER: the ones left out, in this order,
+# while the table is wider than WIDTH (the names are never shortened).
+SUMMARY_COLUMNS = (
+    "median",
+    "vs ref",
+    "pred step",
+    "AG/wst%",
+    "compile",
+    "rcmp",
+    "colls",
+    "coll bytes",
+    "mem/dev",
+    "wasted",
+    "scoped",
+)
+NAME_WRAP = 32  # longer variant names wrap onto further lines before any column is left out
+DROP_ORDER = ("rcmp", "scoped", "wasted", "colls", "AG/wst%", "coll bytes", "compile", "vs ref")
+
+
+def _summary_cells(records: Sequence[Record]) -> list[list[str]]:
     coverage = {
         (r.variant.name, s): (e.trace or {}).get("scope_coverage") for r in records for s, e in r.stages.items()
     }
     pred = {(r.variant.name, s): e.predicted or {} for r in records for s, e in r.stages.items()}
-    head = [
-        "variant",
-        "stage",
-        "status",
-        "med ms",
-        "vs ref",
-        "pred ms",
-        "AG/wst%",
-        "cmp s",
-        "rcmp",
-        "colls",
-        "collMiB",
-        "memMiB",
-        "wasted",
-        "scoped",
-    ]
-    rows = [head]
-    for r in rows_by:
-        t = r.time
-        speedup = "-" if r.speedup_note is None else r.speedup_note.split(" ")[0]  # "n/a (different workload)": n/a
+    rows = []
+    for r in tables.stage_rows(records):
         p = pred.get((r.variant, r.stage)) or {}
+        speedup = "-" if r.speedup_note is None else r.speedup_note.split(" ")[0]  # "n/a (different workload)": n/a
         rows.append(
             [
                 r.variant,
                 r.stage,
                 r.status,
-                _cell(t.median * 1e3 if t else None, ".2f"),
+                fmt_time(r.time.median if r.time else None),
                 speedup,
-                _cell(p["step_s"] * 1e3 if p.get("step_s") is not None else None, ".3g"),
+                fmt_time(p.get("step_s")),
                 _shares(p),
-                _cell(r.compile_s, ".1f"),
+                fmt_time(r.compile_s),
                 _cell(r.recompiles, ".0f"),
                 _cell(r.collective_count, ".0f"),
-                _cell(None if r.collective_bytes is None else r.collective_bytes / MIB, ".1f"),
-                _cell(None if r.memory_bytes is None else r.memory_bytes / MIB, ".1f"),
+                fmt_bytes(r.collective_bytes),
+                fmt_bytes(r.memory_bytes),
                 _cell(r.wasted_fraction, ".0%"),
                 _cell(coverage.get((r.variant, r.stage)), ".0%"),
             ]
         )
-    lines = _grid(rows, right_from=3)
-    over = max(len(line) for line in lines) - WIDTH
-    if over > 0:  # shorten the free-text columns (variant, stage, vs ref), longest first
-        for col in (0, 4, 1):
-            longest = max(len(row[col]) for row in rows)
-            cut = max(len(head[col]), longest - over)
-            for row in rows[1:]:
-                row[col] = _clip(row[col], cut)
-            over -= longest - max(len(row[col]) for row in rows)
-            if over <= 0:
-                break
-        lines = _grid(rows, right_from=3)
+    return rows
+
+
+def summary_table(records: Sequence[Record]) -> str:
+    """One row per (variant, stage) within :data:`WIDTH` columns: columns with nothing to show are left
+    out; names over :data:`NAME_WRAP` characters wrap onto the next lines (whole, never clipped); then
+    the least telling columns (:data:`DROP_ORDER`, named below the table) go until the rest fit."""
+    head = ["variant", "stage", "status", *SUMMARY_COLUMNS]
+    rows = _summary_cells(records)
+    keep = [i for i in range(len(head)) if i < 3 or any(row[i] != "-" for row in rows)]
+    dropped = []
+
+    def width(cols: list[int]) -> int:
+        widths = [max(len(row[i]) for row in [head, *rows]) for i in cols]
+        widths[0] = min(widths[0], NAME_WRAP) if cols[0] == 0 else widths[0]
+        return sum(widths) + 2 * (len(cols) - 1)
+
+    for name in DROP_ORDER:
+        if width(keep) <= WIDTH:
+            break
+        if (i := head.index(name)) in keep:
+            keep.remove(i)
+            dropped.append(name)
+    name_width = max(NAME_WRAP, WIDTH - width(keep[1:]) - 2)
+    table = [[head[i] for i in keep]]
+    for row in rows:
+        names = _wrap(row[0], name_width)
+        table.append([names[0], *(row[i] for i in keep[1:])])
+        table += [[piece, *("" for _ in keep[1:])] for piece in names[1:]]
+    lines = grid(table, right_from=3)
+    if dropped:
+        lines.append(f"(columns left out for width: {', '.join(dropped)}; the report page has them)")
     return "\n".join(lines)
 
 
@@ -137,7 +170,7 @@ def format_diff(d: StageDiff, top: int = 15) -> str:
         rows = [head, _row(d.step, "step (window)")]
         rows += [_row(c, f"category {c.key}") for c in d.categories]
         rows += [_row(s, f"scope {label(s.key)}") for s in d.scopes[:top]]
-        out += ["  " + line for line in _grid(rows, right_from=1)]
+        out += ["  " + line for line in grid(rows, right_from=1)]
         if len(d.scopes) > top:
             out.append(f"  ... {len(d.scopes) - top} more scopes (smaller deltas)")
         out.append("  share: of the step's delta; sig (*): the interval excludes 0")
@@ -155,10 +188,10 @@ def format_diff(d: StageDiff, top: int = 15) -> str:
             ]
             for c in changed
         ]
-        out += ["  " + line for line in _grid(rows, right_from=2)]
+        out += ["  " + line for line in grid(rows, right_from=2)]
     elif d.collectives:
         out.append("  collectives by scope: unchanged")
     return "\n".join(out)
 
 
-__all__ = ["WIDTH", "format_diff", "summary_table"]
+__all__ = ["WIDTH", "format_diff", "grid", "summary_table"]

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_time
+from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.report import predicted
 from harness.report.charts import bar_chart
@@ -91,7 +91,7 @@ def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], t
             + ui.cell(label(s), left=True)
             + ui.cell(_ms_ns(ns), ns or 0)
             + ui.cell(fmt_pct(ns / total if ns is not None and total else None), ns or 0)
-            + ui.cell(fmt_num(st.get("flops")), st.get("flops") or 0)
+            + ui.cell(fmt_flops(st.get("flops")), st.get("flops") or 0)
             + ui.cell(fmt_bytes(st.get("bytes")), st.get("bytes") or 0)
             + ui.cell(fmt_num(count) if colls else "-", count)
             + ui.cell(fmt_bytes(nbytes) if colls else "-", nbytes)

@@ -73,13 +73,13 @@ def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> l
         for stage, entry in stages.items():
             metrics = flatten_stage(entry)
             if not metrics:  # a failed stage: keep it visible
-                out.append({**base, "stage": stage, "stage_status": entry.status, "metric": "", "value": None})
+                out.append({**base, "stage": stage, "stage_status": entry.verdict, "metric": "", "value": None})
             for metric, mv in metrics.items():
                 spec = spec_for(metric)
                 row = {
                     **base,
                     "stage": stage,
-                    "stage_status": entry.status,
+                    "stage_status": entry.verdict,
                     "metric": metric,
                     "kind": spec.kind,
                     "unit": spec.unit,

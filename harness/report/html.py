@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.fmt import fmt_bytes, fmt_num, fmt_ratio, fmt_time, fmt_unit
+from harness.fmt import fmt_bytes, fmt_html, fmt_num, fmt_ratio, fmt_time
 from harness.plan.manifest import Gate
 from harness.report import detail, plots, predicted, tables, xprof
 from harness.report import interactive as ui
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
 from harness.results.diff import StageDiff, reference_diffs
-from harness.results.record import Record
+from harness.results.record import Record, StageEntry
 from harness.results.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
 
 VERDICT_COLOURS = {  # background, text
@@ -44,7 +44,8 @@ dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 14px;
 dl.meta dt { font-weight: 600; } dl.meta dd { margin: 0; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600; }
 .mode-compile { background: #fff3cd; color: #664d03; } .mode-measure { background: #d1e7dd; color: #0f5132; }
-.status-ok { color: #0f5132; } .status-failed, .status-timeout, .status-crashed { color: #842029; font-weight: 600; }
+.status-ok { color: #0f5132; } .status-does-not-fit { color: #8a4b00; font-weight: 600; }
+.status-failed, .status-timeout, .status-crashed { color: #842029; font-weight: 600; }
 .verdict { font-weight: 600; } tr.ungated td { opacity: 0.7; }
 figure { display: inline-block; margin: 8px 16px 8px 0; } figure img { max-width: 100%; border: 1px solid #dee2e6; }
 figcaption { color: #6c757d; font-size: 12px; }
@@ -136,7 +137,8 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
     body = []
     for r in rows:
         t = r.time
-        time = "-" if t is None else (f"{fmt_time(t.median)} <span class=note>IQR {fmt_time(t.iqr)}, n={t.n}</span>")
+        spread = f"<span class=note>IQR {fmt_time(t.iqr)}, n={t.n}</span>" if t else ""
+        time = "-" if t is None else f"{fmt_html(t.median, 's')} {spread}"
         time += " <span class=note>under load</span>" if r.under_load else ""
         speedup = e(r.speedup_note or "-")
         if r.speedup_reference is not None and (declared or r.speedup_reference != reference):
@@ -148,10 +150,10 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
             f'</span></td><td class="l">{e(r.stage)}</td><td class="l status-{e(r.status)}">{e(r.status)}</td>'
             f'<td class="l">{e(r.mode or "-")}</td><td data-sort="{t.median if t else -1}">{time}</td>'
             f'<td data-sort="{r.speedup if r.speedup is not None else -1}">{speedup}</td>'
-            f'<td data-sort="{r.compile_s or 0}">{fmt_time(r.compile_s)}</td><td>{fmt_num(r.recompiles)}</td>'
-            f'<td data-sort="{r.memory_bytes or 0}">{fmt_bytes(r.memory_bytes)}</td>'
+            f'<td data-sort="{r.compile_s or 0}">{fmt_html(r.compile_s, "s")}</td><td>{fmt_num(r.recompiles)}</td>'
+            f'<td data-sort="{r.memory_bytes or 0}">{fmt_html(r.memory_bytes, "bytes")}</td>'
             f'<td>{fmt_num(r.collective_count)}</td><td data-sort="{r.collective_bytes or 0}">'
-            f'{fmt_bytes(r.collective_bytes)}</td><td data-sort="{r.wasted_fraction or 0}">{wasted}</td>'
+            f'{fmt_html(r.collective_bytes, "bytes")}</td><td data-sort="{r.wasted_fraction or 0}">{wasted}</td>'
             f'<td data-sort="{r.scope_coverage if r.scope_coverage is not None else -1}">{scoped}</td></tr>'
         )
     against = "its reference" if declared else (reference or "-")
@@ -188,8 +190,15 @@ def _fits(row: tables.TargetRow) -> str:
     return (
         f'<span class="status-ok">yes</span> <span class=note>{need}</span>'
         if row.fits
-        else f'<span class="status-failed">no</span> <span class=note>needs {need}</span>'
+        else f'<span class="status-does-not-fit">no</span> <span class=note>needs {need}</span>'
     )
+
+
+def _unfit(entry: StageEntry) -> str:
+    """Why a stage read as does-not-fit from its target analysis (records without an error text)."""
+    memory = ((entry.static or {}).get("target") or {}).get("memory") or {}
+    needed, hbm = memory.get("needed_bytes"), memory.get("hbm_bytes")
+    return f"needs {fmt_bytes(needed)} per device, the target has {fmt_bytes(hbm)}" if needed else entry.status
 
 
 def target_section(records: Sequence[Record]) -> str:
@@ -200,16 +209,17 @@ def target_section(records: Sequence[Record]) -> str:
     kinds = sorted({k for r in rows for k in r.collective_bytes_per_call})
     body = []
     for r in rows:
-        coll = "".join(f"<td>{fmt_bytes(r.collective_bytes_per_call.get(k))}</td>" for k in kinds)
+        coll = "".join(f"<td>{fmt_html(r.collective_bytes_per_call.get(k), 'bytes')}</td>" for k in kinds)
         bound = f" <span class=note>{e(r.bound_by)}-bound</span>" if r.bound_by else ""
-        serial = f" <span class=note>(no overlap {fmt_time(r.step_serial_s)})</span>" if r.step_serial_s else ""
+        serial = f" <span class=note>(no overlap {fmt_html(r.step_serial_s, 's')})</span>" if r.step_serial_s else ""
         body.append(
             f'<tr><td class="l">{e(r.variant)}</td><td class="l">{e(r.stage)}</td>'
             f'<td class="l">{e(r.mode or "-")}</td><td class="l">{e(r.device_kind or "-")}</td>'
-            f'<td class="l">{_fits(r)}</td><td>{fmt_bytes(r.argument_bytes)}</td><td>{fmt_bytes(r.temp_bytes)}</td>'
-            f"{coll}<td>{fmt_bytes(r.collective_bytes_per_video)}</td><td>{fmt_num(r.flops_per_device)}</td>"
-            f"<td>{fmt_time(r.step_s)}{bound}{serial}</td><td>{fmt_time(r.video_s)}</td>"
-            f"<td>{fmt_time(r.compile_s)}</td></tr>"
+            f'<td class="l">{_fits(r)}</td><td>{fmt_html(r.argument_bytes, "bytes")}</td>'
+            f"<td>{fmt_html(r.temp_bytes, 'bytes')}</td>{coll}"
+            f"<td>{fmt_html(r.collective_bytes_per_video, 'bytes')}</td>"
+            f"<td>{fmt_html(r.flops_per_device, 'flops')}</td><td>{fmt_html(r.step_s, 's')}{bound}{serial}</td>"
+            f"<td>{fmt_html(r.video_s, 's')}</td><td>{fmt_html(r.compile_s, 's')}</td></tr>"
         )
     head = (
         ["variant", "stage", "mode", "device", "fits in HBM (per device)", "arguments", "temporaries"]
@@ -255,7 +265,8 @@ def collectives_section(records: Sequence[Record]) -> str:
                 body.append(
                     f'<tr><td class="l">{e(r.variant.name)}</td><td class="l">{e(stage)}</td>'
                     f'<td class="l">{e(kind)}</td><td>{fmt_num(c.get("count"))}</td>'
-                    f"<td>{fmt_bytes(c.get('operand_bytes'))}</td><td>{fmt_bytes(c.get('result_bytes'))}</td>"
+                    f"<td>{fmt_html(c.get('operand_bytes'), 'bytes')}</td>"
+                    f"<td>{fmt_html(c.get('result_bytes'), 'bytes')}</td>"
                     "</tr>"
                 )
     if not body:
@@ -270,7 +281,7 @@ def collectives_section(records: Sequence[Record]) -> str:
 def failed_section(records: Sequence[Record]) -> str:
     failed = tables.failed_records(records)
     stage_failures = [
-        (r, s, entry) for r in tables.ok_records(records) for s, entry in r.stages.items() if entry.status != "ok"
+        (r, s, entry) for r in tables.ok_records(records) for s, entry in r.stages.items() if entry.verdict != "ok"
     ]
     if not failed and not stage_failures:
         return '<section id="failed"><h2>Failed variants</h2><p class="note">None: every variant ran.</p></section>'
@@ -285,8 +296,8 @@ def failed_section(records: Sequence[Record]) -> str:
         )
     for r, stage, entry in stage_failures:
         parts.append(
-            f'<div class="failed-variant"><h3>{e(r.variant.name)} / {e(stage)}</h3>'
-            f"<pre>{e(str(entry.error or ''))}</pre></div>"
+            f'<div class="failed-variant"><h3>{e(r.variant.name)} / {e(stage)} <span class="status-'
+            f'{e(entry.verdict)}">{e(entry.verdict)}</span></h3><pre>{e(str(entry.error or _unfit(entry)))}</pre></div>'
         )
     return f'<section id="failed"><h2>Failed variants</h2>{"".join(parts)}</section>'
 
@@ -334,8 +345,8 @@ def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -
         return [
             f'<tr class="{"gated" if c.gated else "ungated"}"><td class="l">{e(c.variant)}</td>'
             f'<td class="l">{e(c.stage)}</td><td class="l">{e(c.metric)}</td>'
-            f"<td>{fmt_unit(c.baseline, c.unit)}</td><td>{fmt_unit(c.now, c.unit)}</td>"
-            f"<td>{fmt_unit(c.delta, c.unit) if c.delta is not None else '-'}</td><td>{fmt_ratio(c.ratio)}</td>"
+            f"<td>{fmt_html(c.baseline, c.unit)}</td><td>{fmt_html(c.now, c.unit)}</td>"
+            f"<td>{fmt_html(c.delta, c.unit) if c.delta is not None else '-'}</td><td>{fmt_ratio(c.ratio)}</td>"
             f'{verdict_cell(c.verdict)}<td class="l">{"yes" if c.gated else "no"}</td>'
             f'<td class="l note">{e(c.detail)}</td></tr>'
             for c in cs

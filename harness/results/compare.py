@@ -9,7 +9,8 @@ name how it is compared:
     timing      raw samples, ratio of medians + Mann-Whitney (stats.compare_samples)
     exact       a count that must not change (tolerance 0 unless the manifest says so)
     relative    a deterministic amount (bytes, FLOPs) within a relative tolerance
-    monotonic   recompiles: any increase is a regression, whatever the tolerance
+    monotonic   recompiles, does_not_fit (1 when the stage's memory exceeds the device's, where the fit
+                is known): any increase is a regression, whatever the tolerance
     info        shown in reports, never gated (compile time, trace shares, transfers, predicted)
 
 :func:`compare_records` matches variants by name and yields one
@@ -28,7 +29,7 @@ from typing import Any
 from harness.plan.manifest import Gate
 from harness.results import stats
 from harness.results.metric_names import MEMORY_FIELDS, tolerance_forms
-from harness.results.record import Record, StageEntry
+from harness.results.record import DOES_NOT_FIT, Record, StageEntry
 from harness.vocabulary import Change
 
 MISSING, NEW = Change.MISSING, Change.NEW
@@ -47,6 +48,7 @@ class MetricSpec:
 CATALOG: tuple[tuple[str, MetricSpec], ...] = (
     ("time", MetricSpec("timing", "s")),
     ("recompiles", MetricSpec("monotonic", "count")),
+    ("does_not_fit", MetricSpec("monotonic", "count")),  # 1: over the device's memory; fit -> not is a regression
     ("collectives.*.count", MetricSpec("exact", "count")),
     ("collectives.*.bytes", MetricSpec("relative", "bytes", 0.0)),
     ("memory.alias_bytes", MetricSpec("info", "bytes")),
@@ -168,6 +170,8 @@ def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
         _trace(entry.trace, out)
     if entry.predicted:
         _predicted(entry.predicted, out)
+    if entry.verdict == DOES_NOT_FIT or "memory_fit" in entry.extra or ((entry.static or {}).get("target") or {}):
+        out["does_not_fit"] = MetricValue(1.0 if entry.verdict == DOES_NOT_FIT else 0.0)  # where the fit is known
     return out
 
 
@@ -355,5 +359,15 @@ def compare_records(
 
 
 def _metric_order(metric: str) -> int:
-    order = ("time", "recompiles", "collectives.", "memory.", "cost.", "analytic_flops", "compile", "trace.")
+    order = (
+        "time",
+        "recompiles",
+        "does_not_fit",
+        "collectives.",
+        "memory.",
+        "cost.",
+        "analytic_flops",
+        "compile",
+        "trace.",
+    )
     return next((i for i, p in enumerate(order) if metric.startswith(p)), len(order))

@@ -16,7 +16,9 @@ broken run is not a performance regression.
 Rules per metric (see :mod:`harness.results.compare` for the catalog and :mod:`harness.results.stats`):
 deterministic metrics (collective counts and bytes, memory, FLOPs) must stay within
 the manifest's ``[gate] tolerances`` (counts exact by default); any increase in
-recompiles fails; a timing fails only with a median ratio above ``timing_ratio``
+recompiles fails; a stage that fit the device's memory in the baseline and does not now
+(``does-not-fit``) fails (its measured metrics, not taken, are not "missing"); a timing
+fails only with a median ratio above ``timing_ratio``
 *and* a Mann-Whitney p-value below ``alpha``. Timings are gated only when both runs
 come from the same kind of machine (CPU model, device kind and count), since a
 committed baseline's timings say nothing about a different machine's speed;
@@ -34,7 +36,7 @@ from typing import Any
 from harness.plan.manifest import Gate
 from harness.results import stats
 from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records, spec_for
-from harness.results.record import Record
+from harness.results.record import DOES_NOT_FIT, Record
 
 CLEAN, REGRESSION, ERROR = 0, 1, 2
 TIMINGS = ("auto", "on", "off")
@@ -184,8 +186,13 @@ def evaluate(
             "update the baseline on purpose if that is intended"
         )
     failed = set(result.failed_now)
+    # A stage that no longer fits was not run: its measured metrics are missing because of that, and
+    # its does_not_fit metric is the regression.
+    unfit = {(r.variant.name, s) for r in now for s, e in r.stages.items() if e.verdict == DOES_NOT_FIT}
     for c in result.comparisons:
         if c.variant in failed or not c.gated:
+            continue
+        if c.verdict == MISSING and (c.variant, c.stage) in unfit:
             continue
         if c.verdict == MISSING and not spec_for(c.metric).optional:
             out.problems.append(f"{c.variant} {c.stage} {c.metric}: in the baseline, missing from this run")

@@ -42,6 +42,7 @@ METRICS: dict[str, tuple[str, ...]] = {
         "compile.warm_s",
         "compile.warm_misses",
         "compile.first_hit",
+        "does_not_fit",
     ),
     "trace": ("trace.compute_s", "trace.exposed_collective_s", "trace.idle_s", "trace.wasted_fraction"),
     "predicted": (

@@ -55,6 +55,7 @@ from harness.vocabulary import StageStatus, Status
 RECORD_VERSION = 1
 STATUSES: tuple[str, ...] = tuple(Status)
 STAGE_STATUSES: tuple[str, ...] = tuple(StageStatus)
+DOES_NOT_FIT = StageStatus.DOES_NOT_FIT
 
 # record_version n -> a function turning a version-n record (a JSON object) into version n + 1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -223,6 +224,15 @@ class StageEntry:
     def from_dict(cls, raw: Mapping[str, Any]) -> StageEntry:
         known, extra = _known(cls, raw)
         return cls(**{**known, "notes": tuple(known.get("notes") or ())}, extra=extra)
+
+    @property
+    def verdict(self) -> str:
+        """The status reports and the gate read: ``does-not-fit`` also for a compile-only stage whose
+        on-target analysis says its memory exceeds the device's (records written before the worker
+        said so there have ``status`` "ok" and the fit only in ``static.target``)."""
+        if self.status == "ok" and ((self.static or {}).get("target") or {}).get("fits") is False:
+            return DOES_NOT_FIT
+        return self.status
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,9 +30,11 @@ from harness.report.console import summary_table
 from harness.results import provenance, store
 from harness.results.lock import sweep_lock
 from harness.results.record import Record, build_record
+from harness.run import parallel
 from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
-from harness.run.progress import Progress
+from harness.run.parallel import expected_seconds
+from harness.run.progress import Eta, Progress
 from harness.run.spec import WorkerSpec, resolve_mode
 
 CACHE_DIR = "aot-cache"  # under the reports directory: compile-only static metrics, shared by sweeps
@@ -46,6 +50,7 @@ class SweepOptions:
     rerun: bool = False
     only: tuple[str, ...] = ()  # variant names or id prefixes; empty = all
     cache_dir: Path | None = None  # compile-only static metrics cache; default <reports_dir>/aot-cache
+    jobs: int | None = None  # compile-only variants at once; None: what cores and memory allow
 
 
 @dataclass
@@ -132,44 +137,30 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
     sweep_dir = Path(options.reports_dir) / sweep_id
     path = store.results_path(options.reports_dir, sweep_id)
     variants = select(sweep.variants, options.only)
-    done, changed = (set(), {}) if options.rerun else resume_plan(store.load_records(path), manifest.run)
+    previous = store.load_records(path)
+    done, changed = (set(), {}) if options.rerun else resume_plan(previous, manifest.run)
     _say_reruns(changed, variants, out)
     cache_dir = options.cache_dir or Path(options.reports_dir) / CACHE_DIR
-    progress = Progress(len(variants), out)
+    todo = [(i, v) for i, v in enumerate(variants, start=1) if v.id not in done and not launcher.submitted(v.id)]
+    side_by_side = [(i, v) for i, v in todo if resolve_mode(v.target, v.preset) == "compile"]
+    jobs = _jobs(options.jobs, side_by_side, previous, launcher, out)
+    together = frozenset(v.id for _, v in side_by_side) if jobs > 1 else frozenset()
+    eta = Eta(expected_seconds(previous, (v.id for _, v in todo)), together, jobs, {v.id for _, v in todo})
+    progress = Progress(len(variants), out, eta)
     result = SweepResult(sweep_id, path)
-    where = context()
+    run = _VariantRun(sweep, sweep_id, sweep_dir, path, cache_dir, launcher, result, context())
     for i, variant in enumerate(variants, start=1):
         if variant.id in done or launcher.submitted(variant.id):
             progress.skipped(i, variant.name, variant.id, "ok record exists" if variant.id in done else "submitted")
             result.skipped.append(variant)
-            continue
-        progress.start(i, variant.name, variant.id)
-        log_path = sweep_dir / "logs" / f"{variant.id}.log"
-        spec = worker_spec(variant, manifest.run, sweep_dir / "traces" / variant.id, cache_dir)
-        try:
-            outcome = launcher.run(spec, log_path=log_path, progress=progress)
-        except Interrupted as e:
-            e.detail = (
-                f"stopped variant {variant.name} ({variant.id}) and its worker; {len(result.records)} "
-                f"variant(s) of this run recorded in {path}; run the same command again to resume"
-            )
-            raise
-        if outcome is None:
-            progress.finish("submitted", 0.0)
-            result.submitted.append(variant)
-            continue
-        record = build_record(
-            sweep_id=sweep_id,
-            manifest=manifest,
-            variant=variant,
-            run=manifest.run,
-            outcome=outcome,
-            context=where,
-            log_path=log_path,
-        )
-        store.append_record(path, record)
-        result.records.append(record)
-        progress.finish(outcome.status, outcome.duration_s, outcome.error)
+    if together:
+        _side_by_side(run, [(i, v) for i, v in side_by_side], jobs, progress)
+    for i, variant in todo:
+        if variant.id not in together:
+            progress.start(i, variant.name, variant.id)
+            run.one(variant, progress)
+    order = {v.id: i for i, v in enumerate(variants)}
+    result.records.sort(key=lambda r: order.get(r.variant.id, 0))  # manifest order, however they ran
     if result.records:
         out.write("\n" + summary_table(result.records) + "\n")
     sent = (
@@ -180,3 +171,102 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
     out.write(f"\n{len(result.records)} run, {len(result.skipped)} skipped{sent} -> {path}\n")
     out.flush()
     return result
+
+
+def _jobs(
+    asked: int | None,
+    compile_only: Sequence[tuple[int, Variant]],
+    previous: Sequence[Record],
+    launcher: Launcher,
+    out: TextIO,
+) -> int:
+    """How many compile-only variants run at once: ``asked``, else :func:`parallel.default_jobs`;
+    one where the launcher is not local (a cluster runs each variant on its own slice)."""
+    if not isinstance(launcher, LocalLauncher) or len(compile_only) < 2:
+        return 1
+    if asked is not None:
+        return max(1, min(asked, len(compile_only)))
+    ids = {v.id for _, v in compile_only}
+    peak = parallel.peak_bytes(r for r in previous if r.variant.id in ids) or parallel.peak_bytes(previous)
+    cpus, memory = parallel.cores(), parallel.available_memory()
+    jobs = parallel.default_jobs(len(compile_only), peak, cpus, memory)
+    out.write(parallel.describe(jobs, peak, cpus, memory) + "; --jobs N to choose\n")
+    return jobs
+
+
+@dataclass
+class _VariantRun:
+    """Runs one variant and records it (from one thread or several: the results file is appended
+    whole, under the store's lock; ``result`` under this one's)."""
+
+    sweep: Sweep
+    sweep_id: str
+    sweep_dir: Path
+    path: Path
+    cache_dir: Path
+    launcher: Launcher
+    result: SweepResult
+    where: dict[str, Any]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def one(self, variant: Variant, progress: Progress) -> None:
+        manifest = self.sweep.manifest
+        log_path = self.sweep_dir / "logs" / f"{variant.id}.log"
+        spec = worker_spec(variant, manifest.run, self.sweep_dir / "traces" / variant.id, self.cache_dir)
+        try:
+            outcome = self.launcher.run(spec, log_path=log_path, progress=progress)
+        except Interrupted as e:
+            e.detail = (
+                f"stopped variant {variant.name} ({variant.id}) and its worker; {len(self.result.records)} "
+                f"variant(s) of this run recorded in {self.path}; run the same command again to resume"
+            )
+            raise
+        if outcome is None:
+            progress.finish("submitted", 0.0)
+            with self.lock:
+                self.result.submitted.append(variant)
+            return
+        record = build_record(
+            sweep_id=self.sweep_id,
+            manifest=manifest,
+            variant=variant,
+            run=manifest.run,
+            outcome=outcome,
+            context=self.where,
+            log_path=log_path,
+        )
+        with self.lock:
+            store.append_record(self.path, record)
+            self.result.records.append(record)
+        progress.finish(outcome.status, outcome.duration_s, outcome.error)
+
+
+def _side_by_side(run: _VariantRun, todo: Sequence[tuple[int, Variant]], jobs: int, progress: Progress) -> None:
+    """``todo`` (compile-only) on ``jobs`` threads, each driving one worker at a time. On a signal the
+    main thread sets ``progress.stop``: every running worker is ended by its launcher, and the
+    :class:`Interrupted` goes on once all threads are done."""
+    progress.stop = threading.Event()
+
+    def task(i: int, variant: Variant) -> None:
+        if progress.stop is not None and progress.stop.is_set():
+            return
+        handle = progress.task(i, variant.name, variant.id)
+        handle.start()
+        run.one(variant, handle)
+
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="variant")
+    futures = [pool.submit(task, i, v) for i, v in todo]
+    try:
+        for f in futures:
+            f.result()
+    except Interrupted as e:
+        progress.stop.set()
+        progress.stop_signal = e.signum
+        pool.shutdown(wait=True, cancel_futures=True)
+        e.detail = (
+            f"stopped the running compile-only variants and their workers; {len(run.result.records)} variant(s) "
+            f"of this run recorded in {run.path}; run the same command again to resume"
+        )
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

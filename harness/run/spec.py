@@ -26,9 +26,10 @@ RUN_MODES = ("measure", "compile")
 
 def resolve_mode(target: Target, preset: str = "") -> str:
     """``measure`` or ``compile``: ``auto`` measures where the platform's devices are present
-    (judged without starting JAX); test presets always measure (they compile nothing)."""
+    (judged without starting JAX); test presets measure (they compile nothing) unless the target
+    says ``compile`` (the harness's tests of compile-only sweeps)."""
     if testing.is_test_preset(preset):
-        return "measure"
+        return "compile" if target.mode == "compile" else "measure"
     if target.mode != "auto":
         return target.mode
     return "measure" if targets.hardware_present(target.platform) else "compile"

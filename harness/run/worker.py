@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import signal
 import sys
 import tempfile
@@ -213,6 +214,14 @@ def _unfit_message(fit: dict[str, Any]) -> str:
     )
 
 
+def _target_unfit_message(target: dict[str, Any]) -> str:
+    memory = target.get("memory") or {}
+    needed, hbm = memory.get("needed_bytes"), memory.get("hbm_bytes")
+    if not needed or not hbm:
+        return "does not fit: the compiler ran out of device memory; compiled only"
+    return f"does not fit: needs {needed / GiB:.3g} GiB per device, the target has {hbm / GiB:.3g} GiB; compiled only"
+
+
 def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -> dict[str, Any]:
     """Everything the manifest asked for about one stage; its errors stay inside its entry."""
     run = spec.run
@@ -240,7 +249,11 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
         fit = memory_fit(entry["static"], stages.device_memory) if entry["static"] and wants_run else None
         if fit is not None and not spec.compile_only:
             entry["memory_fit"] = fit
-        if spec.compile_only and wants_run:
+        target = (entry["static"] or {}).get("target") or {}
+        if spec.compile_only and target.get("fits") is False:
+            entry["status"], entry["error"] = "does-not-fit", _target_unfit_message(target)
+            say(f"{name}: {entry['error']}")
+        elif spec.compile_only and wants_run:
             entry["notes"].append("compile-only: no target devices here, measured and trace metrics skipped")
         elif fit is not None and not fit["fits"]:
             entry["status"], entry["error"] = StageStatus.DOES_NOT_FIT, _unfit_message(fit)
@@ -298,6 +311,11 @@ def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
     except Exception as e:
         result["status"], result["error"] = Status.FAILED, error_text(e)
         say(f"failed:\n{error_text(e)}")
+    # What the sweep's --jobs default sizes compile-only workers by (ru_maxrss: KiB on Linux).
+    result["machine"] = {
+        **result["machine"],
+        "worker_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
     status("", "done")
     say(f"finished: {result['status']}")
     write_json(out_path, result)

@@ -61,6 +61,11 @@ def test_cli_list_inspect_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert cli.main(["inspect", str(path), "--variant", "last", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["variant"]["name"] == "last" and shown["stages"]["denoise_step"]["static"]["platform"] == "test"
+    assert shown["record_version"] == 1 and shown["config"]["preset"] == "test:ok"  # the record a sweep appends
+    assert cli.main(["inspect", str(path), "--variant", "last"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("last (") and "stage denoise_step: ok" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
     bad = tmp_path / "bad.toml"
     bad.write_text(ISOLATION.replace("repeats = 3", "repeats = 0"))
     assert cli.main(["sweep", str(bad)]) == 2

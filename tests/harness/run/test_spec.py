@@ -57,7 +57,8 @@ def test_mode_is_resolved_once_by_the_runner(tmp_path: Path) -> None:
     assert resolve_mode(Target("cpu", "auto")) == "measure"  # the CPU is always here
     assert resolve_mode(Target("cpu", "compile")) == "compile"
     assert resolve_mode(Target("tpu", "measure", topology="v6e:2x4")) == "measure"
-    assert resolve_mode(Target("cpu", "compile"), preset="test:ok") == "measure"  # nothing to compile
+    assert resolve_mode(Target("cpu", "auto"), preset="test:ok") == "measure"  # test presets run
+    assert resolve_mode(Target("cpu", "compile"), preset="test:ok") == "compile"  # compile-only sweep tests
     manifest = tmp_path / "m.toml"
     manifest.write_text(
         'schema_version = 1\n[target]\nplatform = "tpu"\ntopology = "v6e:2x4"\n'

@@ -1,0 +1,167 @@
+"""One stage's static metrics as text tables within :data:`~harness.report.console.WIDTH` columns
+(``python -m harness inspect``): compile time, cost, memory, tokens, the on-target analysis, collectives
+by kind, the top scopes by FLOPs / bytes / collective bytes, and the top collective sites with the
+cause the attribution found for each."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
+from harness.metrics.attribution import label
+from harness.report.console import WIDTH, grid
+
+INDENT = "  "
+
+
+def _facts(static: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(what, value) lines: compile, cost, memory, tokens."""
+    out = []
+    if timing := static.get("timing"):
+        lower, compile_s = fmt_time(timing.get("lower_seconds")), fmt_time(timing.get("compile_seconds"))
+        out.append(("compile", f"lower {lower}, compile {compile_s}"))
+    if cost := static.get("cost"):
+        text = f"{fmt_flops(cost.get('flops'))}, {fmt_bytes(cost.get('bytes_accessed'))} accessed"
+        out.append(("cost / device", text + " (XLA's count: loop bodies once)"))
+    if static.get("analytic_flops") is not None:
+        out.append(("model FLOPs", f"{fmt_flops(static['analytic_flops'])} (analytic, whole program, all devices)"))
+    if memory := static.get("memory"):
+        names = ("argument", "output", "temp", "peak", "bound")
+        out.append(("memory / device", ", ".join(f"{n} {fmt_bytes(memory.get(f'{n}_bytes'))}" for n in names)))
+    if tokens := static.get("tokens"):
+        out.append(("tokens", _tokens(tokens)))
+    if oom := static.get("oom"):
+        out.append(("out of memory", str(oom.get("message") or oom)))
+    return out
+
+
+def _tokens(t: Mapping[str, Any]) -> str:
+    """``video 576 (latent 9x8x8), audio 68, text 128`` (other keys as they are)."""
+    grid_ = "x".join(str(t[k]) for k in ("latent_frames", "latent_height", "latent_width") if k in t)
+    parts = [f"video {t['video_tokens']}" + (f" (latent {grid_})" if grid_ else "")] if "video_tokens" in t else []
+    parts += [f"{k.removesuffix('_tokens')} {t[k]}" for k in ("audio_tokens", "text_tokens") if k in t]
+    shown = {"video_tokens", "audio_tokens", "text_tokens", "latent_frames", "latent_height", "latent_width"}
+    parts += [f"{k} {v}" for k, v in t.items() if k not in shown]
+    return ", ".join(parts)
+
+
+def _target(t: Mapping[str, Any]) -> list[tuple[str, str]]:
+    memory, roof, spec = t.get("memory") or {}, t.get("roofline") or {}, t.get("spec") or {}
+    fit = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[t.get("fits")]
+    need = f"{fmt_bytes(memory.get('needed_bytes'))} of {fmt_bytes(memory.get('hbm_bytes'))} HBM"
+    out = [("target", f"{spec.get('device_kind') or '?'}: {fit} ({need} per device)")]
+    out.append(("FLOPs / device", f"{fmt_flops(t.get('flops_per_device'))} per call"))
+    if roof.get("step_s") is not None:
+        bound = f", {roof['bound_by']}-bound" if roof.get("bound_by") else ""
+        calls = t.get("calls_per_video") or 1
+        video = fmt_time(t.get("roofline_per_video_s"))
+        out.append(("roofline", f"{fmt_time(roof['step_s'])} per call{bound}; {video} per video ({calls} calls)"))
+    return out
+
+
+def _kinds(static: Mapping[str, Any]) -> list[str]:
+    by_kind = (static.get("collectives") or {}).get("by_kind") or {}
+    rows = [["collective (per call)", "count", "operand", "result"]]
+    rows += [
+        [k, fmt_num(c["count"]), fmt_bytes(c.get("operand_bytes")), fmt_bytes(c.get("result_bytes"))]
+        for k, c in by_kind.items()
+        if c.get("count")
+    ]
+    return grid(rows, right_from=1) if len(rows) > 1 else []
+
+
+def _collective_bytes(scope: Mapping[str, Any]) -> float:
+    return sum(float(c.get("bytes") or 0) for c in (scope.get("collectives") or {}).values())
+
+
+def _scopes(by_scope: Mapping[str, Mapping[str, Any]], key: str, top: int) -> list[str]:
+    """The ``top`` scopes by ``key`` (flops, bytes or collective bytes) with their share of the total."""
+    amount = {
+        s: (_collective_bytes(v) if key == "collectives" else float(v.get(key) or 0)) for s, v in by_scope.items()
+    }
+    total = sum(amount.values())
+    ranked = [s for s in sorted(amount, key=lambda s: -amount[s]) if amount[s] > 0][:top]
+    if not ranked:
+        return []
+    show = fmt_flops if key == "flops" else fmt_bytes
+    title = {"flops": "FLOPs", "bytes": "bytes accessed", "collectives": "collective bytes"}[key]
+    others = [k for k in ("flops", "bytes", "collectives") if k != key]
+    names = {"flops": "FLOPs", "bytes": "bytes", "collectives": "collectives"}
+    rows = [[f"top scopes by {title}", title, "share", *(names[k] for k in others)]]
+    for s in ranked:
+        v = by_scope[s]
+        colls = sum(float(c.get("count") or 0) for c in (v.get("collectives") or {}).values())
+        cells = {
+            "flops": fmt_flops(v.get("flops")),
+            "bytes": fmt_bytes(v.get("bytes")),
+            "collectives": f"{fmt_num(colls)} ({fmt_bytes(_collective_bytes(v))})" if colls else "-",
+        }
+        rows.append([label(s), show(amount[s]), fmt_pct(amount[s] / total), *(cells[k] for k in others)])
+    return _fit(rows, right_from=1)
+
+
+def _fit(rows: list[list[str]], right_from: int) -> list[str]:
+    """``grid`` with the first column wrapped so that the table stays within WIDTH."""
+    rest = sum(max(len(r[i]) for r in rows) + 2 for i in range(1, len(rows[0])))
+    width = max(24, WIDTH - len(INDENT) - rest)
+    out = []
+    for row in rows:
+        pieces = textwrap.wrap(row[0], width, break_on_hyphens=False) or [""]
+        out.append([pieces[0], *row[1:]])
+        out += [[p, *("" for _ in row[1:])] for p in pieces[1:]]
+    return grid(out, right_from=right_from)
+
+
+def _sites(sites: list[Mapping[str, Any]], top: int) -> list[str]:
+    """The ``top`` collective sites by bytes: scope, kind, count, bytes, then the cause on its own lines."""
+    ranked = sorted(sites, key=lambda s: -float(s.get("bytes") or 0))[:top]
+    if not ranked:
+        return []
+    rows = [["top collective sites (per call)", "kind", "mesh axes", "count", "bytes"]]
+    causes = []
+    for s in ranked:
+        rows.append(
+            [
+                label(str(s.get("scope", ""))),
+                str(s.get("kind")),
+                ", ".join(s.get("axes") or ()) or "-",
+                fmt_num(s.get("count")),
+                fmt_bytes(s.get("bytes")),
+            ]
+        )
+        causes.append(str(s.get("cause") or "cause unknown"))
+    lines = grid(rows, right_from=3)
+    out = lines[:2]
+    for line, cause in zip(lines[2:], causes, strict=True):
+        out.append(line)
+        out += textwrap.wrap(cause, WIDTH - 2 * len(INDENT), initial_indent="  ", subsequent_indent="  ")
+    more = len(sites) - len(ranked)
+    return out + ([f"... {more} more sites (fewer bytes)"] if more > 0 else [])
+
+
+def format_static(static: Mapping[str, Any], top: int = 8) -> list[str]:
+    """The stage's static metrics as lines of at most WIDTH characters (long text wraps)."""
+    facts = _facts(static) + (_target(static["target"]) if static.get("target") else [])
+    pad = max((len(k) for k, _ in facts), default=0) + 2
+    lines = []
+    for key, value in facts:
+        wrapped = textwrap.wrap(value, WIDTH - len(INDENT) - pad) or [""]
+        lines.append(f"{key.ljust(pad)}{wrapped[0]}")
+        lines += [" " * pad + w for w in wrapped[1:]]
+    attribution = static.get("attribution") or {}
+    blocks = [_kinds(static)]
+    if by_scope := attribution.get("by_scope"):
+        blocks += [_scopes(by_scope, key, top) for key in ("flops", "bytes", "collectives")]
+        if coverage := attribution.get("coverage"):
+            shares = ", ".join(f"{k.replace('_', ' ')} {fmt_pct(v)}" for k, v in coverage.items() if v is not None)
+            blocks.append([f"attributed to a model scope: {shares}"])
+    blocks.append(_sites(list(attribution.get("collective_sites") or ()), top))
+    for block in blocks:
+        if block:
+            lines += ["", *block]
+    return [INDENT + line if line else "" for line in lines]
+
+
+__all__ = ["format_static"]
