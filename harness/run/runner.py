@@ -26,8 +26,9 @@ from harness.plan.manifest import Run
 from harness.plan.variants import Sweep, Variant, select
 from harness.report.console import summary_table
 from harness.results import provenance, store
-from harness.results.lock import sweep_lock
+from harness.results.lock import HeldLock, sweep_lock
 from harness.results.record import Record, build_record
+from harness.results.storage import StorageError
 from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
 from harness.run.progress import Progress
@@ -121,13 +122,14 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or resume) every selected variant, holding the sweep folder; append a record for each one that ran."""
     sweep_id = store.check_sweep_id(options.sweep_id or sweep.manifest.name)
-    with sweep_lock(Path(options.reports_dir) / sweep_id):
-        return _run_locked(
-            sweep, options, sweep_id, stream if stream is not None else sys.stderr, launcher or LocalLauncher()
-        )
+    out = stream if stream is not None else sys.stderr
+    with sweep_lock(Path(options.reports_dir) / sweep_id, say=lambda s: out.write(f"warning: {s}\n")) as held:
+        return _run_locked(sweep, options, sweep_id, out, launcher or LocalLauncher(), held)
 
 
-def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher) -> SweepResult:
+def _run_locked(
+    sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher, held: HeldLock
+) -> SweepResult:
     manifest = sweep.manifest
     sweep_dir = Path(options.reports_dir) / sweep_id
     path = store.results_path(options.reports_dir, sweep_id)
@@ -154,6 +156,8 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
                 f"variant(s) of this run recorded in {path}; run the same command again to resume"
             )
             raise
+        except OSError as e:  # the worker's log or scratch files: the machine's storage, not the variant
+            raise StorageError(e, e.filename or log_path, "starting the worker, writing") from e
         if outcome is None:
             progress.finish("submitted", 0.0)
             result.submitted.append(variant)
@@ -167,6 +171,7 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
             context=where,
             log_path=log_path,
         )
+        held.check()  # the folder is still ours: a vanished one is an error, not a new empty results file
         store.append_record(path, record)
         result.records.append(record)
         progress.finish(outcome.status, outcome.duration_s, outcome.error)
