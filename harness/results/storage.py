@@ -6,13 +6,15 @@ whose text is one line, e.g. ``no space left on device (ENOSPC) appending a reco
 reports/cpu/results.jsonl``. The CLI prints it as its ``error:`` line and exits
 :data:`EXIT_STORAGE`. Files that are replaced whole (reports, baselines, cache entries) are written
 by :func:`write_atomic`: a temporary sibling, fsynced, renamed over the file, so a fault leaves the old
-file or the new one, never half of one, and no temporary file behind.
+file or the new one, never half of one, and no temporary file behind (one left by a writer killed
+outright carries its pid and is removed by the next writer once that pid is gone).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -67,7 +69,8 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     blob = data.encode() if isinstance(data, str) else data
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        _remove_dead_temporaries(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
@@ -81,3 +84,23 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     except OSError as e:  # named by the file meant, not its temporary sibling
         raise StorageError(e, path, "writing") from e
     return path
+
+
+def _remove_dead_temporaries(path: Path) -> None:
+    """Temporary siblings of ``path`` left by a writer killed before its rename (their names carry its pid)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name.removeprefix(f".{path.name}.").split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

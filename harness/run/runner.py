@@ -16,7 +16,9 @@ worker; the runner adds what was stopped and where the finished records are, and
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ from harness.report.console import summary_table
 from harness.results import provenance, store
 from harness.results.lock import HeldLock, sweep_lock
 from harness.results.record import Record, build_record
-from harness.results.storage import StorageError
+from harness.results.storage import StorageError, pid_alive
 from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
 from harness.run.progress import Progress
@@ -127,9 +129,23 @@ def run_sweep(
         return _run_locked(sweep, options, sweep_id, out, launcher or LocalLauncher(), held)
 
 
+def remove_dead_scratch() -> None:
+    """Scratch folders (``$TMPDIR/harness-*``) of launchers killed outright before their worker started: a
+    worker that started removes its own (:mod:`harness.run.lifeline`); the spec names the launcher's pid."""
+    for folder in Path(tempfile.gettempdir()).glob("harness-*"):
+        spec = next(iter(sorted(folder.glob("spec*.json"))), None)
+        try:
+            pid = json.loads(spec.read_text()).get("parent_pid") if spec else None
+        except (OSError, ValueError):
+            continue
+        if isinstance(pid, int) and not pid_alive(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _run_locked(
     sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher, held: HeldLock
 ) -> SweepResult:
+    remove_dead_scratch()
     manifest = sweep.manifest
     sweep_dir = Path(options.reports_dir) / sweep_id
     path = store.results_path(options.reports_dir, sweep_id)

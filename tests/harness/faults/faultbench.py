@@ -101,6 +101,7 @@ class Bench:
     monkeypatch: pytest.MonkeyPatch
     capsys: pytest.CaptureFixture[str]
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
+    last: Outcome = field(default_factory=lambda: Outcome(0, "", ""))  # of the last in-process sweep
 
     @property
     def manifest(self) -> Path:
@@ -152,7 +153,8 @@ class Bench:
                 faultinject.install({"proc": "sweep", **fault}, m.setattr)
             code = cli.main(self.args(*extra))
         captured = self.capsys.readouterr()
-        return Outcome(code, captured.out, captured.err)
+        self.last = Outcome(code, captured.out, captured.err)
+        return self.last
 
     def spawn(self, args: list[str], fault: dict[str, Any] | None = None) -> subprocess.Popen[str]:
         """``python -m harness <args>`` as its own process (``fault`` fires in it: kills included)."""

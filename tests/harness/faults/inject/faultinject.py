@@ -8,8 +8,9 @@ A rule is a JSON object: ``op`` (``open`` for opening a file to write, ``write``
 ``fnmatch`` pattern on the absolute path), ``proc`` (``sweep``, ``worker`` or ``any``), ``nth``
 (the n-th matching call in that process, from 1; default 1, ``0`` = every one) and ``action``:
 an errno name (``ENOSPC``, ``EROFS``...) raised as that ``OSError``; ``kill`` (SIGKILL this process
-before the call); ``tear`` (write half the bytes, then SIGKILL: a torn write); ``kill-parent``
-(SIGKILL the parent, then go on: the sweep dies while its worker runs); ``rmtree:<dir>`` (remove
+before the call); ``tear`` (write half the bytes, then SIGKILL: a torn write);
+``signal-parent:<SIGNAME>`` (signal the parent, then go on: the sweep is killed or interrupted
+while its worker runs); ``rmtree:<dir>`` (remove
 ``dir``, then go on: a folder vanishes).
 """
 
@@ -61,8 +62,8 @@ def _act(action: str | None, path: object) -> None:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    elif action == "kill-parent":
-        os.kill(os.getppid(), signal.SIGKILL)
+    elif action.startswith("signal-parent:"):
+        os.kill(os.getppid(), getattr(signal, action.removeprefix("signal-parent:")))
     elif action.startswith("rmtree:"):
         shutil.rmtree(action.removeprefix("rmtree:"), ignore_errors=True)
     elif action != "tear":
