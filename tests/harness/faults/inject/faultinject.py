@@ -10,7 +10,7 @@ A rule is a JSON object: ``op`` (``open`` for opening a file to write, ``write``
 an errno name (``ENOSPC``, ``EROFS``...) raised as that ``OSError``; ``kill`` (SIGKILL this process
 before the call); ``tear`` (write half the bytes, then SIGKILL: a torn write);
 ``signal-parent:<SIGNAME>`` (signal the parent, then go on: the sweep is killed or interrupted
-while its worker runs); ``rmtree:<dir>`` (remove
+while its worker runs); ``hang`` (sleep an hour: a worker out of time); ``rmtree:<dir>`` (remove
 ``dir``, then go on: a folder vanishes).
 """
 
@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,8 @@ def _act(action: str | None, path: object) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action.startswith("signal-parent:"):
         os.kill(os.getppid(), getattr(signal, action.removeprefix("signal-parent:")))
+    elif action == "hang":
+        time.sleep(3600)
     elif action.startswith("rmtree:"):
         shutil.rmtree(action.removeprefix("rmtree:"), ignore_errors=True)
     elif action != "tear":
