@@ -102,12 +102,15 @@ class CompileCache:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as e:
-            return self._drop(path, f"unreadable ({_why(e)})")
+            self._drop(path, f"unreadable ({_why(e)})")
+            return None
         if not isinstance(entry, dict) or not isinstance(entry.get("static"), dict):
-            return self._drop(path, "not a cache entry")
+            self._drop(path, "not a cache entry")
+            return None
         stamp = {"key": key, "cache_version": CACHE_VERSION, "versions": _versions()}
         if (theirs := {k: entry.get(k) for k in stamp}) != stamp:
-            return self._drop(path, f"written by another harness or library version ({_diff(theirs, stamp)})")
+            self._drop(path, f"written by another harness or library version ({_diff(theirs, stamp)})")
+            return None
         return dict(entry["static"])
 
     def put(self, key: str, value: Mapping[str, Any]) -> None:
@@ -125,7 +128,8 @@ class CompileCache:
         except FileNotFoundError:
             return None
         except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
-            return self._drop(path, f"unreadable ({_why(e)})")
+            self._drop(path, f"unreadable ({_why(e)})")
+            return None
 
     def put_hlo(self, key: str, text: str) -> None:
         self._write(self.hlo_path(key), gzip.compress(text.encode(), compresslevel=6))
@@ -141,7 +145,6 @@ class CompileCache:
         _say(f"{path}: {why}: ignored and removed, compiling again")
         with contextlib.suppress(OSError):
             path.unlink()
-        return None
 
 
 def _why(e: BaseException) -> str:
