@@ -173,7 +173,7 @@ def _run_locked(
             )
             raise
         except OSError as e:  # the worker's log or scratch files: the machine's storage, not the variant
-            raise StorageError(e, e.filename or log_path, "starting the worker, writing") from e
+            raise StorageError(e, e.filename or log_path, "starting the worker:") from e
         if outcome is None:
             progress.finish("submitted", 0.0)
             result.submitted.append(variant)

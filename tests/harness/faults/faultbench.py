@@ -123,6 +123,11 @@ class Bench:
     def tmpdir(self) -> Path:
         return self.root / "tmp"
 
+    def variant_id(self, name: str) -> str:
+        from harness.plan.variants import load_sweep
+
+        return next(v.id for v in load_sweep(self.manifest).variants if v.name == name)
+
     def args(self, *extra: str) -> list[str]:
         return ["sweep", str(self.manifest), "--reports", str(self.reports), "--sweep-id", SWEEP_ID, *extra]
 

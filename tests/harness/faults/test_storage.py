@@ -21,8 +21,8 @@ EROFS = "read-only file system (EROFS)"
 SWEEP_WRITES = [
     ("lock-create", {"op": "open", "path": "*/sweep.lock"}, "taking the sweep lock", "sweep.lock", 0),
     ("lock-write", {"op": "write", "path": "*/sweep.lock"}, "taking the sweep lock", "sweep.lock", 0),
-    ("logs-folder", {"op": "mkdir", "path": "*/logs"}, "starting the worker, writing", "logs", 0),
-    ("worker-log", {"op": "open", "path": "*/logs/*.log", "nth": 2}, "starting the worker, writing", "logs/", 1),
+    ("logs-folder", {"op": "mkdir", "path": "*/logs"}, "starting the worker:", "logs", 0),
+    ("worker-log", {"op": "open", "path": "*/logs/*.log", "nth": 2}, "starting the worker:", "logs/", 1),
     ("record-open", {"op": "open", "path": "*/results.jsonl"}, "appending a record to", "results.jsonl", 0),
     ("record-write", {"op": "write", "path": "*/results.jsonl", "nth": 3}, "appending a record to", "results.jsonl", 2),
     ("record-fsync", {"op": "fsync", "path": "*/results.jsonl", "nth": 2}, "appending a record to", "results.jsonl", 1),
@@ -155,3 +155,19 @@ def test_a_real_read_only_tmpfs(bench: Bench) -> None:
     finally:
         unmount()
     bench.assert_completes()  # the folder underneath is writable: cleared
+
+
+def test_a_bug_is_one_line_and_exit_4_unless_debug(bench: Bench) -> None:
+    import harness.run.runner
+
+    def broken() -> dict[str, object]:
+        raise KeyError("machine")
+
+    bench.monkeypatch.setattr(harness.run.runner, "context", broken)
+    failed = bench.sweep()
+    assert failed.code == 4
+    assert_one_line(failed.err, "error: internal error (KeyError: 'machine'); run with --debug for the traceback")
+    debug = bench.sweep("--debug")
+    assert debug.code == 4 and "Traceback (most recent call last)" in debug.err
+    assert bench.records() == []
+    bench.assert_nothing_left()
