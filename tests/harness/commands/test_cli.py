@@ -98,7 +98,7 @@ def test_a_report_that_cannot_be_written_exits_3_and_keeps_the_results(
     assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "s"]) == 3
     err = capsys.readouterr().err
     assert f"error: disk full writing the report in {reports / 's'}; then run the same command again" in err
-    assert f"(or: python -m harness report {reports / 's' / 'results.jsonl'})" in err
+    assert f"; or: python -m harness report {reports / 's' / 'results.jsonl'})" in err
     assert len((reports / "s" / "results.jsonl").read_text().splitlines()) == 1
 
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from faultbench import VARIANTS, Bench, assert_one_line, tagged, wait_for
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds processes and files through /proc")
 
 # (case, where the sweep process dies, how many whole records it leaves, whether it held the lock then)
 KILLS = [

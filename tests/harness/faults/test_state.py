@@ -21,6 +21,8 @@ from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.spec import WorkerSpec
 from harness.run.worker import static_metrics
 
+pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds processes and files through /proc")
+
 
 def test_results_file_with_garbage_in_the_middle(bench: Bench) -> None:
     assert bench.sweep().code == 0
