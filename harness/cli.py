@@ -4,10 +4,21 @@ Each command module has the same small interface: a docstring (its description),
 ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> exit code``.
 Adding a verb is one line in :data:`COMMANDS`.
 
-Problems with what the user gave (a manifest, a results file, a sweep id, a sweep already
-running) are one ``error:`` line and exit 2; SIGINT and SIGTERM end a verb cleanly (its worker
-stopped, its temporary files removed) with exit 130 / 143 (:mod:`harness.run.interrupt`); the
-harness's own warnings are ``warning:`` lines.
+Every way a verb can end is one exit status and, on failure, one line on stderr (no traceback;
+``--debug`` adds it):
+
+* 0 done; 1 the verb's own verdict (a variant failed, a gate found a regression);
+* 2 a problem with what the user gave (a manifest, a results file, a sweep id, a sweep already
+  running): one ``error:`` line;
+* 3 the machine's storage refused a read or write (disk full, read-only, a folder vanished, a
+  file where a folder should be): one ``error:`` line with the cause and the path
+  (:class:`~harness.results.storage.StorageError`); what was written before stays whole, and the same
+  command run again once the fault is cleared goes on from there;
+* 4 a bug in the harness: one ``error: internal error`` line (``--debug`` for the traceback);
+* 130 / 143 SIGINT / SIGTERM: the verb ends cleanly, its worker stopped and its temporary files
+  removed (:mod:`harness.run.interrupt`).
+
+The harness's own warnings are ``warning:`` lines.
 """
 
 from __future__ import annotations
@@ -15,11 +26,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 import warnings
 from typing import Any
 
 from harness.plan.manifest import ManifestError
 from harness.results.lock import SweepLocked
+from harness.results.storage import EXIT_STORAGE, StorageError
 from harness.results.store import InvalidRecordWarning, RecordError, SweepIdError
 from harness.run.interrupt import Interrupted, exit_on_signals
 
@@ -38,10 +51,13 @@ COMMANDS: dict[str, str] = {
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
+EXIT_USER, EXIT_INTERNAL = 2, 4
+DEBUG_HELP = "on an error, print its traceback too"
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    top.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     verbs = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
@@ -49,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
             name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
         )
         module.add_arguments(sub)
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         sub.set_defaults(handler=module.run)
     return top
 
@@ -65,8 +82,21 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.handler(args))
         except USER_ERRORS as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return _fail(args, f"error: {e}", EXIT_USER)
+        except StorageError as e:
+            return _fail(args, f"error: {e}", EXIT_STORAGE)
+        except OSError as e:  # one the harness did not name: still the machine's storage, or a device
+            return _fail(args, f"error: {e}; then run the same command again", EXIT_STORAGE)
         except Interrupted as e:
-            print(f"interrupted by {e.name}: {e.detail or 'stopped'}", file=sys.stderr)
-            return e.exit_code
+            return _fail(args, f"interrupted by {e.name}: {e.detail or 'stopped'}", e.exit_code)
+        except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback on request
+            text = f"{type(e).__name__}: {e}".splitlines()[0]
+            return _fail(args, f"error: internal error ({text}); run with --debug for the traceback", EXIT_INTERNAL)
+
+
+def _fail(args: argparse.Namespace, line: str, code: int) -> int:
+    """One line on stderr (and, with --debug, the traceback before it); the exit status."""
+    if getattr(args, "debug", False):
+        traceback.print_exc(file=sys.stderr)
+    print(line, file=sys.stderr)
+    return code

@@ -9,9 +9,11 @@ side by side (--jobs N; by default as many as the cores and memory allow), befor
 ones, which always run alone; records and ids are the same as one at a time.
 
 Exit status: 0 every variant that ran succeeded (or did not fit), 1 one did not, 2 bad
-manifest / results file / sweep id, or the sweep id is in use; 130 / 143 on SIGINT /
-SIGTERM, after stopping the running worker and removing its temporary files (records
-already written stay; run the same command again to resume).
+manifest / results file / sweep id, or the sweep id is in use; 3 the disk refused a write
+(full, read-only, the folder vanished or is a file: one line names the cause and the path;
+records already written stay whole); 130 / 143 on SIGINT / SIGTERM, after stopping the
+running worker and removing its temporary files (records already written stay; run the
+same command again to resume).
 
 On a cluster: --launcher xpk submits one `xpk workload create` per variant (--cluster,
 --tpu-type, --docker-image, --results-dir: a folder this machine and the workloads share, e.g.
@@ -134,15 +136,25 @@ def run(args: argparse.Namespace) -> int:
 
 def write_sweep_report(results_path: Path, manifest: Manifest) -> None:
     """The sweep's report from all its records (the latest per variant). A report that cannot be
-    written is a warning: the records are already safe on disk and `harness report` can retry."""
+    rendered is a warning: the records are already safe on disk and `harness report` can retry; one
+    the disk refuses is a :class:`~harness.results.storage.StorageError` (exit 3), the old page kept."""
     from harness.report import write_report  # matplotlib loads only here
     from harness.results import store as rec
+    from harness.results.storage import StorageError
 
     try:
         latest = list(rec.latest_by_variant(rec.load_records(results_path)).values())
         if not latest:
             return
         files = write_report(latest, results_path.parent, gate=manifest.gate, title=f"Sweep {results_path.parent.name}")
+    except OSError as e:  # the machine's storage: exit 3 naming the file; the same command again writes it
+        raise StorageError(
+            getattr(e, "cause", e),
+            getattr(e, "path", None) or e.filename or results_path.parent,
+            getattr(e, "doing", "writing the report in"),
+            f"{getattr(e, 'hint', '') or 'then run the same command again'} (the records are safe in "
+            f"{results_path}; or: python -m harness report {results_path})",
+        ) from e
     except Exception as e:  # noqa: BLE001 - the sweep's results matter more than its page
         print(
             f"warning: could not write the report ({type(e).__name__}: {e}); "

@@ -15,6 +15,7 @@ from harness.plan.manifest import Gate
 from harness.report import export, html
 from harness.results.compare import ComparisonSet, compare_records
 from harness.results.record import Record
+from harness.results.storage import guarded, write_atomic
 
 INDEX, CSV = "index.html", "results.csv"
 
@@ -39,7 +40,8 @@ def write_report(
 ) -> ReportFiles:
     """Write ``<out_dir>/index.html`` and ``<out_dir>/results.csv``; compare with a baseline if given."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with guarded(out_dir, "creating the report folder"):
+        out_dir.mkdir(parents=True, exist_ok=True)
     gate = gate or Gate()
     comparison = compare_records(baseline, records, gate, timings=timings) if baseline is not None else None
     page = html.render(
@@ -51,8 +53,7 @@ def write_report(
         reference=reference,
         title=title,
     )
-    index = out_dir / INDEX
-    index.write_text(page, encoding="utf-8")
+    index = write_atomic(out_dir / INDEX, page)  # a full disk leaves the old page, never half of one
     csv = export.write_csv(out_dir / CSV, records, comparison.comparisons if comparison else ())
     return ReportFiles(index, csv, comparison)
 

@@ -25,6 +25,7 @@ from typing import Any
 from harness.results import stats
 from harness.results.compare import Comparison, flatten_stage, spec_for
 from harness.results.record import Record
+from harness.results.storage import write_atomic
 
 COLUMNS = (
     "sweep_id",
@@ -105,6 +106,4 @@ def to_csv(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) ->
 
 
 def write_csv(path: str | Path, records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> Path:
-    path = Path(path)
-    path.write_text(to_csv(records, comparisons))
-    return path
+    return write_atomic(path, to_csv(records, comparisons))

@@ -140,9 +140,17 @@ def load(path: str | Path) -> Baseline:
     if path.suffix == ".jsonl":
         return _load_results_file(path)
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
     except (OSError, ValueError) as e:
         raise BaselineError(f"{path}: not a readable baseline: {e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "cut short" if e.pos >= len(text.rstrip()) else "not JSON"
+        raise BaselineError(
+            f"{path}: not a readable baseline: {what} ({len(text)} bytes; {e}); restore it from git "
+            f"(git checkout -- {path}) or write it again with `python -m harness baseline update`"
+        ) from None
     version = data.get("baseline_version") if isinstance(data, dict) else None
     if version != BASELINE_VERSION:
         raise BaselineError(

@@ -1,17 +1,21 @@
 """Results files: one record per line (``reports/<sweep-id>/results.jsonl``), appended and read here.
 
-Records (:mod:`harness.results.record`) are appended with one ``os.write`` of the whole line
-on an ``O_APPEND`` descriptor, under an exclusive ``flock`` of the file, and fsynced, so a crash
-leaves at most a torn last line. Reading skips every line that is not a record (a torn write,
-an object that only looks like a record) with one :class:`InvalidRecordWarning` per file naming
-each line; the next append repairs a torn last line first (it is completed if it is a whole
-record that lost its newline, else moved to ``results.jsonl.torn``), so it is not warned about
-again. A record written by a newer harness is an error, not skipped. Every record read anywhere
-(results files, baselines) goes through :func:`harness.results.record.parse`.
+Records (:mod:`harness.results.record`) are appended with one ``os.write`` of the whole line on an
+``O_APPEND`` descriptor, under an exclusive ``flock`` of the file, and fsynced, so a crash leaves at
+most a torn last line; a write the disk refuses (full, read-only) is cut back off and raised as a
+:class:`~harness.results.storage.StorageError` naming the file. Reading skips every line that is not
+a record (a torn write, an object that only looks like a record) with one
+:class:`InvalidRecordWarning` per file naming each line; the next append repairs a torn last line
+first (it is completed if it is a whole record that lost its newline, else moved to
+``results.jsonl.torn``), so it is not warned about again. A record written by a newer harness is an
+error, not skipped. Every record read anywhere (results files, baselines) goes through
+:func:`harness.results.record.parse`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -21,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.results.record import NewerRecordError, Record, RecordError, parse
+from harness.results.storage import guarded
 
 RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
@@ -90,18 +95,31 @@ def to_line(record: Record) -> str:
 def append_record(path: str | Path, record: Record) -> None:
     """Append one record as one line, atomically with respect to readers, crashes and other appenders."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = to_line(record).encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    with guarded(path, "appending a record to"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
+            _repair_tail(fd, path)
+            _append_whole(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _append_whole(fd: int, line: bytes) -> None:
+    """Write ``line`` at the end and fsync it, or leave the file as it was: a write the disk refuses part
+    way (full, gone read-only) is cut off again, so no torn record stays behind."""
+    size = os.fstat(fd).st_size
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
-        _repair_tail(fd, path)
         written = os.write(fd, line)
         if written != len(line):
-            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+            raise OSError(errno.ENOSPC, f"short write: {written} of {len(line)} bytes written")
         os.fsync(fd)
-    finally:
-        os.close(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def _repair_tail(fd: int, path: Path) -> None:
@@ -144,7 +162,8 @@ def load_records(path: str | Path) -> list[Record]:
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
+    with guarded(path, "reading"):
+        data = path.read_bytes()
     records, skipped = [], []
     for n, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():

@@ -12,25 +12,29 @@ JSON dict. The key is a sha256 of everything that can change that dict:
 Each entry keeps the compiled program's optimized HLO text too (``<key>.hlo.gz``, gzip: a
 full-size step's text is tens of MB, a few MB compressed), so a hit still gives what reads the
 program after compiling: the predicted timeline (:mod:`harness.run.predicted`) simulates it.
-Entries are written atomically; an unreadable entry is a miss. Delete the directory to start over.
+Entries are written atomically and stamped with their key, the cache version and the compilers'
+versions; an entry that is cut short, corrupt or stamped otherwise is a miss, said and replaced
+(:class:`CompileCache`). Delete the directory to start over.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
 import json
-import os
-import tempfile
+import sys
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.results.provenance import library_versions
+from harness.results.storage import StorageError, write_atomic
 from harness.run.spec import WorkerSpec
 
-CACHE_VERSION = 2  # 2: entries keep the HLO text (version-1 entries had none)
+CACHE_VERSION = 3  # 2: entries keep the HLO text (version-1 entries had none); 3: entries stamped
 LIBRARIES = ("jax", "jaxlib", "flax", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt")
 _ROOT = Path(__file__).resolve().parents[2]
 # Harness code that decides how a stage is compiled and how its program is read (files or folders).
@@ -76,7 +80,14 @@ def cache_key(spec: WorkerSpec, stage: str) -> str:
 
 
 class CompileCache:
-    """A directory of ``<key>.json`` files holding static-metric dicts (and ``<key>.hlo.gz`` their programs)."""
+    """A directory of ``<key>.json`` entries holding static-metric dicts (and ``<key>.hlo.gz`` their programs).
+
+    An entry carries its key, :data:`CACHE_VERSION` and the compilers' versions; one that is cut short,
+    not JSON, or written by another cache version or other compilers (a cache folder copied from
+    another machine) is a miss, said in one line on stderr (the worker's log) naming the file, and
+    is removed so the fresh compile's result replaces it. An entry the disk refuses to take (full,
+    read-only) is said the same way and skipped: the compile's result still reaches the record.
+    """
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
@@ -85,32 +96,66 @@ class CompileCache:
         return self.directory / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
+        path = self.path(key)
         try:
-            value = json.loads(self.path(key).read_text())
-        except (OSError, ValueError):
+            entry = json.loads(path.read_bytes())
+        except FileNotFoundError:
             return None
-        return value if isinstance(value, dict) else None
+        except (OSError, ValueError) as e:
+            self._drop(path, f"unreadable ({_why(e)})")
+            return None
+        if not isinstance(entry, dict) or not isinstance(entry.get("static"), dict):
+            self._drop(path, "not a cache entry")
+            return None
+        stamp = {"key": key, "cache_version": CACHE_VERSION, "versions": _versions()}
+        if (theirs := {k: entry.get(k) for k in stamp}) != stamp:
+            self._drop(path, f"written by another harness or library version ({_diff(theirs, stamp)})")
+            return None
+        return dict(entry["static"])
 
     def put(self, key: str, value: Mapping[str, Any]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=key, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f, default=str)
-        os.replace(tmp, self.path(key))
+        entry = {"key": key, "cache_version": CACHE_VERSION, "versions": _versions(), "static": dict(value)}
+        self._write(self.path(key), json.dumps(entry, default=str).encode())
 
     def hlo_path(self, key: str) -> Path:
         return self.directory / f"{key}.hlo.gz"
 
     def get_hlo(self, key: str) -> str | None:
-        """The entry's optimized HLO text, None if it has none or it cannot be read."""
+        """The entry's optimized HLO text, None if it has none or it cannot be read (said and removed)."""
+        path = self.hlo_path(key)
         try:
-            return gzip.decompress(self.hlo_path(key).read_bytes()).decode()
-        except (OSError, EOFError, UnicodeDecodeError):
+            return gzip.decompress(path.read_bytes()).decode()
+        except FileNotFoundError:
+            return None
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
+            self._drop(path, f"unreadable ({_why(e)})")
             return None
 
     def put_hlo(self, key: str, text: str) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=key, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(gzip.compress(text.encode(), compresslevel=6))
-        os.replace(tmp, self.hlo_path(key))
+        self._write(self.hlo_path(key), gzip.compress(text.encode(), compresslevel=6))
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """Replace ``path`` whole (temporary sibling, rename); a refused write is said, not raised."""
+        try:
+            write_atomic(path, data)
+        except StorageError as e:
+            _say(f"{e}: entry not cached, the result goes to the record and the next run compiles again")
+
+    def _drop(self, path: Path, why: str) -> None:
+        _say(f"{path}: {why}: ignored and removed, compiling again")
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, (ValueError, EOFError, zlib.error)):
+        return f"cut short or corrupt: {e}"
+    return str(e)
+
+
+def _diff(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {theirs.get(k)!r}, here {ours[k]!r}" for k in ours if theirs.get(k) != ours[k])
+
+
+def _say(line: str) -> None:
+    print(f"compile cache: {line}", file=sys.stderr, flush=True)

@@ -16,7 +16,9 @@ worker; the runner adds what was stopped and where the finished records are, and
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +30,9 @@ from harness.plan.manifest import Run
 from harness.plan.variants import Sweep, Variant, select
 from harness.report.console import summary_table
 from harness.results import provenance, store
-from harness.results.lock import sweep_lock
+from harness.results.lock import HeldLock, sweep_lock
 from harness.results.record import Record, build_record
+from harness.results.storage import StorageError, pid_alive
 from harness.run import parallel
 from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
@@ -126,13 +129,28 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or resume) every selected variant, holding the sweep folder; append a record for each one that ran."""
     sweep_id = store.check_sweep_id(options.sweep_id or sweep.manifest.name)
-    with sweep_lock(Path(options.reports_dir) / sweep_id):
-        return _run_locked(
-            sweep, options, sweep_id, stream if stream is not None else sys.stderr, launcher or LocalLauncher()
-        )
+    out = stream if stream is not None else sys.stderr
+    with sweep_lock(Path(options.reports_dir) / sweep_id, say=lambda s: out.write(f"warning: {s}\n")) as held:
+        return _run_locked(sweep, options, sweep_id, out, launcher or LocalLauncher(), held)
 
 
-def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher) -> SweepResult:
+def remove_dead_scratch() -> None:
+    """Scratch folders (``$TMPDIR/harness-*``) of launchers killed outright before their worker started: a
+    worker that started removes its own (:mod:`harness.run.lifeline`); the spec names the launcher's pid."""
+    for folder in Path(tempfile.gettempdir()).glob("harness-*"):
+        spec = next(iter(sorted(folder.glob("spec*.json"))), None)
+        try:
+            pid = json.loads(spec.read_text()).get("parent_pid") if spec else None
+        except (OSError, ValueError):
+            continue
+        if isinstance(pid, int) and not pid_alive(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_locked(
+    sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO, launcher: Launcher, held: HeldLock
+) -> SweepResult:
+    remove_dead_scratch()
     manifest = sweep.manifest
     sweep_dir = Path(options.reports_dir) / sweep_id
     path = store.results_path(options.reports_dir, sweep_id)
@@ -148,7 +166,7 @@ def _run_locked(sweep: Sweep, options: SweepOptions, sweep_id: str, out: TextIO,
     eta = Eta(expected_seconds(previous, (v.id for _, v in todo)), together, jobs, {v.id for _, v in todo})
     progress = Progress(len(variants), out, eta)
     result = SweepResult(sweep_id, path)
-    run = _VariantRun(sweep, sweep_id, sweep_dir, path, cache_dir, launcher, result, context())
+    run = _VariantRun(sweep, sweep_id, sweep_dir, path, cache_dir, launcher, result, context(), held)
     for i, variant in enumerate(variants, start=1):
         if variant.id in done or launcher.submitted(variant.id):
             progress.skipped(i, variant.name, variant.id, "ok record exists" if variant.id in done else "submitted")
@@ -207,6 +225,7 @@ class _VariantRun:
     launcher: Launcher
     result: SweepResult
     where: dict[str, Any]
+    held: HeldLock
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def one(self, variant: Variant, progress: Progress) -> None:
@@ -221,6 +240,8 @@ class _VariantRun:
                 f"variant(s) of this run recorded in {self.path}; run the same command again to resume"
             )
             raise
+        except OSError as e:  # the worker's log or scratch files: the machine's storage, not the variant
+            raise StorageError(e, e.filename or log_path, "starting the worker:") from e
         if outcome is None:
             progress.finish("submitted", 0.0)
             with self.lock:
@@ -236,6 +257,7 @@ class _VariantRun:
             log_path=log_path,
         )
         with self.lock:
+            self.held.check()  # the folder is still ours: a vanished one is an error, not a new empty results file
             store.append_record(self.path, record)
             self.result.records.append(record)
         progress.finish(outcome.status, outcome.duration_s, outcome.error)

@@ -89,7 +89,7 @@ def test_cli_sweep_writes_its_report_with_the_failures(tmp_path: Path, capsys: p
     assert not (reports / "s2" / "index.html").exists() and (reports / "s2" / "results.jsonl").exists()
 
 
-def test_a_report_that_cannot_be_written_warns_and_keeps_the_results(
+def test_a_report_that_cannot_be_written_exits_3_and_keeps_the_results(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import harness.report
@@ -100,10 +100,10 @@ def test_a_report_that_cannot_be_written_warns_and_keeps_the_results(
     monkeypatch.setattr(harness.report, "write_report", broken)
     path = _manifest(tmp_path, ISOLATION[: ISOLATION.index('[[variants]]\nname = "raises"')])  # `first` only
     reports = tmp_path / "reports"
-    assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "s"]) == 0
+    assert cli.main(["sweep", str(path), "--reports", str(reports), "--sweep-id", "s"]) == 3
     err = capsys.readouterr().err
-    assert "warning: could not write the report (OSError: disk full)" in err
-    assert f"retry with: python -m harness report {reports / 's' / 'results.jsonl'}" in err
+    assert f"error: disk full writing the report in {reports / 's'}; then run the same command again" in err
+    assert f"; or: python -m harness report {reports / 's' / 'results.jsonl'})" in err
     assert len((reports / "s" / "results.jsonl").read_text().splitlines()) == 1
 
 
