@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
-from harness.metrics.attribution import label
 from harness.report.console import WIDTH, grid
+from harness.vocabulary import label
 
 INDENT = "  "
 
