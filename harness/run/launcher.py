@@ -131,7 +131,15 @@ def _tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
     return "\n".join([ln for ln in text.rstrip().splitlines() if not ln.startswith(LOG_MARK)][-lines:])
 
 
-def _exit_reason(rc: int) -> str:
+# What a process's last lines say when an allocation failed: Python's MemoryError, the dynamic
+# loader's refused mmap of a shared library (an import under an address-space limit), libc's ENOMEM
+# text, a C++ allocation failure.
+OUT_OF_MEMORY = ("MemoryError", "failed to map segment", "Cannot allocate memory", "std::bad_alloc")
+
+
+def _exit_reason(rc: int, tail: str = "") -> str:
+    if rc > 0 and any(marker in tail for marker in OUT_OF_MEMORY):
+        return f"worker ran out of memory (exited with code {rc})"
     if rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
         hint = " (out of memory, or killed from outside)" if -rc == signal.SIGKILL else ""
@@ -148,7 +156,7 @@ def classify(
         return Status.TIMEOUT, f"timed out after {timeout_s:g} s{at}\n{tail}".rstrip()
     if result.get("status") in (Status.OK, Status.FAILED) and rc in (0, 1):
         return result["status"], result.get("error")
-    return Status.CRASHED, f"{_exit_reason(rc)}\n{tail}".rstrip()
+    return Status.CRASHED, f"{_exit_reason(rc, tail)}\n{tail}".rstrip()
 
 
 def free_port() -> int:

@@ -12,6 +12,7 @@ from harness.plan.variants import load_sweep
 from harness.results.store import load_records
 from harness.run import parallel
 from harness.run.launcher import LocalLauncher
+from harness.run.measure import load_notes
 from harness.run.progress import Eta
 from harness.run.runner import SweepOptions, run_sweep
 
@@ -50,12 +51,18 @@ overrides = { "test.flops" = 4.0 }
 VOLATILE = ("started_at", "finished_at", "duration_s", "artifacts", "sweep_id", "machine", "git")
 
 
+def _stable_stage(entry: dict) -> dict:
+    """A stage without its timings and the notes the machine's load at the time gave it."""
+    loaded = load_notes((entry.get("measured") or {}).get("load") or {})
+    out = {k: v for k, v in entry.items() if k not in ("phases_s", "measured")}
+    out["notes"] = [n for n in entry.get("notes", []) if n not in loaded]
+    return out
+
+
 def _stable(record: dict) -> dict:
-    """A record without what differs between two runs of the same variant (times, samples, where)."""
+    """A record without what differs between two runs of the same variant (times, samples, where, load)."""
     out = {k: v for k, v in record.items() if k not in VOLATILE}
-    out["stages"] = {
-        s: {k: v for k, v in e.items() if k not in ("phases_s", "measured")} for s, e in out["stages"].items()
-    }
+    out["stages"] = {s: _stable_stage(e) for s, e in out["stages"].items()}
     return out
 
 
