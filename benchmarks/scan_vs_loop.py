@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from harness.plan.config import build_config
 
 from harness.metrics.accounting import covered_ns, merge_intervals
 from harness.metrics.events import COMPUTE
 from harness.metrics.trace import capture_trace
 from harness.metrics.xspace import read_trace
+from harness.model import build_config
 from ltx2 import Workload, build_mesh, build_stage
 
 WORKLOAD = Workload(height=128, width=128, num_frames=17, frame_rate=24.0, batch=2, steps=4, text_tokens=128)
