@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.hlo import HloModule
 from harness.metrics.timeline import TimelineSpec, cpu_spec, predict, sensitivity, spec_for
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.run.spec import WorkerSpec
@@ -83,7 +84,7 @@ def write_chrome(trace: dict[str, Any], where: Path) -> Path:
 
 
 def predicted_entry(
-    hlo_text: str,
+    module: HloModule,
     tl_spec: TimelineSpec,
     *,
     calls_per_video: int,
@@ -91,23 +92,28 @@ def predicted_entry(
     scope_of: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
-    prediction = predict(hlo_text, tl_spec, scope_of=scope_of)
+    prediction = predict(module, tl_spec, scope_of=scope_of)
     out = prediction.to_dict()
     step = out.get("step_s")
     out["calls_per_video"] = calls_per_video
     out["video_s"] = None if step is None else step * calls_per_video
-    out["sensitivity"] = sensitivity(hlo_text, tl_spec, factor=SENSITIVITY_FACTOR)
+    out["sensitivity"] = sensitivity(module, tl_spec, factor=SENSITIVITY_FACTOR)
     out["chrome_trace"] = str(write_chrome(prediction.chrome_trace(), where))
     return out
 
 
 def stage_prediction(
-    name: str, hlo_text: str, spec: WorkerSpec, devices: Sequence[Any], calls_per_video: int, host_loop: bool = False
+    name: str,
+    module: HloModule,
+    spec: WorkerSpec,
+    devices: Sequence[Any],
+    calls_per_video: int,
+    host_loop: bool = False,
 ) -> dict[str, Any]:
     """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring)."""
     tl_spec, calibration = timeline_spec(spec, devices)
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
-    out = predicted_entry(hlo_text, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
+    out = predicted_entry(module, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
     out["host_loop"] = host_loop
     if calibration is not None:
         out["calibration"] = calibration

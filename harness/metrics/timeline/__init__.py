@@ -1,6 +1,6 @@
 """Predict a compiled program's step timeline from its scheduled HLO, where the hardware is absent.
 
-``predict(compiled.as_text(), spec_for("v6e:2x4", "tpu", coords))`` walks the program XLA
+``predict(parse(compiled.as_text()), spec_for("v6e:2x4", "tpu", coords))`` walks the program XLA
 scheduled for the target on one device (:mod:`~harness.metrics.timeline.simulate`: compute ops at
 roofline speed plus overhead, collectives over the links their replica groups span
 (:mod:`~harness.metrics.timeline.groups`), async pairs overlapping compute, loops with collectives
@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.metrics.hlo.model import HloModule
 from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
@@ -108,12 +109,12 @@ def simulate(program: Program, spec: TimelineSpec, scope_of: Callable[[str], str
     )
 
 
-def predict(hlo_text: str, spec: TimelineSpec, *, scope_of: Callable[[str], str] | None = None) -> Prediction:
-    """The predicted step of a compiled program (``compiled.as_text()``) on ``spec``'s hardware.
+def predict(module: HloModule, spec: TimelineSpec, *, scope_of: Callable[[str], str] | None = None) -> Prediction:
+    """The predicted step of a compiled program (its parsed ``compiled.as_text()``) on ``spec``'s hardware.
     ``scope_of`` maps an instruction's ``metadata.op_name`` to a model scope (``a/b/c``): it labels
     the critical path and picks the transformer block loop for ``block_events``."""
     start = time.perf_counter()
-    prediction = simulate(build_program(hlo_text), spec, scope_of)
+    prediction = simulate(build_program(module), spec, scope_of)
     return _with_time(prediction, time.perf_counter() - start)
 
 
@@ -126,10 +127,10 @@ def step_ns(program: Program, spec: TimelineSpec) -> float:
     return Simulator(program, spec, record=False).finish()
 
 
-def sensitivity(hlo_text: str, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
+def sensitivity(module: HloModule, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
     """Each constant of ``spec`` scaled by ``1 - factor`` and ``1 + factor``: the step time at
     each, and ``most``, the constant whose range moves the step most. JSON-able."""
-    program = build_program(hlo_text)
+    program = build_program(module)
     base = step_ns(program, spec)
     out: dict[str, dict[str, float]] = {}
     for name in spec.constants:
