@@ -112,6 +112,11 @@ class ScopeStatic:
     def to_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "bytes": self.bytes, "collectives": self.collectives}
 
+    def add_collective(self, kind: str, count: float, operand_bytes: float) -> None:
+        entry = self.collectives.setdefault(kind, {"count": 0.0, "bytes": 0.0})
+        entry["count"] += count
+        entry["bytes"] += operand_bytes
+
 
 @dataclass(frozen=True)
 class CollectiveSite:
@@ -155,22 +160,20 @@ def static_by_scope(module: HloModule, scope_path: ScopePath, facts: ShardingFac
         shapes = comp.shapes
         for instr in comp.instructions:
             scope = names.of(instr.name)
-            amounts = (by_scope[scope], inferred) if instr.name in names.inferred else (by_scope[scope],)
+            guessed = inferred if instr.name in names.inferred else ScopeStatic()  # the latter: thrown away
             if instr.flops is not None:
-                for a in amounts:
-                    a.flops += instr.flops * times
+                by_scope[scope].flops += instr.flops * times
+                guessed.flops += instr.flops * times
             if not comp.running:
                 continue
-            for a in amounts:
-                a.bytes += instr.traffic * times
+            by_scope[scope].bytes += instr.traffic * times
+            guessed.bytes += instr.traffic * times
             kind = instr.collective
             if kind is None or instr.opcode.endswith("-done"):
                 continue
             own = own_collective(instr)
-            for a in amounts:
-                entry = a.collectives.setdefault(kind, {"count": 0.0, "bytes": 0.0})
-                entry["count"] += own.count * times
-                entry["bytes"] += own.operand_bytes * times
+            by_scope[scope].add_collective(kind, own.count * times, own.operand_bytes * times)
+            guessed.add_collective(kind, own.count * times, own.operand_bytes * times)
             cause = explain(instr, kind, shapes, facts, scope)
             site = sites.setdefault((scope, kind, cause.text), [0.0, 0.0, cause, instr.name])
             site[0] += own.count * times
