@@ -13,12 +13,11 @@ from harness.metrics.hlo.model import Computation, HloModule, Instruction
 from harness.metrics.hlo.text import (
     Line,
     get_tuple_index,
+    metadata,
     module_header,
-    op_name,
     read_computations,
     shape_bytes,
     source_lines,
-    stack_frame,
 )
 
 
@@ -82,7 +81,7 @@ def _instruction(
     names = called[id(line)]
     facts = collective_facts(line, names, comps, lambda other: kinds.get(id(other)))
     fused: Sequence[Line] | None = next((comps[c] for c in names if c in comps), None)
-    frame = stack_frame(line.attributes)
+    name, frame = metadata(line.attributes)
     return Instruction(
         line.name,
         line.shape,
@@ -92,7 +91,7 @@ def _instruction(
         line.attributes,
         line.literal,
         line.root,
-        op_name=op_name(line.attributes),
+        op_name=name,
         source=frames.get(frame, "") if frame is not None else "",
         callees=names,
         bytes=shape_bytes(line.shape),

@@ -9,6 +9,7 @@ module's stack-frame tables (the source line that traced an instruction). What t
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,16 +76,12 @@ class Line:
     root: bool = False
 
 
-def op_name(attributes: str) -> str:
-    """``metadata.op_name``: the JAX path of the op (``jit(f)/while/body/<scopes>/dot_general``), or ""."""
-    m = _OP_NAME.search(attributes)
-    return m.group(1) if m else ""
-
-
-def stack_frame(attributes: str) -> int | None:
-    """``metadata.stack_frame_id``: the innermost frame in the module's stack-frame table."""
-    m = _STACK_FRAME.search(attributes)
-    return int(m.group(1)) if m else None
+def metadata(attributes: str) -> tuple[str, int | None]:
+    """``metadata.op_name`` (the JAX path of the op, ``jit(f)/while/body/<scopes>/dot_general``, or "")
+    and ``metadata.stack_frame_id`` (the innermost frame in the module's stack-frame table, or None)."""
+    start = max(attributes.rfind("metadata={"), 0)  # printed last: search from there
+    name, frame = _OP_NAME.search(attributes, start), _STACK_FRAME.search(attributes, start)
+    return (name.group(1) if name else ""), (int(frame.group(1)) if frame else None)
 
 
 @dataclass(frozen=True)
@@ -96,6 +93,7 @@ class Text:
     entry: str | None
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a program repeats its few shapes thousands of times
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO shape string; tuples are summed, layouts and `<=` bounds ignored."""
     total = 0
@@ -235,6 +233,7 @@ def module_header(hlo_text: str) -> tuple[str, int]:
     return name, int(m.group(1)) if m else 1
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def shape_dims(shape: str) -> tuple[int, ...] | None:
     """Dimensions of a single-array HLO shape (``bf16[4,8]{1,0:T(8,128)}`` -> (4, 8)); None for tuples."""
     found = _ARRAY_SHAPE.findall(shape)

@@ -320,3 +320,41 @@ def test_multi_line_custom_call_keeps_its_computation() -> None:
     assert stats.by_kind["all-reduce"].count == 1  # the line after the kernel's JSON is still read
     # the dot (2 x 8 x 4 x 4) and the kernel: 4 x q elements (2x256x128) x 384 keys
     assert matmul_flops(parse(MOSAIC)) == 2 * 8 * 4 * 4 + 4 * (2 * 256 * 128) * 384
+
+
+# A predicated conditional names its branches true_computation / false_computation (an indexed one:
+# branch_computations); either way every branch is a callee that runs as ops of its own.
+CONDITIONAL = (
+    "HloModule cond, num_partitions=2\n"
+    + ADD
+    + """
+%yes (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  ROOT %ar = f32[8]{0} all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%no (b: f32[8]) -> f32[8] {
+  %b = f32[8]{0} parameter(0)
+  ROOT %neg = f32[8]{0} negate(%b)
+}
+
+ENTRY %main (c: pred[], x: f32[8]) -> f32[8] {
+  %c = pred[] parameter(0)
+  %x = f32[8]{0} parameter(1)
+  ROOT %if = f32[8]{0} conditional(%c, %x, %x), true_computation=%yes, false_computation=%no
+}
+"""
+)
+
+
+def test_every_branch_of_a_conditional_is_a_callee_that_runs() -> None:
+    module = parse(CONDITIONAL)
+    assert module.computations["main"][-1].callees == ("yes", "no")
+    assert [(c.runs, c.running) for c in (module.computations["yes"], module.computations["no"])] == [
+        (1, True),
+        (1, True),
+    ]
+    assert collective_stats(module)["all-reduce"] == CollectiveCount(
+        1, 32, 32
+    )  # an upper bound: the branch may not run
+    assert module.num_partitions == 2
