@@ -100,6 +100,8 @@ def collective_facts(
 ) -> CollectiveFacts:
     """:class:`CollectiveFacts` of one line (``kind_of``: any line's :func:`collective_kind`)."""
     kind = kind_of(line)
+    if kind is None and line.opcode not in _WRAPPERS and line.opcode != "fusion":
+        return NONE  # most ops: nothing to look up
     called = [computations[c] for c in callees if c in computations]
     role = _async_role(line, called) if line.opcode == "fusion" else None
     wraps = None

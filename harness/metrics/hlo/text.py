@@ -80,8 +80,15 @@ def metadata(attributes: str) -> tuple[str, int | None]:
     """``metadata.op_name`` (the JAX path of the op, ``jit(f)/while/body/<scopes>/dot_general``, or "")
     and ``metadata.stack_frame_id`` (the innermost frame in the module's stack-frame table, or None)."""
     start = max(attributes.rfind("metadata={"), 0)  # printed last: search from there
-    name, frame = _OP_NAME.search(attributes, start), _STACK_FRAME.search(attributes, start)
-    return (name.group(1) if name else ""), (int(frame.group(1)) if frame else None)
+    at = attributes.find('op_name="', start)
+    end = attributes.find('"', at + 9) if at >= 0 else -1
+    if at > 0 and not (attributes[at - 1].isalnum() or attributes[at - 1] == "_") and "\\" not in attributes[at:end]:
+        name = attributes[at + 9 : end] if end >= 0 else ""  # the plain case, without a regex
+    else:
+        m = _OP_NAME.search(attributes, start)
+        name = m.group(1) if m else ""
+    frame = _STACK_FRAME.search(attributes, start) if "stack_frame_id=" in attributes else None
+    return name, (int(frame.group(1)) if frame else None)
 
 
 @dataclass(frozen=True)
