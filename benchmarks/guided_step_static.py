@@ -110,13 +110,14 @@ def _abstract_inputs(cfg: Any, plan: Any, mesh: Any) -> tuple[Any, ...]:
 
 
 def _static(compiled: Any, hlo: str) -> dict[str, Any]:
-    from harness.metrics.hlo_cost import matmul_flops, memory_traffic_bytes
+    from harness.metrics.hlo import matmul_flops, memory_traffic_bytes, parse
     from harness.metrics.static import analyze_compiled
 
+    module = parse(hlo)
     return {
-        **analyze_compiled(compiled).to_dict(),
-        "matmul_flops": matmul_flops(hlo),
-        "memory_traffic_bytes": memory_traffic_bytes(hlo),
+        **analyze_compiled(compiled, module).to_dict(),
+        "matmul_flops": matmul_flops(module),
+        "memory_traffic_bytes": memory_traffic_bytes(module),
     }
 
 

@@ -9,7 +9,7 @@ Two phases, so the minutes-long compile runs once:
     #    with compiler options on top of the variant's (the naive layout with the async flags):
     <venv with the [tpu-aot] extra>/bin/python benchmarks/timeline_speed.py dump experiments/v6e.toml --variant naive \
         --label naive-async --option xla_tpu_enable_async_collective_fusion=true ...
-    # 2. time predict() (and sensitivity()) on the dump: median of --repeats runs
+    # 2. time parse + predict() (and sensitivity()) on the dump: median of --repeats runs
     python benchmarks/timeline_speed.py time /tmp/hlo/v6e-2x4-trillium-denoise_step.hlo
 
 The dump is ``<out>/<topology>-<variant>-<stage>.hlo`` and a ``.json`` beside it (topology,
@@ -98,8 +98,9 @@ def collective_forms(program: Any) -> dict[str, dict[str, int]]:
 
 
 def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[str, Any]:
-    """Median wall time of predict() (and of sensitivity()) on a dumped HLO, and the prediction."""
+    """Median wall time of parse + predict() (and of parse + sensitivity()) on a dumped HLO, and the prediction."""
     from harness.metrics import timeline
+    from harness.metrics.hlo import parse
     from ltx2 import scopes
 
     meta = json.loads(hlo_path.with_suffix(".json").read_text())
@@ -110,7 +111,7 @@ def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[s
     runs, prediction = [], None
     for _ in range(repeats):
         start = time.perf_counter()
-        prediction = timeline.predict(text, spec, scope_of=scope_of)
+        prediction = timeline.predict(parse(text), spec, scope_of=scope_of)  # parse included
         runs.append(time.perf_counter() - start)
     assert prediction is not None
     out = prediction.to_dict()
@@ -124,12 +125,12 @@ def time_predict(hlo_path: Path, repeats: int, with_sensitivity: bool) -> dict[s
         "wasted_fraction": out["wasted_fraction"],
         "exposed_ns_by_kind": out["device"]["exposed_ns_by_kind"],
         "critical_path": out["critical_path"][:5],
-        "collectives_per_step": collective_forms(timeline.build_program(text)),
+        "collectives_per_step": collective_forms(timeline.build_program(parse(text))),
         "compiler_options": meta.get("compiler_options", {}),
     }
     if with_sensitivity:
         start = time.perf_counter()
-        row["sensitivity"] = timeline.sensitivity(text, spec)
+        row["sensitivity"] = timeline.sensitivity(parse(text), spec)
         row["sensitivity_s"] = time.perf_counter() - start
     return row
 

@@ -20,7 +20,7 @@ estimate rests on (also stored with every result, see :data:`ROOFLINE_ASSUMPTION
   inefficiencies are ignored, so real steps are slower;
 * FLOPs are the matmul FLOPs of the partitioned HLO, loop bodies times their trip counts;
 * HBM time is the bytes the top-level ops (fusions, collectives) read and write, loop
-  bodies times their trip counts (:func:`harness.metrics.hlo_cost.memory_traffic_bytes`; XLA's
+  bodies times their trip counts (:func:`harness.metrics.hlo.memory_traffic_bytes`; XLA's
   own `bytes accessed` counts a loop body once, and on the small model it is ~1.4x ours
   because it also counts re-reads inside fusions), at least the argument + output bytes,
   over peak HBM bandwidth;

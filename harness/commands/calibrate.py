@@ -24,19 +24,18 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness import targets
+from harness.metrics.hlo import parse
 from harness.metrics.timeline import TimelineSpec, build_program, spec_for
 from harness.metrics.timeline import calibrate as fitting
 from harness.metrics.timeline.cpu_calibrate import CpuCalibration
 from harness.metrics.timeline.specs import spec_from_dict
 
 HELP = "fit the timeline's constants to measured traces; write a spec file (target.spec)"
-_MODULE = re.compile(r"^HloModule\s+([\w.\-]+)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,10 +75,9 @@ def program_samples(
     """The matched samples of one (program, trace) pair and what the spec file records of it."""
     from harness.metrics.xspace import read_trace  # JAX's profiler reads the trace
 
-    text = _read_text(hlo)
-    program = build_program(text)
-    m = _MODULE.match(text)
-    module = m.group(1) if m else None
+    parsed = parse(_read_text(hlo))
+    program = build_program(parsed)
+    module = parsed.name or None
     events = read_trace(trace, modules={module} if module else None).events
     devices = sorted({e.device for e in events})
     if not devices:

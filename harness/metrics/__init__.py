@@ -1,7 +1,7 @@
 """Metric extraction: static (compiled program), recompiles (jax.monitoring) and traces (jax.profiler).
 
-Importing this package loads nothing: :mod:`~harness.metrics.hlo` (HLO text parsing) is
-JAX-free; :mod:`~harness.metrics.static`,
+Importing this package loads nothing: :mod:`~harness.metrics.hlo` (the parsed HLO module) is
+JAX-free, so a report can read its constants without JAX; :mod:`~harness.metrics.static`,
 :mod:`~harness.metrics.recompile` and :mod:`~harness.metrics.trace` load JAX when imported. The
 names below stay importable from the package itself, each loading its module on first use.
 """
@@ -17,6 +17,7 @@ _HOMES = {
         "CollectiveStats",
         "collective_instructions",
         "collective_stats",
+        "parse",
         "shape_bytes",
     ),
     "recompile": ("CompileWatcher",),

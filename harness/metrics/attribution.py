@@ -1,36 +1,35 @@
 """Where a compiled program's work goes, by model scope (:mod:`ltx2.scopes`).
 
 Every HLO instruction's ``metadata.op_name`` is the JAX path it was traced under; the model's
-named scopes in that path are its *scope* (``transformer/block/ff/proj_in``). From the optimized
-HLO text alone (so compile-only programs too), per scope:
+named scopes in that path are its *scope* (``transformer/block/ff/proj_in``). From the parsed
+optimized HLO alone (:class:`harness.metrics.hlo.HloModule`, so compile-only programs too), per scope:
 
-* matmul FLOPs (:func:`harness.metrics.hlo_cost.instruction_flops` of every dot, convolution and splash
-  kernel, fused or not, attributed to its own scope);
-* bytes read and written by top-level ops (:func:`harness.metrics.hlo_cost.instruction_traffic`);
+* matmul FLOPs (``Instruction.flops`` of every dot, convolution and splash kernel, fused or not,
+  attributed to its own scope);
+* bytes read and written by ops that run as ops of their own (``Instruction.traffic``);
 * collectives by kind (count and operand bytes), each with the sharding rule that caused it where
   that can be derived (:mod:`harness.metrics.collective_cause`);
 
-every amount multiplied by how often its computation runs per call of the program (loop trip
-counts, as :mod:`harness.metrics.hlo` does). Time by scope comes from any per-instruction timeline
-through one function, :func:`time_by_scope`: the ops of a measured trace, or the events of a
-predicted timeline. An instruction with no scope in its path is *unattributed*; a fusion without
-one of its own takes the scope most of its fused instructions have; an op without metadata (XLA
-made it) takes the scope most of its users have, else its operands', else its fusion's. Pure
-Python (JAX-free).
+every amount multiplied by how often its computation runs per call of the program
+(``Computation.runs``: loop trip counts, every branch of a conditional). Time by scope comes from
+any per-instruction timeline through one function, :func:`time_by_scope`: the ops of a measured
+trace, or the events of a predicted timeline. An instruction with no scope in its path is
+*unattributed*; a fusion without one of its own takes the scope most of its fused instructions
+have; an op without metadata (XLA made it) takes the scope most of its users have, else its
+operands', else its fusion's. Those scopes are *inferred*, and coverage reports their share apart
+from the total. Pure Python (JAX-free).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.metrics import hlo, hlo_cost
 from harness.metrics.collective_cause import ShardingFacts, explain
-from harness.metrics.hlo_parse import Instruction, Module, parse_module, source_lines
+from harness.metrics.hlo.collectives import own_collective
+from harness.metrics.hlo.model import HloModule, Instruction
 from harness.vocabulary import UNATTRIBUTED
 
 ScopePath = Callable[[str], tuple[str, ...]]
@@ -38,17 +37,20 @@ ScopePath = Callable[[str], tuple[str, ...]]
 
 @dataclass(frozen=True)
 class Scopes:
-    """Instruction name -> scope (``a/b/c``, "" when unattributed) and -> source line, for one module."""
+    """Instruction name -> scope (``a/b/c``, "" when unattributed) and -> source line, for one
+    module; ``inferred``: the instructions whose scope comes from their fusion's ops, their
+    neighbours or their fusion, not their own ``op_name``."""
 
     module: str
     scope: Mapping[str, str]
     source: Mapping[str, str]
+    inferred: frozenset[str] = frozenset()
 
     def of(self, instruction: str) -> str:
         return self.scope.get(instruction, UNATTRIBUTED)
 
 
-def _from_neighbours(instrs: list[Instruction], scope: dict[str, str]) -> None:
+def _from_neighbours(instrs: tuple[Instruction, ...], scope: dict[str, str]) -> None:
     """Give an unattributed op the scope most of its users have (walking back from the end, so a
     chain of such ops inherits from the first op that has one), else most of its operands'."""
     users: dict[str, list[str]] = defaultdict(list)
@@ -65,74 +67,29 @@ def _from_neighbours(instrs: list[Instruction], scope: dict[str, str]) -> None:
                 scope[instr.name] = Counter(found).most_common(1)[0][0]
 
 
-def _module_name(hlo_text: str) -> str:
-    first = hlo_text.split("\n", 1)[0].split()
-    return first[1].rstrip(",") if len(first) > 1 and first[0] == "HloModule" else ""
-
-
-def instruction_scopes(hlo_text: str, scope_path: ScopePath, module: Module | None = None) -> Scopes:
+def instruction_scopes(module: HloModule, scope_path: ScopePath) -> Scopes:
     """Scope and source line of every instruction of an optimized HLO module."""
-    module = module or parse_module(hlo_text)
-    frames = source_lines(hlo_text)
-    own = {i.name: "/".join(scope_path(i.op_name)) for instrs in module.computations.values() for i in instrs}
+    own = {i.name: "/".join(scope_path(i.op_name)) for _, i in module.instructions()}
     scope = dict(own)
     caller: dict[str, str] = {}  # fused computation -> the fusion op running it
-    for instrs in module.computations.values():
-        for instr in instrs:
-            if instr.opcode != "fusion":
-                continue
-            for c in hlo.callees(instr):
-                caller.setdefault(c, instr.name)
-            if not own[instr.name]:
-                fused = [own[i.name] for c in hlo.callees(instr) for i in module.computations.get(c, []) if own[i.name]]
-                if fused:
-                    scope[instr.name] = Counter(fused).most_common(1)[0][0]
-    for instrs in module.computations.values():
-        _from_neighbours(instrs, scope)  # an op XLA made without metadata: its users' or operands' scope
-    for comp, instrs in module.computations.items():
-        if (fusion := caller.get(comp)) is not None:  # ... or, inside a fusion, the fusion's
-            for instr in instrs:
+    for _, instr in module.instructions():
+        if instr.opcode != "fusion":
+            continue
+        for c in instr.callees:
+            caller.setdefault(c, instr.name)
+        if not own[instr.name]:
+            fused = [own[i.name] for c in instr.callees for i in module.computations.get(c, ()) if own[i.name]]
+            if fused:
+                scope[instr.name] = Counter(fused).most_common(1)[0][0]
+    for comp in module.computations.values():
+        _from_neighbours(comp.instructions, scope)  # an op XLA made without metadata: its users' or operands' scope
+    for name, comp in module.computations.items():
+        if (fusion := caller.get(name)) is not None:  # ... or, inside a fusion, the fusion's
+            for instr in comp.instructions:
                 scope[instr.name] = scope[instr.name] or scope.get(fusion, UNATTRIBUTED)
-    source = {
-        i.name: frames[f]
-        for instrs in module.computations.values()
-        for i in instrs
-        if (f := i.stack_frame) is not None and f in frames
-    }
-    return Scopes(_module_name(hlo_text), scope, source)
-
-
-# --------------------------------------------------------------------------- how often code runs
-
-
-def executions(module: Module) -> dict[str, int]:
-    """Computation -> times it runs per call of ENTRY (loop bodies times their trip count, once
-    where unknown; every branch of a conditional once; fused computations as often as their op)."""
-    calls: dict[str, list[tuple[str, int]]] = defaultdict(list)  # callee -> (caller computation, times)
-    for name, instrs in module.computations.items():
-        for instr in instrs:
-            times = (hlo.while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
-            for callee in hlo.callees(instr):
-                calls[callee].append((name, times))
-
-    @functools.cache
-    def count(name: str) -> int:
-        if name == module.entry:
-            return 1
-        return sum(count(caller) * times for caller, times in calls.get(name, ()) if caller != name)
-
-    return {name: count(name) for name in module.computations}
-
-
-def _running(module: Module) -> set[str]:
-    """Computations whose ops run as ops of their own: ENTRY and what control flow runs (loop
-    bodies and conditions, called computations, branches), not fused computations or reducers."""
-    out = {module.entry} if module.entry else set()
-    for instrs in module.computations.values():
-        for instr in instrs:
-            if instr.opcode in hlo_cost.CONTROL_FLOW:
-                out.update(hlo.callees(instr))
-    return out
+    source = {i.name: i.source for _, i in module.instructions() if i.source}
+    inferred = frozenset(n for n, s in scope.items() if s and not own[n])
+    return Scopes(module.name, scope, source, inferred)
 
 
 # --------------------------------------------------------------------------- static, by scope
@@ -148,6 +105,11 @@ class ScopeStatic:
 
     def to_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "bytes": self.bytes, "collectives": self.collectives}
+
+    def add_collective(self, kind: str, count: float, operand_bytes: float) -> None:
+        entry = self.collectives.setdefault(kind, {"count": 0.0, "bytes": 0.0})
+        entry["count"] += count
+        entry["bytes"] += operand_bytes
 
 
 @dataclass(frozen=True)
@@ -176,35 +138,37 @@ class CollectiveSite:
         }
 
 
-def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts | None = None) -> dict[str, Any]:
+def static_by_scope(module: HloModule, scope_path: ScopePath, facts: ShardingFacts | None = None) -> dict[str, Any]:
     """FLOPs, bytes and collectives of an optimized HLO module by scope, with coverage: the share
-    of each total that has a scope. JSON-able: ``{"by_scope": {scope: {...}}, "collective_sites":
-    [...], "coverage": {"flops", "bytes", "collective_bytes"}, "module"}``."""
-    module = parse_module(hlo_text)
-    names = instruction_scopes(hlo_text, scope_path, module)
-    runs, running = executions(module), _running(module)
+    of each total that has a scope, and of that the share whose scope was inferred (:class:`Scopes`).
+    JSON-able: ``{"by_scope": {scope: {...}}, "collective_sites": [...], "coverage": {"flops",
+    "bytes", "collective_bytes", "inferred": {"flops", "bytes", "collective_bytes"}}, "module"}``."""
+    names = instruction_scopes(module, scope_path)
     by_scope: dict[str, ScopeStatic] = defaultdict(ScopeStatic)
+    inferred = ScopeStatic()  # the amounts attributed by inference, all scopes together
     sites: dict[tuple[str, str, str], list[Any]] = {}
-    for comp, instrs in module.computations.items():
-        times = runs.get(comp, 0)
+    for comp in module.computations.values():
+        times = comp.runs
         if not times:
             continue
-        shapes = {i.name: i.shape for i in instrs}
-        for instr in instrs:
+        shapes = comp.shapes
+        for instr in comp.instructions:
             scope = names.of(instr.name)
-            if (flops := hlo_cost.instruction_flops(instr, shapes)) is not None:
-                by_scope[scope].flops += flops * times
-            if comp not in running:
+            guessed = inferred if instr.name in names.inferred else ScopeStatic()  # the latter: thrown away
+            if instr.flops is not None:
+                by_scope[scope].flops += instr.flops * times
+                guessed.flops += instr.flops * times
+            if not comp.running:
                 continue
-            by_scope[scope].bytes += hlo_cost.instruction_traffic(instr, shapes, module) * times
-            kind = hlo.collective_kind(instr)
+            by_scope[scope].bytes += instr.traffic * times
+            guessed.bytes += instr.traffic * times
+            kind = instr.collective
             if kind is None or instr.opcode.endswith("-done"):
                 continue
-            own = hlo.own_collective(instr, shapes)
-            entry = by_scope[scope].collectives.setdefault(kind, {"count": 0.0, "bytes": 0.0})
-            entry["count"] += own.count * times
-            entry["bytes"] += own.operand_bytes * times
-            cause = explain(_grouped(instr, module), kind, shapes, facts, scope)
+            own = own_collective(instr)
+            by_scope[scope].add_collective(kind, own.count * times, own.operand_bytes * times)
+            guessed.add_collective(kind, own.count * times, own.operand_bytes * times)
+            cause = explain(instr, kind, shapes, facts, scope)
             site = sites.setdefault((scope, kind, cause.text), [0.0, 0.0, cause, instr.name])
             site[0] += own.count * times
             site[1] += own.operand_bytes * times
@@ -216,33 +180,30 @@ def static_by_scope(hlo_text: str, scope_path: ScopePath, facts: ShardingFacts |
         "module": names.module,
         "by_scope": {s: v.to_dict() for s, v in sorted(by_scope.items())},
         "collective_sites": [s.to_dict() for s in collective_sites],
-        "coverage": _static_coverage(by_scope),
+        "coverage": _static_coverage(by_scope, inferred),
     }
 
 
-def _grouped(instr: Instruction, module: Module) -> Instruction:
-    """A TPU reduce-scatter fusion names its device groups on the all-reduce it calls: the fusion
-    with that op's attributes appended (so its cause can be derived), else the op itself."""
-    if instr.opcode != "fusion" or "replica_groups" in instr.attributes:
-        return instr
-    for callee in hlo.callees(instr):
-        for inner in module.computations.get(callee, ()):
-            if "replica_groups" in inner.attributes:
-                return dataclasses.replace(instr, attributes=f"{instr.attributes}, {inner.attributes}")
-    return instr
-
-
-def _static_coverage(by_scope: Mapping[str, ScopeStatic]) -> dict[str, float | None]:
-    def share(values: Mapping[str, float]) -> float | None:
-        total = sum(values.values())
-        return None if total <= 0 else 1.0 - values.get(UNATTRIBUTED, 0.0) / total
-
-    coll = {s: sum(c["bytes"] for c in v.collectives.values()) for s, v in by_scope.items()}
+def _totals(amounts: ScopeStatic) -> dict[str, float]:
     return {
-        "flops": share({s: v.flops for s, v in by_scope.items()}),
-        "bytes": share({s: v.bytes for s, v in by_scope.items()}),
-        "collective_bytes": share(coll),
+        "flops": amounts.flops,
+        "bytes": amounts.bytes,
+        "collective_bytes": sum(c["bytes"] for c in amounts.collectives.values()),
     }
+
+
+def _static_coverage(by_scope: Mapping[str, ScopeStatic], inferred: ScopeStatic) -> dict[str, Any]:
+    """Share of each total that has a scope, and (``inferred``) the share whose scope was inferred."""
+    totals = {s: _totals(v) for s, v in by_scope.items()}
+    out: dict[str, Any] = {}
+    guessed: dict[str, float | None] = {}
+    for key in ("flops", "bytes", "collective_bytes"):
+        total = sum(t[key] for t in totals.values())
+        unattributed = totals.get(UNATTRIBUTED, {}).get(key, 0.0)
+        out[key] = None if total <= 0 else 1.0 - unattributed / total
+        guessed[key] = None if total <= 0 else _totals(inferred)[key] / total
+    out["inferred"] = guessed
+    return out
 
 
 # --------------------------------------------------------------------------- time, by scope
@@ -271,8 +232,3 @@ def rollup(amounts: Mapping[str, float], depth: int) -> dict[str, float]:
     for scope, value in amounts.items():
         out["/".join(scope.split("/")[:depth])] += value
     return dict(out)
-
-
-def instruction_table(instrs: Iterable[Instruction], scope_path: ScopePath) -> dict[str, str]:
-    """Instruction name -> scope for instructions parsed elsewhere (e.g. a simulator's program)."""
-    return {i.name: "/".join(scope_path(i.op_name)) for i in instrs}

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.metrics.hlo_parse import Instruction, shape_dims
-from harness.metrics.replica_groups import device_groups
+from harness.metrics.hlo.model import Instruction
+from harness.metrics.hlo.text import shape_dims
 
 _DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
 
@@ -80,13 +80,6 @@ class Cause:
 
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.replace("{", "").replace("}", "").split(",") if x.strip()]
-
-
-def groups(attributes: str) -> list[list[int]] | None:
-    """The device groups of a collective (:func:`harness.metrics.replica_groups.device_groups`: every
-    printed form, mesh sub-axes included); ``[[]]`` for ``replica_groups={}`` (all devices); None if
-    the op names none."""
-    return device_groups(attributes)
 
 
 def spanned_axes(device_groups: Sequence[Sequence[int]], mesh: Sequence[tuple[str, int]]) -> tuple[str, ...]:
@@ -188,8 +181,9 @@ def _contracted(axes: tuple[str, ...], facts: ShardingFacts, scope: str, what: s
 
 
 def explain(instr: Instruction, kind: str, shapes: Mapping[str, str], facts: ShardingFacts | None, scope: str) -> Cause:
-    """The cause of one collective op (see the module docstring)."""
-    device_groups = groups(instr.attributes)
+    """The cause of one collective op (see the module docstring); its device groups are the ones the
+    parse resolved (``Instruction.groups``: a TPU reduce-scatter fusion's are its all-reduce's)."""
+    device_groups = instr.groups
     if facts is None or device_groups is None:
         return Cause((), None, "mesh unknown: no cause derived")
     axes = spanned_axes(device_groups, facts.mesh)

@@ -23,7 +23,7 @@ from typing import Any
 
 import jax
 
-from harness.metrics.hlo import CollectiveStats, collective_stats
+from harness.metrics.hlo import CollectiveStats, HloModule, collective_stats, parse
 
 
 @dataclass(frozen=True)
@@ -136,12 +136,13 @@ def cost_metrics(cost: object | None) -> CostMetrics | None:
     return CostMetrics(get("flops"), get("bytes accessed"), get("transcendentals"))
 
 
-def analyze_compiled(compiled: jax.stages.Compiled) -> StaticMetrics:
-    """Collectives, memory and cost of an already compiled program."""
+def analyze_compiled(compiled: jax.stages.Compiled, module: HloModule | None = None) -> StaticMetrics:
+    """Collectives, memory and cost of an already compiled program (``module``: its text, already
+    parsed, else parsed here)."""
     platform = compiled_platform(compiled)
     return StaticMetrics(
         platform=platform,
-        collectives=collective_stats(compiled.as_text() or ""),
+        collectives=collective_stats(module if module is not None else parse(compiled.as_text() or "")),
         memory=memory_metrics(compiled.memory_analysis(), platform),
         cost=cost_metrics(compiled.cost_analysis()),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,7 @@ class TraceMetrics:
     by_scope: dict[str, float] = field(default_factory=dict)  # ns per step, mean over devices
     scope_coverage: float | None = None  # share of op self time with a model scope
     xprof: dict[str, Any] | None = None  # XProf's op-profile numbers (:func:`xprof_profile`)
+    scope_inferred: float | None = None  # share of op self time whose scope was inferred (Scopes.inferred)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -87,6 +88,7 @@ class TraceMetrics:
             "by_scope": self.by_scope,
             "scope_coverage": self.scope_coverage,
             "xprof": self.xprof,
+            "scope_inferred": self.scope_inferred,
         }
 
 
@@ -218,7 +220,14 @@ def analyze_trace(
         by_scope=dict(by_scope),
         scope_coverage=coverage(by_scope) if scopes else None,
         xprof=xprof_profile(table, xspace),
+        scope_inferred=_inferred_share(table.events, scopes) if scopes else None,
     )
+
+
+def _inferred_share(events: Sequence[OpEvent], scopes: Scopes) -> float | None:
+    """Share of the ops' self time whose scope was inferred, not named by the op itself."""
+    total = sum(e.exclusive_ns for e in events)
+    return None if total <= 0 else sum(e.exclusive_ns for e in events if e.op in scopes.inferred) / total
 
 
 __all__ = [

@@ -62,15 +62,25 @@ def trace_block(r: Record, stage: str, entry: StageEntry, out_dir: str | Path) -
     )
 
 
+def _attributed(share: float | None, inferred: float | None) -> str:
+    """The share of a total with a scope, and how much of it was inferred (records that say)."""
+    return fmt_pct(share) + (f" ({fmt_pct(inferred)} inferred)" if inferred else "")
+
+
+def _static_attributed(cov: Mapping[str, Any], key: str) -> str:
+    return _attributed(cov.get(key), (cov.get("inferred") or {}).get(key))
+
+
 def coverage_line(entry: StageEntry) -> str:
     trace, attribution = entry.trace or {}, (entry.static or {}).get("attribution") or {}
     cov = attribution.get("coverage") or {}
     by_scope = trace.get("by_scope") or {}
     rest = by_scope.get(UNATTRIBUTED)
     return (
-        f'<p class="coverage">Attributed to a model scope: traced op time {fmt_pct(trace.get("scope_coverage"))}'
-        f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {fmt_pct(cov.get('flops'))}, "
-        f"bytes {fmt_pct(cov.get('bytes'))}, collective bytes {fmt_pct(cov.get('collective_bytes'))}.</p>"
+        '<p class="coverage">Attributed to a model scope: traced op time '
+        f"{_attributed(trace.get('scope_coverage'), trace.get('scope_inferred'))}"
+        f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {_static_attributed(cov, 'flops')}, "
+        f"bytes {_static_attributed(cov, 'bytes')}, collective bytes {_static_attributed(cov, 'collective_bytes')}.</p>"
     )
 
 
@@ -278,12 +288,14 @@ def coverage_section(records: Sequence[Record]) -> str:
             if not trace.get("scope_coverage") and not cov:
                 continue
             rest = (trace.get("by_scope") or {}).get(UNATTRIBUTED)
-            values = [trace.get("scope_coverage"), cov.get("flops"), cov.get("bytes"), cov.get("collective_bytes")]
+            traced = trace.get("scope_coverage")
+            statics = [(_static_attributed(cov, k), cov.get(k)) for k in ("flops", "bytes", "collective_bytes")]
+            values = [(_attributed(traced, trace.get("scope_inferred")), traced), *statics]
             rows.append(
                 f'<tr data-variant="{e(r.variant.name)}">'
                 + ui.cell(r.variant.name, left=True)
                 + ui.cell(stage, left=True)
-                + "".join(ui.cell(fmt_pct(v), v if v is not None else -1) for v in values)
+                + "".join(ui.cell(text, v if v is not None else -1) for text, v in values)
                 + ui.cell(_ms_ns(rest) if rest else "-", rest or 0)
                 + "</tr>"
             )
@@ -294,7 +306,8 @@ def coverage_section(records: Sequence[Record]) -> str:
         '<section id="coverage"><h2>Attribution coverage</h2>'
         + ui.table(head, rows, "coverage-table", 2)
         + '<p class="note">Share of each total that maps to a model scope ("-": nothing to attribute, e.g. no '
-        "collectives).</p></section>"
+        "collectives); <em>inferred</em>: the part whose scope comes from the op's fused ops, neighbours or "
+        "fusion, not its own name.</p></section>"
     )
 
 

@@ -3,8 +3,9 @@ and the variant's config, mesh and devices it is built on (:func:`open_model`).
 
 Every compile of a stage gets the variant's ``target.compiler_options`` (the run compiles with them too:
 the launcher puts them in the backend's flags, :func:`harness.run.launcher.worker_env`).
-A compiled stage keeps its optimized HLO text (:attr:`JaxStage.hlo_text`) for analyses that
-read the scheduled program: attribution of FLOPs, bytes and collectives to the model's named
+A compiled stage keeps its optimized HLO text (:attr:`JaxStage.hlo_text`), parsed once
+(:func:`harness.metrics.hlo.parse`) for every analysis that reads the scheduled program: static
+metrics, attribution of FLOPs, bytes and collectives to the model's named
 scopes (``static["attribution"]``), and the table that maps a trace's ops to scopes.
 """
 
@@ -23,8 +24,7 @@ from jax.sharding import Mesh
 from harness import targets
 from harness.metrics.attribution import Scopes, instruction_scopes, static_by_scope
 from harness.metrics.collective_cause import ParamLayout, ShardingFacts
-from harness.metrics.hlo import collective_instructions
-from harness.metrics.hlo_cost import matmul_flops, memory_traffic_bytes
+from harness.metrics.hlo import HloModule, collective_instructions, matmul_flops, memory_traffic_bytes, parse
 from harness.metrics.static import CompilerOptionError, analyze_compiled, lower_and_compile
 from harness.model import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
@@ -43,6 +43,16 @@ class JaxStage:
     uses_jax: bool = True
     mesh: Mesh | None = None
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the variant's target's
+    _parsed: tuple[str, HloModule] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def hlo(self) -> HloModule | None:
+        """:attr:`hlo_text` parsed, once per text (the worker may set the text from its compile cache)."""
+        if self.hlo_text is None:
+            return None
+        if self._parsed is None or self._parsed[0] is not self.hlo_text:
+            self._parsed = (self.hlo_text, parse(self.hlo_text))
+        return self._parsed[1]
 
     @property
     def name(self) -> str:
@@ -63,13 +73,15 @@ class JaxStage:
         p = self.program
         compiled, timing = lower_and_compile(p.fn, *p.abstract_args, compiler_options=self.compiler_options)
         self.hlo_text = compiled.as_text() or ""
-        out = dataclasses.replace(analyze_compiled(compiled), timing=timing).to_dict()
-        attribution = static_by_scope(self.hlo_text, scopes.scope_path, sharding_facts(p, self.mesh))
+        module = self.hlo
+        assert module is not None
+        out = dataclasses.replace(analyze_compiled(compiled, module), timing=timing).to_dict()
+        attribution = static_by_scope(module, scopes.scope_path, sharding_facts(p, self.mesh))
         return {
             **out,
             "analytic_flops": p.analytic_flops,
-            "matmul_flops": matmul_flops(self.hlo_text),
-            "memory_traffic_bytes": memory_traffic_bytes(self.hlo_text),
+            "matmul_flops": matmul_flops(module),
+            "memory_traffic_bytes": memory_traffic_bytes(module),
             "attribution": attribution,
             **p.extra,
         }
@@ -82,8 +94,10 @@ class JaxStage:
                 self.program.fn, *self.program.abstract_args, compiler_options=self.compiler_options
             )
             self.hlo_text = compiled.as_text() or ""
-        names = instruction_scopes(self.hlo_text, scopes.scope_path)
-        return ({names.module} if names.module else None), collective_instructions(self.hlo_text), names
+        module = self.hlo
+        assert module is not None
+        names = instruction_scopes(module, scopes.scope_path)
+        return ({names.module} if names.module else None), collective_instructions(module), names
 
     def prepare(self) -> None:
         self.args = jax.block_until_ready(self.program.make_args(self.seed))

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.hlo import HloModule
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
 from harness.metrics.timeline.compare import compare_program
@@ -116,7 +117,7 @@ def write_chrome(trace: dict[str, Any], where: Path) -> Path:
 
 
 def predicted_entry(
-    hlo_text: str,
+    module: HloModule,
     tl_spec: TimelineSpec,
     *,
     calls_per_video: int,
@@ -125,7 +126,7 @@ def predicted_entry(
 ) -> dict[str, Any]:
     """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
     start = time.perf_counter()
-    program = build_program(hlo_text)
+    program = build_program(module)
     prediction = simulate(program, tl_spec, scope_of)
     out = prediction.to_dict()
     out["simulate_s"] = time.perf_counter() - start
@@ -140,19 +141,25 @@ def predicted_entry(
     peaks = {"peak_flops_per_s": tl_spec.value("peak_flops_per_s"), "hbm_bytes_per_s": tl_spec.value("hbm_bytes_per_s")}
     out["xprof"] = xprof_entry(prediction.events, costs, opcodes, **peaks)
     out["xplane"] = str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks))
-    agreement = compare_program(hlo_text, tl_spec)
+    agreement = compare_program(program, tl_spec)
     if agreement is not None:
         out["compiler_agreement"] = agreement.to_dict()
     return out
 
 
 def stage_prediction(
-    name: str, hlo_text: str, spec: WorkerSpec, devices: Sequence[Any], calls_per_video: int, host_loop: bool = False
+    name: str,
+    hlo_text: str,
+    module: HloModule,
+    spec: WorkerSpec,
+    devices: Sequence[Any],
+    calls_per_video: int,
+    host_loop: bool = False,
 ) -> dict[str, Any]:
     """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring)."""
     tl_spec, calibration = timeline_spec(spec, devices)
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
-    out = predicted_entry(hlo_text, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
+    out = predicted_entry(module, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
     out["host_loop"] = host_loop
     if calibration is not None:
         out["calibration"] = calibration

@@ -178,13 +178,15 @@ def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str
     if not stage.uses_jax or not stage.hlo_text:
         return None
     try:
+        from harness.metrics.hlo import parse
         from harness.run.predicted import stage_prediction
 
         mesh = getattr(stage, "mesh", None)  # a JaxStage's mesh: its devices' coordinates place the collectives
         devices = list(mesh.devices.flat) if mesh is not None else []
         program = getattr(stage, "program", None)  # a host loop around the program: one call is not one step
         host_loop = getattr(program, "host_run", None) is not None
-        return stage_prediction(name, stage.hlo_text, spec, devices, stage.calls_per_video, host_loop)
+        module = getattr(stage, "hlo", None) or parse(stage.hlo_text)  # a JaxStage's: parsed for its static metrics
+        return stage_prediction(name, stage.hlo_text, module, spec, devices, stage.calls_per_video, host_loop)
     except Exception as e:
         notes.append(f"predicted: not simulated ({type(e).__name__}: {str(e)[:300]})")
         say(f"{name}: prediction failed:\n{error_text(e)}")

@@ -284,13 +284,13 @@ def test_fork_block_and_text_kv_follow_the_config(models: dict) -> None:
 
 def _step_matmul_flops(model: LTX2Transformer, plan: Plan, x: Latents, text: TextEmbeddings) -> int:
     """Matmul FLOPs of one compiled step (the harness's HLO count: 2 x m x n x k per dot)."""
-    from harness.metrics.hlo_cost import matmul_flops
+    from harness.metrics.hlo import matmul_flops, parse
 
     graphdef, state = nnx.split(model)
     kv = text_kv_once(graphdef, state, text, plan=plan)
     scalars = [jnp.float32(v) for v in (0.8, 0.7, 800.0)]
     lowered = denoise_step.lower(graphdef, state, x, text, *scalars, GuidanceConfig().scales(), kv, plan=plan)
-    return matmul_flops(lowered.compile(FAST_COMPILE).as_text())
+    return matmul_flops(parse(lowered.compile(FAST_COMPILE).as_text()))
 
 
 def test_each_knob_removes_the_work_it_names(models: dict) -> None:

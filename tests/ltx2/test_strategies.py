@@ -24,7 +24,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from harness.metrics.hlo import collective_stats
+from harness.metrics.hlo import collective_stats, parse
 from ltx2 import sharding
 from ltx2.config import TransformerConfig
 from ltx2.rope import av_rope, prepare_audio_coords, prepare_video_coords
@@ -212,14 +212,14 @@ def test_ladder_step_tiny_equals_replicated(step: int, ladder: tuple[str, ...], 
 def test_ladder_small_equals_replicated_and_each_fix_gathers_fewer_bytes(ladder: tuple[str, ...], mesh: Mesh) -> None:
     """The whole ``small`` denoising step of each ladder step: replicated numbers, and all-gather
     bytes (what arrives per device) strictly down at each fix."""
-    gathered = [collective_stats(_check_step("small", s, mesh))["all-gather"].result_bytes for s in ladder]
+    gathered = [collective_stats(parse(_check_step("small", s, mesh)))["all-gather"].result_bytes for s in ladder]
     print("all-gather bytes per step (small):", dict(zip(ladder, gathered, strict=True)))
     assert gathered[0] > gathered[1] > gathered[2]
 
 
 def test_ladder_block_collectives(ladder: tuple[str, ...], mesh: Mesh) -> None:
     """One ``small`` block: fixing the FFN input kernel, then Q/K/V, each removes all-gathered bytes."""
-    stats = {s: collective_stats(_block_hlo("small", s, mesh)) for s in ladder}
+    stats = {s: collective_stats(parse(_block_hlo("small", s, mesh))) for s in ladder}
     for name, st in stats.items():
         print(f"{name:<26} all-gather {st['all-gather'].count} / {st['all-gather'].result_bytes:,} B")
     gathered = [stats[s]["all-gather"].result_bytes for s in ladder]
@@ -418,7 +418,7 @@ TABLE_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "coll
 def test_block_collectives_per_strategy(mesh: Mesh) -> None:
     """``small``, batch 2, 128 video / 32 audio / 32 text tokens, fsdp=2 x context=2 x tensor=2.
     Bytes are per device per block: all-gather result bytes (what arrives), others operand bytes."""
-    stats = {s: collective_stats(_block_hlo("small", s, mesh)) for s in STRATEGIES}
+    stats = {s: collective_stats(parse(_block_hlo("small", s, mesh))) for s in STRATEGIES}
     header = f"{'strategy':<11}" + "".join(f"{k + ' n/bytes':>28}" for k in TABLE_KINDS)
     print("\ncollectives per transformer block (small, fsdp=2 context=2 tensor=2)\n" + header)
     for name, st in stats.items():

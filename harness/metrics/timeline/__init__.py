@@ -1,6 +1,6 @@
 """Predict a compiled program's step timeline from its scheduled HLO, where the hardware is absent.
 
-``predict(compiled.as_text(), spec_for("v6e:2x4", "tpu", coords))`` walks the program XLA
+``predict(parse(compiled.as_text()), spec_for("v6e:2x4", "tpu", coords))`` walks the program XLA
 scheduled for the target on one device (:mod:`~harness.metrics.timeline.simulate`: compute ops at
 roofline speed plus overhead, collectives over the links their replica groups span
 (:mod:`~harness.metrics.timeline.groups`), async pairs overlapping compute, loops with collectives
@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.metrics.hlo.model import HloModule
 from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
@@ -109,12 +110,12 @@ def simulate(program: Program, spec: TimelineSpec, scope_of: Callable[[str], str
     )
 
 
-def predict(hlo_text: str, spec: TimelineSpec, *, scope_of: Callable[[str], str] | None = None) -> Prediction:
-    """The predicted step of a compiled program (``compiled.as_text()``) on ``spec``'s hardware.
+def predict(module: HloModule, spec: TimelineSpec, *, scope_of: Callable[[str], str] | None = None) -> Prediction:
+    """The predicted step of a compiled program (its parsed ``compiled.as_text()``) on ``spec``'s hardware.
     ``scope_of`` maps an instruction's ``metadata.op_name`` to a model scope (``a/b/c``): it labels
     the critical path and picks the transformer block loop for ``block_events``."""
     start = time.perf_counter()
-    prediction = simulate(build_program(hlo_text), spec, scope_of)
+    prediction = simulate(build_program(module), spec, scope_of)
     return _with_time(prediction, time.perf_counter() - start)
 
 
@@ -127,10 +128,10 @@ def step_ns(program: Program, spec: TimelineSpec) -> float:
     return Simulator(program, spec, record=False).finish()
 
 
-def sensitivity(hlo_text: str | Program, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
+def sensitivity(module: HloModule | Program, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
     """Each rate and time constant of ``spec`` scaled by ``1 - factor`` and ``1 + factor``: the step
     time at each, and ``most``, the constant whose range moves the step most. JSON-able."""
-    program = build_program(hlo_text) if isinstance(hlo_text, str) else hlo_text
+    program = build_program(module) if isinstance(module, HloModule) else module
     base = step_ns(program, spec)
     out: dict[str, dict[str, float]] = {}
     for name in (k for k, c in spec.constants.items() if c.scalable):
@@ -153,14 +154,14 @@ def _faster(constant: Constant) -> float:
     return 1.0 / up if constant.unit == "s" else up
 
 
-def uncertainty(hlo_text: str | Program, spec: TimelineSpec) -> dict[str, Any]:
+def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, Any]:
     """The step's interval from its constants' stated uncertainty (:attr:`Constant.rel_uncertainty`):
     the step with every rate and time constant at its fast bound together (``fast``), at its slow
     bound (``slow``), and each one alone at either bound (``<constant>:fast`` / ``:slow``).
     ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
     predictions on the same spec can be compared point by point (:func:`harness.results.uncertain.
     ordering`: an order that flips at some point is a tie). JSON-able."""
-    program = build_program(hlo_text) if isinstance(hlo_text, str) else hlo_text
+    program = build_program(module) if isinstance(module, HloModule) else module
     points = {"base": step_ns(program, spec)}
     fast, slow = spec, spec
     for name, c in spec.constants.items():

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.metrics.hlo.model import HloModule
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import NS, Simulator
 from harness.metrics.timeline.specs import TimelineSpec
@@ -91,7 +92,7 @@ def agreement(
     return Agreement(len(names), stats.spearman(pred, comp), median, unit, tuple(off[:WORST]))
 
 
-def compare_program(hlo_text: str, spec: TimelineSpec, clock_hz: float | None = None) -> Agreement | None:
-    """:func:`agreement` of one compiled program's text on ``spec`` (None: no estimates in it)."""
-    program = build_program(hlo_text)
+def compare_program(module: HloModule | Program, spec: TimelineSpec, clock_hz: float | None = None) -> Agreement | None:
+    """:func:`agreement` of one compiled program on ``spec`` (None: no estimates in it)."""
+    program = build_program(module) if isinstance(module, HloModule) else module
     return agreement(op_prices(program, spec), compiler_estimates(program), clock_hz)

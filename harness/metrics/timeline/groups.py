@@ -1,16 +1,9 @@
 """Which devices a collective spans, and which physical links carry it.
 
-Replica groups as optimized HLO prints them (ids are the program's device-assignment indices,
-``use_global_device_ids=true`` under SPMD):
-
-* explicit ``replica_groups={{0,1},{2,3}}``;
-* iota ``replica_groups=[2,4]<=[8]`` (``iota(8)`` reshaped to 2 groups of 4) and transposed
-  ``[4,2]<=[2,4]T(1,0)`` (``iota(8).reshape(2,4).transpose(1,0).reshape(4,2)``);
-* mesh axes ``replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}`` (devices, optionally
-  permuted by ``device_ids=([2,2,2]T(0,2,1))``, laid out on that mesh; a group is the devices that
-  differ only along the listed axes), as libtpu 0.0.42 prints them;
-* empty ``replica_groups={}``: all devices in one group;
-* ``source_target_pairs={{0,1},{1,0}}`` (collective-permute): each pair is a transfer.
+The device groups are read once, with the module (``Instruction.groups``, every printed form:
+:mod:`harness.metrics.hlo.replica_groups`; ids are the program's device-assignment indices,
+``use_global_device_ids=true`` under SPMD); empty or absent groups mean all devices in one group,
+and a collective-permute's ``source_target_pairs`` are each a transfer.
 
 Links: on a TPU torus a group uses the ICI dimensions along which its devices' chip coordinates
 differ. A dimension whose group covers the whole ring and which wraps around carries a
@@ -28,24 +21,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.metrics.replica_groups import device_groups, pairs
+from harness.metrics.hlo.model import Groups
 from harness.metrics.timeline.specs import TimelineSpec, Topology
 
-Groups = tuple[tuple[int, ...], ...]
 
-
-def replica_groups(attributes: str, num_devices: int) -> Groups:
-    """The device groups of a collective's attributes (:mod:`harness.metrics.replica_groups`); one
-    group of all ``num_devices`` when the groups are empty or absent."""
-    found = device_groups(attributes)
-    if not found or not any(found):
+def all_devices(groups: Groups | None, num_devices: int) -> Groups:
+    """A collective's device groups as parsed; one group of all ``num_devices`` when they are
+    empty or absent."""
+    if not groups or not any(groups):
         return (tuple(range(num_devices)),)
-    return tuple(tuple(g) for g in found)
-
-
-def permute_pairs(attributes: str) -> tuple[tuple[int, int], ...]:
-    """``source_target_pairs`` of a collective-permute, as (source, target)."""
-    return pairs(attributes)
+    return groups
 
 
 @dataclass(frozen=True)

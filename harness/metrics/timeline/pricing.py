@@ -27,9 +27,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.metrics import hlo
-from harness.metrics.hlo_cost import instruction_flops
-from harness.metrics.hlo_parse import Instruction, Module, shape_dims
+from harness.metrics.hlo.cost import instruction_flops
+from harness.metrics.hlo.model import HloModule, Instruction
+from harness.metrics.hlo.text import Line, shape_dims
 from harness.metrics.timeline.specs import TimelineSpec
 
 CURVE_PREFIX = "matmul_eff_n"
@@ -61,7 +61,7 @@ def _prod(values: Sequence[int]) -> int:
     return math.prod(values) if values else 1
 
 
-def matmul_of(instr: Instruction, shapes: Mapping[str, str]) -> Matmul | None:
+def matmul_of(instr: Line, shapes: Mapping[str, str]) -> Matmul | None:
     """The :class:`Matmul` of a ``dot`` or ``convolution`` (None for any other op or an unreadable one)."""
     if instr.opcode not in ("dot", "convolution") or len(instr.operands) < 2:
         return None
@@ -89,7 +89,7 @@ def matmul_of(instr: Instruction, shapes: Mapping[str, str]) -> Matmul | None:
     return Matmul(1, m, features, k, float(flops))
 
 
-def matmuls(instr: Instruction, module: Module, shapes: Mapping[str, str]) -> list[Matmul]:
+def matmuls(instr: Instruction, module: HloModule, shapes: Mapping[str, str]) -> list[Matmul]:
     """The matmuls one execution of ``instr`` runs: itself, or the dots and convolutions of the
     fusions (and nested fusions) it calls. ``shapes``: instruction name -> shape, module-wide."""
     own = matmul_of(instr, shapes)
@@ -99,7 +99,7 @@ def matmuls(instr: Instruction, module: Module, shapes: Mapping[str, str]) -> li
         return []
     out: list[Matmul] = []
     seen: set[str] = set()
-    stack = [c for c in hlo.callees(instr) if c in module.computations]
+    stack = [c for c in instr.callees if c in module.computations]
     while stack:
         name = stack.pop()
         if name in seen:
@@ -110,7 +110,7 @@ def matmuls(instr: Instruction, module: Module, shapes: Mapping[str, str]) -> li
             if one is not None:
                 out.append(one)
             elif inner.opcode == "fusion":
-                stack += [c for c in hlo.callees(inner) if c in module.computations]
+                stack += [c for c in inner.callees if c in module.computations]
     return out
 
 

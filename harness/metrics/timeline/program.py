@@ -8,11 +8,11 @@ Classes of instruction:
   ``-done`` and ``dynamic-slice-start``/``-done``: prefetches run by DMA engines beside compute;
   their HBM traffic is not priced, the ops that read the result are);
 * ``compute``: everything else that runs, priced by its matmul FLOPs (a fusion: those of the
-  computations it calls; the splash kernel: :func:`harness.metrics.hlo_cost.instruction_flops`) and
-  the bytes it reads and writes (:func:`harness.metrics.hlo_cost.instruction_traffic`);
+  computations it calls; the splash kernel: its own) and the bytes it reads and writes (both read
+  once by :func:`harness.metrics.hlo.parse`: ``Instruction.flops`` and ``traffic``);
 * ``sync`` / ``start`` / ``done``: collectives (a TPU reduce-scatter fusion is a sync
   reduce-scatter; ``async-start`` calling a collective is that collective's start; a TPU async
-  collective fusion, :func:`harness.metrics.hlo.async_collective_fusion`, whose computation ends in
+  collective fusion (``Instruction.async_role``), whose computation ends in
   the ``AsyncCollectiveStart`` / ``-Done`` custom call, is a start / done; a ``call-start`` /
   ``call-done`` pair running a collective on another execution thread -- libtpu 0.0.42.1 schedules
   the tpu7x step's all-gathers and all-reduces this way, ``async_execution_thread="sparsecore"``
@@ -20,21 +20,20 @@ Classes of instruction:
 * ``continuation``: a TPU compute fusion that also advances an async collective fusion (libtpu's
   ``xla_tpu_enable_async_collective_fusion_multiple_steps``): compute, priced by its own FLOPs and
   bytes (the collective's state it passes through left out); the transfer runs from start to done;
-* ``while`` / ``call`` / ``conditional``: control flow, run by the simulator.
+* ``while`` / ``call`` / ``conditional``: control flow, run by the simulator (every branch of a
+  conditional: the module's callees, :mod:`harness.metrics.hlo.model`).
 
 Pure Python.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from harness.metrics import hlo, hlo_cost
 from harness.metrics.aot import ring_wire_bytes
-from harness.metrics.hlo_parse import Instruction, Module, aliased_operands, parse_module, shape_bytes
-from harness.metrics.timeline.groups import Groups, permute_pairs, replica_groups
+from harness.metrics.hlo.model import HloModule, Instruction
+from harness.metrics.hlo.text import aliased_operands, shape_bytes
+from harness.metrics.timeline.groups import Groups, all_devices
 
 FREE = frozenset(
     {
@@ -61,9 +60,6 @@ FREE = frozenset(
     }
 )
 _PASS_THROUGH = frozenset({"bitcast", "opt-barrier", "copy-start", "copy-done", "async-update", "add-dependency"})
-_BRANCHES = re.compile(r"\b(?:true_computation|false_computation)=%?([\w.\-]+)")
-_NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
-_INDEX = re.compile(r"\bindex=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -94,9 +90,9 @@ class Op:
 
 @dataclass
 class Program:
-    """Every computation's ops in schedule order, the ENTRY computation, roots and device count."""
+    """Every running computation's ops in schedule order, the module they come from and its device count."""
 
-    module: Module
+    module: HloModule
     ops: dict[str, list[Op]] = field(default_factory=dict)
     num_devices: int = 1
     unknown_trip_counts: list[str] = field(default_factory=list)
@@ -107,147 +103,87 @@ class Program:
             raise ValueError("HLO text has no ENTRY computation")
         return self.module.entry
 
-
-def _async_collective(instr: Instruction, module: Module) -> Instruction | None:
-    """The collective an ``async-start`` runs (its ``calls=`` computation holds it), else None."""
-    for callee in hlo.callees(instr):
-        for inner in module.computations.get(callee, ()):
-            if hlo.collective_kind(inner) is not None:
-                return inner
-    return None
+    def root(self, computation: str) -> str | None:
+        """The name of a computation's ROOT instruction (None where none is marked)."""
+        comp = self.module.computations.get(computation)
+        return comp.root if comp is not None else None
 
 
-def _collective(
-    instr: Instruction,
-    cls: str,
-    kind: str,
-    shapes: Mapping[str, str],
-    module: Module,
-    devices: int,
-    grouped: Instruction | None = None,
-) -> Op:
-    """A collective op; ``grouped`` is the instruction whose attributes name its groups (the
-    all-reduce inside a TPU reduce-scatter fusion, the collective an async-start wraps)."""
-    source = grouped or instr
-    attrs = source.attributes
-    operand = hlo.own_collective(instr, shapes).operand_bytes
+def _collective(instr: Instruction, cls: str, kind: str, devices: int) -> Op:
+    """A collective op, its groups those the parse resolved (its own, or those of the all-reduce inside
+    a TPU reduce-scatter fusion or of the collective an async op wraps)."""
     if kind == "collective-permute":
-        return Op(instr, cls, kind=kind, operand_bytes=operand, pairs=permute_pairs(attrs))
-    return Op(instr, cls, kind=kind, operand_bytes=operand, groups=replica_groups(attrs, devices))
+        return Op(instr, cls, kind=kind, operand_bytes=instr.operand_bytes, pairs=instr.pairs)
+    return Op(instr, cls, kind=kind, operand_bytes=instr.operand_bytes, groups=all_devices(instr.groups, devices))
 
 
-def _fused_groups(instr: Instruction, module: Module) -> Instruction | None:
-    for callee in hlo.callees(instr):
-        for inner in module.computations.get(callee, ()):
-            if "replica_groups" in inner.attributes:
-                return inner
-    return None
+def _nested_flops(instr: Instruction, module: HloModule) -> int:
+    return sum(module.computations[c].flops for c in instr.callees if c in module.computations)
 
 
-def _async_fusion(
-    instr: Instruction,
-    role: str,
-    collective: Instruction,
-    shapes: Mapping[str, str],
-    module: Module,
-    devices: int,
-    flops_of: Callable[[str], int],
-) -> Op:
+def _async_fusion(instr: Instruction, kind: str, shapes: dict[str, str], module: HloModule, devices: int) -> Op:
     """A TPU async collective fusion: its start issues the collective (groups from the one inside), its
     done waits for it; a continuation is compute, priced without the collective's state it passes through
     (aliased operands, read and written in place: the transfer's, not the compute's, bytes)."""
-    kind = hlo.collective_kind(collective) or ""
-    if role == "start":
-        return _collective(instr, "start", kind, shapes, module, devices, collective)
-    if role == "done":
+    if instr.async_role == "start":
+        return _collective(instr, "start", kind, devices)
+    if instr.async_role == "done":
         return Op(instr, "done", kind=kind)
-    aliased = [i for i in aliased_operands(instr) if i < len(instr.operands)]
+    aliased = [i for i in aliased_operands(instr.attributes) if i < len(instr.operands)]
     size = {i: shape_bytes(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in aliased}
     state = sum(size.values()) + sum(size[i] for i in aliased)  # each state operand read, each aliased output written
-    flops = sum(flops_of(c) for c in hlo.callees(instr) if c in module.computations)
-    traffic = hlo_cost.instruction_traffic(instr, shapes, module)
-    return Op(instr, "continuation", flops=float(flops), bytes=float(max(traffic - state, 0)), kind=kind)
+    flops = _nested_flops(instr, module)
+    return Op(instr, "continuation", flops=float(flops), bytes=float(max(instr.traffic - state, 0)), kind=kind)
 
 
-def classify(
-    instr: Instruction, shapes: Mapping[str, str], module: Module, devices: int, flops_of: Callable[[str], int]
-) -> Op:
+def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devices: int) -> Op:
     """One instruction's :class:`Op` (see the module docstring)."""
     op = instr.opcode
     if op == "get-tuple-element" or op == "parameter":
-        m = _INDEX.search(instr.attributes) if op == "get-tuple-element" else None
-        index = int(m.group(1)) if m else int(instr.literal.strip() or -1) if op == "parameter" else -1
-        return Op(instr, "free", index=index)
+        return Op(instr, "free", index=instr.index)
     if op in FREE:
         return Op(instr, "free")
-    if op == "async-start":
-        inner = _async_collective(instr, module)
-        kind = hlo.collective_kind(inner) if inner is not None else None
-        if inner is not None and kind is not None:
-            return _collective(instr, "start", kind, shapes, module, devices, inner)
+    if op == "async-start" and instr.wraps is not None:
+        return _collective(instr, "start", instr.wraps, devices)
     if op == "async-done":
         return Op(instr, "done")
     if op == "call-start":  # TPU work offloaded to another execution thread (v7x: the SparseCore)
-        inner = _async_collective(instr, module)
-        kind = hlo.collective_kind(inner) if inner is not None else None
-        if inner is not None and kind is not None:
-            return _collective(instr, "start", kind, shapes, module, devices, inner)
+        if instr.wraps is not None:
+            return _collective(instr, "start", instr.wraps, devices)
         return Op(instr, "free")  # an offloaded copy: a DMA beside compute, as copy-start
     if op == "call-done":
         return Op(instr, "done")  # build_program frees the dones of offloaded copies
-    fused = hlo.async_collective_fusion(instr, module)
-    if fused is not None and fused.collective is not None:
-        return _async_fusion(instr, fused.role, fused.collective, shapes, module, devices, flops_of)
-    kind = hlo.collective_kind(instr)
+    if instr.async_role is not None and instr.wraps is not None:
+        return _async_fusion(instr, instr.wraps, shapes, module, devices)
+    kind = instr.collective
     if kind is not None:
         if op.endswith("-done"):
             return Op(instr, "done", kind=kind)
-        cls = "start" if op.endswith("-start") else "sync"
-        grouped = _fused_groups(instr, module) if op == "fusion" else None
-        return _collective(instr, cls, kind, shapes, module, devices, grouped)
+        return _collective(instr, "start" if op.endswith("-start") else "sync", kind, devices)
     if op == "while":
-        body = re.search(r"\bbody=%?([\w.\-]+)", instr.attributes)
-        cond = re.search(r"\bcondition=%?([\w.\-]+)", instr.attributes)
-        callees = tuple(m.group(1) for m in (cond, body) if m)
-        return Op(instr, "while", callees=callees, trip_count=hlo.while_trip_count(instr, module))
+        return Op(instr, "while", callees=instr.callees, trip_count=instr.trip_count)
     if op in ("call", "conditional"):
-        callees = tuple(hlo.callees(instr)) + tuple(_BRANCHES.findall(instr.attributes))
-        return Op(instr, op, callees=tuple(c for c in callees if c in module.computations))
-    own = hlo_cost.instruction_flops(instr, shapes)
-    flops = own if own is not None else sum(flops_of(c) for c in hlo.callees(instr) if c in module.computations)
-    return Op(instr, "compute", flops=float(flops), bytes=float(hlo_cost.instruction_traffic(instr, shapes, module)))
+        return Op(instr, op, callees=tuple(c for c in instr.callees if c in module.computations))
+    flops = instr.flops if instr.flops is not None else _nested_flops(instr, module)
+    return Op(instr, "compute", flops=float(flops), bytes=float(instr.traffic))
 
 
-def _running(module: Module) -> set[str]:
-    """ENTRY and the computations control flow runs (not fused computations or reducers)."""
-    out = {module.entry} if module.entry else set()
-    for instrs in module.computations.values():
-        for instr in instrs:
-            if instr.opcode in hlo_cost.CONTROL_FLOW:
-                out.update(hlo.callees(instr))
-                out.update(_BRANCHES.findall(instr.attributes))
-    return out
-
-
-def build_program(hlo_text: str) -> Program:
-    """Parse and classify every instruction of the computations that run as ops of their own."""
-    module = parse_module(hlo_text)
+def build_program(module: HloModule) -> Program:
+    """Classify every instruction of the computations that run as ops of their own."""
     if not module.entry:
         raise ValueError("HLO text has no ENTRY computation (expected compiled.as_text() of a scheduled module)")
-    header = hlo_text.split("\n", 1)[0]
-    m = _NUM_PARTITIONS.search(header)
-    program = Program(module, num_devices=int(m.group(1)) if m else 1)
-    flops_of = hlo_cost.computation_flops(module)
-    for name in _running(module):
-        instrs = module.computations.get(name, [])
-        shapes = {i.name: i.shape for i in instrs}
-        ops = [classify(i, shapes, module, program.num_devices, flops_of) for i in instrs]
+    program = Program(module, num_devices=module.num_partitions)
+    for comp in module.computations.values():
+        if not comp.running:
+            continue
+        shapes = comp.shapes
+        ops = [classify(i, shapes, module, program.num_devices) for i in comp.instructions]
         collective_calls = {o.name for o in ops if o.cls == "start" and o.instr.opcode == "call-start"}
-        program.ops[name] = [
+        program.ops[comp.name] = [
             Op(o.instr, "free") if o.instr.opcode == "call-done" and not set(o.instr.operands) & collective_calls else o
             for o in ops
         ]
-        program.unknown_trip_counts += [o.name for o in program.ops[name] if o.cls == "while" and o.trip_count is None]
+    program.unknown_trip_counts = list(module.unknown_trip_counts)
     return program
 
 

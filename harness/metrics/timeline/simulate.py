@@ -259,7 +259,7 @@ class Simulator:
         ops = self.program.ops.get(computation, [])
         for op in ops:
             env[op.name] = self._step(op, env, args)
-        root = self.program.module.roots.get(computation) or (ops[-1].name if ops else "")
+        root = self.program.root(computation) or (ops[-1].name if ops else "")
         return env.get(root)
 
     def _step(self, op: Op, env: dict[str, Any], args: tuple[Any, ...]) -> Any:

@@ -16,7 +16,7 @@ import pytest
 
 from harness import targets
 from harness.metrics.aot import analyze, oom_static, parse_oom, wire_bytes
-from harness.metrics.hlo_cost import matmul_flops
+from harness.metrics.hlo import matmul_flops, parse
 
 REPO = Path(__file__).resolve().parents[3]
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
@@ -137,7 +137,7 @@ def test_matmul_flops_applies_loop_trip_counts() -> None:
 
     x, ws = jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((layers, k, k), jnp.float32)
     compiled = jax.jit(f).lower(x, ws).compile()
-    assert matmul_flops(compiled.as_text()) == layers * 2 * m * k * k
+    assert matmul_flops(parse(compiled.as_text())) == layers * 2 * m * k * k
 
 
 # --------------------------------------------------------------------------- real TPU compiles
@@ -284,7 +284,7 @@ def test_small_model_compiles_for_h100(tmp_path: Path) -> None:
 
 
 def test_memory_traffic_counts_scan_slices_not_whole_stacks() -> None:
-    from harness.metrics.hlo_cost import memory_traffic_bytes
+    from harness.metrics.hlo import memory_traffic_bytes
 
     layers, m, k = 6, 64, 256
 
@@ -293,7 +293,8 @@ def test_memory_traffic_counts_scan_slices_not_whole_stacks() -> None:
 
     x, ws = jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((layers, k, k), jnp.float32)
     scanned, unrolled = (
-        memory_traffic_bytes(jax.jit(f, static_argnums=2).lower(x, ws, u).compile().as_text()) for u in (1, layers)
+        memory_traffic_bytes(parse(jax.jit(f, static_argnums=2).lower(x, ws, u).compile().as_text()))
+        for u in (1, layers)
     )
     # Each step touches its k x k slice of the stack (XLA:CPU copies the slice out, then the dot reads
     # it: 3 passes) and a few m x k activations, never the whole stack (layers x the stack).

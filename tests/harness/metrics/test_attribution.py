@@ -18,14 +18,14 @@ from jax.sharding import PartitionSpec as P
 from harness.metrics.attribution import (
     UNATTRIBUTED,
     coverage,
-    executions,
     instruction_scopes,
     rollup,
     static_by_scope,
     time_by_scope,
 )
-from harness.metrics.collective_cause import ParamLayout, ShardingFacts, explain, groups, spanned_axes
-from harness.metrics.hlo_parse import parse_module
+from harness.metrics.collective_cause import ParamLayout, ShardingFacts, explain, spanned_axes
+from harness.metrics.hlo import parse
+from harness.metrics.hlo.replica_groups import device_groups
 from ltx2 import scopes
 
 MESH = (("fsdp", 2), ("context", 2), ("tensor", 2))
@@ -64,14 +64,19 @@ def hlo_text() -> str:
 
 
 def test_flops_bytes_and_collectives_by_scope(hlo_text: str) -> None:
-    out = static_by_scope(hlo_text, scopes.scope_path, FACTS)
+    out = static_by_scope(parse(hlo_text), scopes.scope_path, FACTS)
     by = out["by_scope"]
     # per device: x [4, 32, 32] (context-split tokens) @ w [32, 64] (gathered over fsdp, tensor-split columns)
     assert by["ff/proj_in"]["flops"] == 2 * 4 * 32 * 32 * 64
     assert by["ff/proj_out"]["flops"] == 2 * 4 * 32 * 64 * 32  # h [4, 32, 64] @ w2 [64, 32]
     assert by["ff/proj_in"]["collectives"] == {"all-gather": {"count": 1, "bytes": 16 * 64 * 4}}
     assert by["ff/proj_out"]["collectives"] == {"all-reduce": {"count": 1, "bytes": 4 * 32 * 32 * 4}}
-    assert out["coverage"] == {"flops": 1.0, "bytes": pytest.approx(1.0), "collective_bytes": 1.0}
+    assert out["coverage"] == {
+        "flops": 1.0,
+        "bytes": pytest.approx(1.0),
+        "collective_bytes": 1.0,
+        "inferred": {"flops": 0.0, "bytes": 0.0, "collective_bytes": 0.0},  # every op here names its scope
+    }
     causes = {(s["scope"], s["kind"]): s for s in out["collective_sites"]}
     gather = causes[("ff/proj_in", "all-gather")]
     assert gather["axes"] == ["fsdp"] and gather["logical"] == "embed"
@@ -85,7 +90,7 @@ def test_flops_bytes_and_collectives_by_scope(hlo_text: str) -> None:
 
 
 def test_source_lines_point_at_the_traced_code(hlo_text: str) -> None:
-    names = instruction_scopes(hlo_text, scopes.scope_path)
+    names = instruction_scopes(parse(hlo_text), scopes.scope_path)
     lines, first = inspect.getsourcelines(feed_forward)
     matmul = first + next(i for i, line in enumerate(lines) if "x @ w" in line)
     dots = [n for n, s in names.scope.items() if s == "ff/proj_in" and n in names.source and "fusion" in n]
@@ -101,9 +106,9 @@ def test_loop_bodies_count_per_trip() -> None:
         return jax.lax.scan(body, x, w)[0]
 
     hlo = jax.jit(f).lower(jnp.ones((8, 16)), jnp.ones((3, 16, 16))).compile().as_text()
-    assert static_by_scope(hlo, scopes.scope_path)["by_scope"]["block"]["flops"] == 3 * 2 * 8 * 16 * 16
-    module = parse_module(hlo)
-    assert sorted(executions(module).values())[-1] == 3  # the loop body runs 3 times per call
+    assert static_by_scope(parse(hlo), scopes.scope_path)["by_scope"]["block"]["flops"] == 3 * 2 * 8 * 16 * 16
+    module = parse(hlo)
+    assert max(c.runs for c in module.computations.values()) == 3  # the loop body runs 3 times per call
 
 
 HAND_WRITTEN = """HloModule jit_g, is_scheduled=true
@@ -126,14 +131,24 @@ ENTRY %main (x: f32[4,8], w: f32[8,8]) -> f32[4,8] {
 
 def test_ops_without_metadata_take_their_neighbours_scope() -> None:
     """XLA's own ops (a copy, a fusion without metadata, the dot inside it) take their users' scope."""
-    names = instruction_scopes(HAND_WRITTEN, scopes.scope_path)
+    names = instruction_scopes(parse(HAND_WRITTEN), scopes.scope_path)
     assert names.of("tanh.3") == names.of("fusion.2") == names.of("copy.1") == names.of("dot.9") == "block/ff"
     assert names.of("x") == UNATTRIBUTED
-    assert static_by_scope(HAND_WRITTEN, scopes.scope_path)["by_scope"]["block/ff"]["flops"] == 2 * 4 * 8 * 8
+    out = static_by_scope(parse(HAND_WRITTEN), scopes.scope_path)
+    assert out["by_scope"]["block/ff"]["flops"] == 2 * 4 * 8 * 8
+    # every byte has a scope, but only tanh.3's (256 of 1280: the copy's 512 and the fusion's 512
+    # are its users') is its own; the dot's FLOPs are all its fusion's
+    assert out["coverage"] == {
+        "flops": 1.0,
+        "bytes": 1.0,
+        "collective_bytes": None,
+        "inferred": {"flops": 1.0, "bytes": 1024 / 1280, "collective_bytes": None},
+    }
+    assert names.inferred == {"copy.1", "fusion.2", "dot.9", "p0", "p1"}  # the fused ones: their fusion's
 
 
 def test_time_by_scope_rollup_and_coverage() -> None:
-    names = instruction_scopes(HAND_WRITTEN, scopes.scope_path)
+    names = instruction_scopes(parse(HAND_WRITTEN), scopes.scope_path)
     spans = [("fusion.2", 6.0), ("tanh.3", 2.0), ("x", 1.0), ("not-in-module", 1.0)]
     by = time_by_scope(spans, names)
     assert by == {"block/ff": 8.0, UNATTRIBUTED: 2.0}
@@ -165,7 +180,7 @@ def test_time_by_scope_rollup_and_coverage() -> None:
     ],
 )
 def test_device_groups_and_the_mesh_axes_they_span(attributes: str, expected: list, axes: tuple) -> None:
-    got = groups(attributes)
+    got = device_groups(attributes)
     assert got is not None and sorted(map(sorted, got)) == sorted(map(sorted, expected))
     assert spanned_axes(got, MESH) == axes
 
@@ -197,7 +212,7 @@ ENTRY %main (h: f32[64,128], w: f32[128,32]) -> f32[32,32] {
 def test_a_tpu_reduce_scatter_fusion_gets_its_cause_from_the_all_reduce_it_calls() -> None:
     """TPU writes a reduce-scatter as a fusion calling %all-reduce-scatter*; the device groups
     ([4,2]<=[8]: pairs of neighbours, the mesh's last axis, tensor) are on the all-reduce inside."""
-    (site,) = static_by_scope(REDUCE_SCATTER_FUSION, scopes.scope_path, FACTS)["collective_sites"]
+    (site,) = static_by_scope(parse(REDUCE_SCATTER_FUSION), scopes.scope_path, FACTS)["collective_sites"]
     assert (site["scope"], site["kind"], site["axes"]) == ("ff/proj_out", "reduce-scatter", ["tensor"])
     assert "mesh unknown" not in site["cause"] and "tensor" in site["cause"], site["cause"]
 
@@ -219,7 +234,7 @@ def test_a_gathered_layer_slice_of_stacked_weights_is_named_as_weights() -> None
         {"activation_batch": ("fsdp",)},
         scopes.attributes(),
     )
-    (instr,) = parse_module(GATHERED_SLICE).computations["main"][1:]
+    (instr,) = parse(GATHERED_SLICE).computations["main"][1:]
     cause = explain(instr, "all-gather", {"slice.1": "bf16[1,32,64]"}, facts, "transformer/block/ff/proj_in")
     assert cause.logical == "embed" and cause.text.startswith("weights `embed` sharded over `fsdp`"), cause.text
 

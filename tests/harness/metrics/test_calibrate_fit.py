@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.metrics import timeline
+from harness.metrics.hlo import parse
 from harness.metrics.timeline import calibrate
 from harness.metrics.timeline.program import build_program
 from harness.metrics.timeline.simulate import Simulator
@@ -64,7 +65,7 @@ def _truth() -> timeline.TimelineSpec:
 def _synthetic_durations(text: str) -> dict[str, float]:
     """Each instruction's duration as the truth spec prices it (compute: the simulator's own price;
     a collective: latency + ring wire bytes / link)."""
-    program = build_program(text)
+    program = build_program(parse(text))
     sim = Simulator(program, _truth(), record=False)
     out = {}
     for op in program.ops[program.entry]:
@@ -77,7 +78,7 @@ def _synthetic_durations(text: str) -> dict[str, float]:
 
 def test_synthetic_traces_recover_the_constants_within_5_percent() -> None:
     text = _program_text()
-    program = build_program(text)
+    program = build_program(parse(text))
     measured = _synthetic_durations(text)
     base = timeline.cpu_spec(1e10, 1e10, 1e-6, "measured: a wrong start", devices=DEVICES)  # all far off
     pts = calibrate.samples(program, measured, base)
@@ -93,7 +94,7 @@ def test_synthetic_traces_recover_the_constants_within_5_percent() -> None:
 
 def test_a_class_with_too_few_instructions_is_refused_by_name() -> None:
     text = _program_text(dots=3)
-    program = build_program(text)
+    program = build_program(parse(text))
     base = timeline.cpu_spec(1e10, 1e10, 1e-6, "measured: start", devices=DEVICES)
     pts = calibrate.samples(program, _synthetic_durations(text), base)
     with pytest.raises(calibrate.CalibrationError, match=r"too few instructions.*matmul \(3\)"):
@@ -101,7 +102,7 @@ def test_a_class_with_too_few_instructions_is_refused_by_name() -> None:
 
 
 def test_a_trace_of_another_compile_is_refused() -> None:
-    program = build_program(_program_text())
+    program = build_program(parse(_program_text()))
     other = _synthetic_durations(_program_text(adds=14))  # add12, add13 exist only in the other program
     with pytest.raises(calibrate.CalibrationError, match="compiled differently"):
         calibrate.check_program(program, other, "other.xplane.pb")
@@ -109,5 +110,5 @@ def test_a_trace_of_another_compile_is_refused() -> None:
     sparse = dict(list(_synthetic_durations(_program_text()).items())[:3])
     with pytest.raises(calibrate.CalibrationError, match="not a trace of this program"):
         calibrate.check_program(program, sparse, "sparse.xplane.pb")
-    assert calibrate.fingerprint(program) == calibrate.fingerprint(build_program(_program_text()))
-    assert calibrate.fingerprint(program) != calibrate.fingerprint(build_program(_program_text(adds=14)))
+    assert calibrate.fingerprint(program) == calibrate.fingerprint(build_program(parse(_program_text())))
+    assert calibrate.fingerprint(program) != calibrate.fingerprint(build_program(parse(_program_text(adds=14))))

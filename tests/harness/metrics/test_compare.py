@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from harness.metrics.hlo import parse
 from harness.metrics.timeline import compare
 from harness.metrics.timeline.program import build_program
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
@@ -44,11 +45,11 @@ def _module(ops: list[tuple[str, int, int]]) -> str:
 def test_estimates_are_read_and_compared_per_instruction() -> None:
     # a: 1200 ns / 1000 cycles, b: 2400 / 2000, c: 4800 / 4000 (ratio 1.2 each), d: 12000 ns / 1000 cycles (x10)
     text = _module([("a", 100, 1000), ("b", 200, 2000), ("c", 400, 4000), ("d", 1000, 1000)])
-    program = build_program(text)
+    program = build_program(parse(text))
     assert compare.compiler_estimates(program) == {"a": 1000.0, "b": 2000.0, "c": 4000.0, "d": 1000.0}
     prices = compare.op_prices(program, _spec())
     assert prices == pytest.approx({"a": 1200.0, "b": 2400.0, "c": 4800.0, "d": 12000.0})
-    got = compare.compare_program(text, _spec())
+    got = compare.compare_program(parse(text), _spec())
     assert got is not None and got.n == 4
     ratios = sorted([1.2, 1.2, 1.2, 12.0])
     assert got.median_ratio == pytest.approx((ratios[1] + ratios[2]) / 2)  # 1.2: ns per cycle
@@ -60,7 +61,7 @@ def test_estimates_are_read_and_compared_per_instruction() -> None:
 
 def test_a_clock_turns_cycles_into_ns() -> None:
     text = _module([("a", 100, 1000), ("b", 200, 2000), ("c", 400, 4000)])
-    got = compare.compare_program(text, _spec(), clock_hz=1e9)  # 1 cycle = 1 ns
+    got = compare.compare_program(parse(text), _spec(), clock_hz=1e9)  # 1 cycle = 1 ns
     assert got is not None and got.median_ratio == pytest.approx(1.2) and got.spearman == pytest.approx(1.0)
     assert got.unit == "predicted ns / compiler ns" and all(math.isclose(w[3], 1.0) for w in got.worst)
     assert got.to_dict()["worst"][0]["compiler_cycles"] in (1000.0, 2000.0, 4000.0)
@@ -68,4 +69,4 @@ def test_a_clock_turns_cycles_into_ns() -> None:
 
 def test_no_estimates_no_comparison() -> None:
     text = _module([("a", 100, 1000)]).replace(',"estimated_cycles":"1000"', "")
-    assert compare.compare_program(text, _spec()) is None
+    assert compare.compare_program(parse(text), _spec()) is None

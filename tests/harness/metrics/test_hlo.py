@@ -9,9 +9,10 @@ from harness.metrics.hlo import (
     CollectiveCount,
     collective_instructions,
     collective_stats,
+    matmul_flops,
+    parse,
     shape_bytes,
 )
-from harness.metrics.hlo_cost import matmul_flops
 
 ADD = """
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -208,7 +209,7 @@ def test_shape_bytes() -> None:
 
 
 def test_sync_collectives() -> None:
-    stats = collective_stats(SYNC)
+    stats = collective_stats(parse(SYNC))
     _zero_except(
         stats,
         {
@@ -224,7 +225,7 @@ def test_sync_collectives() -> None:
 
 
 def test_async_pairs_count_once() -> None:
-    stats = collective_stats(ASYNC)
+    stats = collective_stats(parse(ASYNC))
     _zero_except(
         stats,
         {
@@ -237,7 +238,7 @@ def test_async_pairs_count_once() -> None:
 
 
 def test_known_trip_count_multiplies_body() -> None:
-    stats = collective_stats(KNOWN_TRIP)
+    stats = collective_stats(parse(KNOWN_TRIP))
     _zero_except(
         stats,
         {
@@ -248,7 +249,7 @@ def test_known_trip_count_multiplies_body() -> None:
 
 
 def test_tpu_condition_and_reduce_scatter_fusion() -> None:
-    stats = collective_stats(TPU)
+    stats = collective_stats(parse(TPU))
     per_iteration = CollectiveCount(1, 512 * 256 * 2, 64 * 256 * 2)
     _zero_except(stats, {"reduce-scatter": per_iteration * 7})
     assert stats.unknown_trip_count_loops == ()
@@ -263,7 +264,7 @@ def test_tpu_condition_and_reduce_scatter_fusion() -> None:
     ],
 )
 def test_nested_while_multiplies_trip_counts(condition: str, inner_trips: int) -> None:
-    stats = collective_stats(_nested(condition))
+    stats = collective_stats(parse(_nested(condition)))
     _zero_except(
         stats,
         {
@@ -275,25 +276,25 @@ def test_nested_while_multiplies_trip_counts(condition: str, inner_trips: int) -
 
 
 def test_unknown_trip_count_counts_once_and_is_flagged() -> None:
-    stats = collective_stats(_nested("  ROOT %c = pred[] compare(%icnt, %other), direction=LT"))
+    stats = collective_stats(parse(_nested("  ROOT %c = pred[] compare(%icnt, %other), direction=LT")))
     assert stats["collective-permute"] == CollectiveCount(3, 3 * 64, 3 * 64)
     assert stats.unknown_trip_count_loops == ("inner",)
 
 
 def test_to_dict_lists_every_kind() -> None:
-    d = collective_stats(SYNC).to_dict()
+    d = collective_stats(parse(SYNC)).to_dict()
     assert list(d["by_kind"]) == list(KINDS)
     assert d["by_kind"]["all-gather"] == {"count": 1, "operand_bytes": 1024, "result_bytes": 8192}
     assert d["unknown_trip_count_loops"] == []
 
 
 def test_collective_instructions_names_fused_reduce_scatter() -> None:
-    assert collective_instructions(TPU) == {"all-reduce.14": "all-reduce", "fusion.65": "reduce-scatter"}
-    assert collective_instructions(ASYNC)["ags"] == "all-gather"
+    assert collective_instructions(parse(TPU)) == {"all-reduce.14": "all-reduce", "fusion.65": "reduce-scatter"}
+    assert collective_instructions(parse(ASYNC))["ags"] == "all-gather"
 
 
 def test_lowered_text_without_entry_is_empty() -> None:
-    assert collective_stats("").total_count == 0
+    assert collective_stats(parse("")).total_count == 0
 
 
 # A Mosaic custom call as XLA:TPU prints it: its kernel metadata JSON sits on lines of its own,
@@ -315,7 +316,45 @@ ENTRY %main (p0: bf16[2,1,256,128], p1: bf16[2,1,384,128], w: f32[8,4]) -> f32[8
 
 
 def test_multi_line_custom_call_keeps_its_computation() -> None:
-    stats = collective_stats(MOSAIC)
+    stats = collective_stats(parse(MOSAIC))
     assert stats.by_kind["all-reduce"].count == 1  # the line after the kernel's JSON is still read
     # the dot (2 x 8 x 4 x 4) and the kernel: 4 x q elements (2x256x128) x 384 keys
-    assert matmul_flops(MOSAIC) == 2 * 8 * 4 * 4 + 4 * (2 * 256 * 128) * 384
+    assert matmul_flops(parse(MOSAIC)) == 2 * 8 * 4 * 4 + 4 * (2 * 256 * 128) * 384
+
+
+# A predicated conditional names its branches true_computation / false_computation (an indexed one:
+# branch_computations); either way every branch is a callee that runs as ops of its own.
+CONDITIONAL = (
+    "HloModule cond, num_partitions=2\n"
+    + ADD
+    + """
+%yes (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  ROOT %ar = f32[8]{0} all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%no (b: f32[8]) -> f32[8] {
+  %b = f32[8]{0} parameter(0)
+  ROOT %neg = f32[8]{0} negate(%b)
+}
+
+ENTRY %main (c: pred[], x: f32[8]) -> f32[8] {
+  %c = pred[] parameter(0)
+  %x = f32[8]{0} parameter(1)
+  ROOT %if = f32[8]{0} conditional(%c, %x, %x), true_computation=%yes, false_computation=%no
+}
+"""
+)
+
+
+def test_every_branch_of_a_conditional_is_a_callee_that_runs() -> None:
+    module = parse(CONDITIONAL)
+    assert module.computations["main"][-1].callees == ("yes", "no")
+    assert [(c.runs, c.running) for c in (module.computations["yes"], module.computations["no"])] == [
+        (1, True),
+        (1, True),
+    ]
+    assert collective_stats(module)["all-reduce"] == CollectiveCount(
+        1, 32, 32
+    )  # an upper bound: the branch may not run
+    assert module.num_partitions == 2

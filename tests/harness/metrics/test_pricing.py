@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.metrics import timeline
-from harness.metrics.hlo_parse import parse_module
+from harness.metrics.hlo import parse
 from harness.metrics.timeline import pricing, specs
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
 
@@ -54,7 +54,7 @@ FLOPS = 2 * 3 * 100 * 200 * 300
 
 
 def _dots(text: str) -> list[pricing.Matmul]:
-    module = parse_module(text)
+    module = parse(text)
     shapes = {i.name: i.shape for instrs in module.computations.values() for i in instrs}
     return pricing.matmuls(module.computations["main"][-1], module, shapes)
 
@@ -67,9 +67,9 @@ def test_a_tiled_matrix_unit_runs_the_useful_fraction_of_the_padded_work() -> No
     # m 100 -> 104 (tile 8), n 200 -> 256, k 300 -> 512
     eff = 100 * 200 * 300 / (104 * 256 * 512)
     assert pricing.tile_efficiency(pricing.Matmul(3, 100, 200, 300, FLOPS), (8, 256, 256)) == pytest.approx(eff)
-    step = timeline.predict(DOT, _tiled(8, 256, 256)).step_ns
+    step = timeline.predict(parse(DOT), _tiled(8, 256, 256)).step_ns
     assert step == pytest.approx(FLOPS / (PEAK * eff) * 1e9)
-    assert timeline.predict(DOT, _spec()).step_ns == pytest.approx(FLOPS / PEAK * 1e9)  # no tile: peak
+    assert timeline.predict(parse(DOT), _spec()).step_ns == pytest.approx(FLOPS / PEAK * 1e9)  # no tile: peak
     aligned = pricing.Matmul(1, 256, 512, 1024, 2 * 256 * 512 * 1024)
     assert pricing.tile_efficiency(aligned, (8, 256, 256)) == 1.0
 
@@ -83,12 +83,12 @@ def test_a_measured_curve_is_interpolated_in_log_size_and_clamped() -> None:
     # 100 x 200 x 300: effective size (6e6)^(1/3) = 181.7
     w = (math.log(6e6) / 3 - math.log(64)) / math.log(16)
     assert pricing.efficiency(pricing.Matmul(3, 100, 200, 300, FLOPS), spec) == pytest.approx(0.2 + 0.8 * w)
-    step = timeline.predict(DOT, spec).step_ns
+    step = timeline.predict(parse(DOT), spec).step_ns
     assert step == pytest.approx(FLOPS / (PEAK * (0.2 + 0.8 * w)) * 1e9)
 
 
 def test_a_convolution_is_priced_as_output_positions_by_features_by_taps() -> None:
-    conv = parse_module("""HloModule m
+    conv = parse("""HloModule m
 
 ENTRY %main (x: f32[2,16,16,8], w: f32[3,3,8,32]) -> f32[2,16,16,32] {
   %x = f32[2,16,16,8]{3,2,1,0} parameter(0)

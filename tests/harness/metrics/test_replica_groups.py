@@ -1,13 +1,29 @@
-"""harness.metrics.replica_groups: every printed form of a collective's device groups, one parser for
-the attribution (collective_cause) and the timeline simulator."""
+"""harness.metrics.hlo.replica_groups: every printed form of a collective's device groups, read once
+by the parse (``Instruction.groups``) for the attribution (collective_cause) and the timeline simulator."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.metrics.collective_cause import groups
-from harness.metrics.replica_groups import device_groups, pairs
-from harness.metrics.timeline.groups import replica_groups
+from harness.metrics.hlo import parse
+from harness.metrics.hlo.replica_groups import device_groups, pairs
+from harness.metrics.timeline.groups import all_devices
+
+
+def _parsed_groups(attributes: str) -> tuple[tuple[int, ...], ...] | None:
+    """The groups the parse gives an all-reduce printed with these attributes."""
+    text = f"""HloModule m
+ENTRY %main (p: f32[4]) -> f32[4] {{
+  %p = f32[4]{{0}} parameter(0)
+  ROOT %ar = f32[4]{{0}} all-reduce(%p), {attributes}
+}}
+"""
+    return parse(text).computations["main"][1].groups
+
+
+def replica_groups(attributes: str, num_devices: int) -> tuple[tuple[int, ...], ...]:
+    """The groups the simulator gives a collective with these attributes."""
+    return all_devices(_parsed_groups(attributes), num_devices)
 
 
 @pytest.mark.parametrize(
@@ -28,7 +44,7 @@ from harness.metrics.timeline.groups import replica_groups
 )
 def test_each_printed_form_gives_its_groups(attributes: str, expected: list[list[int]]) -> None:
     assert device_groups(attributes) == expected
-    assert groups(attributes) == expected  # the attribution reads the same parser
+    assert _parsed_groups(attributes) == tuple(map(tuple, expected))  # what the model holds for every reader
 
 
 def test_the_simulator_reads_sub_axes_and_treats_empty_groups_as_all_devices() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.metrics.hlo_cost import memory_traffic_bytes
+from harness.metrics.hlo import memory_traffic_bytes, parse
 
 T = "{2,1,0:T(8,128)(2,1)}"
 W = f"bf16[48,4096,4096]{T}"  # 48 stacked layers, 32 MiB each
@@ -34,7 +34,7 @@ def test_slice_of_a_bitcast_parameter_reads_the_slice() -> None:
   ROOT %bitcast.5 = bf16[4096,4096]{{1,0}} bitcast(%dynamic-slice.1)
 }}"""  # noqa: E501 (HLO instructions are single lines)
     text = _module(fused, "bf16[4096,4096]{1,0}", f"{W} %p0, s32[] %p1", "p0: bf16[48,4096,4096], p1: s32[]")
-    assert memory_traffic_bytes(text) == SLICE + SLICE + INDEX  # read the slice, write it, read the index
+    assert memory_traffic_bytes(parse(text)) == SLICE + SLICE + INDEX  # read the slice, write it, read the index
 
 
 def test_slice_inside_a_nested_fusion_reads_the_slice() -> None:
@@ -52,7 +52,7 @@ def test_slice_inside_a_nested_fusion_reads_the_slice() -> None:
   ROOT %bitcast.5 = bf16[4096,4096]{{1,0}} bitcast(%nested)
 }}"""
     text = _module(fused, "bf16[4096,4096]{1,0}", f"{W} %p0, s32[] %p1", "p0: bf16[48,4096,4096], p1: s32[]")
-    assert memory_traffic_bytes(text) == 2 * SLICE + INDEX
+    assert memory_traffic_bytes(parse(text)) == 2 * SLICE + INDEX
 
 
 def test_an_operand_also_read_whole_counts_whole() -> None:
@@ -74,7 +74,7 @@ def test_an_operand_also_read_whole_counts_whole() -> None:
   ROOT %m = bf16[4096,4096]{{1,0}} add(%b, %r)
 }}"""
     text = _module(fused, "bf16[4096,4096]{1,0}", f"{W} %p0, s32[] %p1", "p0: bf16[48,4096,4096], p1: s32[]")
-    assert memory_traffic_bytes(text) == 48 * SLICE + SLICE + INDEX
+    assert memory_traffic_bytes(parse(text)) == 48 * SLICE + SLICE + INDEX
 
 
 def test_in_place_update_under_a_bitcast_root_writes_the_update() -> None:
@@ -100,7 +100,7 @@ ENTRY %main (p0: bf16[48,4096,4096], p1: s32[], p2: bf16[4096,4096]) -> bf16[48,
   ROOT %dynamic-update-slice_fusion = {W} fusion({W} %p0, s32[] %p1, bf16[4096,4096]{{1,0}} %p2), kind=kLoop, calls=%fused
 }}
 """  # noqa: E501 (HLO instructions are single lines)
-    assert memory_traffic_bytes(text) == SLICE + INDEX + SLICE  # write the update, read the index and the update
+    assert memory_traffic_bytes(parse(text)) == SLICE + INDEX + SLICE  # write the update, read the index and the update
 
 
 def test_slice_after_a_nested_layout_copy_reads_the_slice() -> None:
@@ -121,4 +121,4 @@ def test_slice_after_a_nested_layout_copy_reads_the_slice() -> None:
   ROOT %out = bf16[1,4096,4096]{T} copy(%ds)
 }}"""  # noqa: E501 (HLO instructions are single lines)
     text = _module(fused, f"bf16[1,4096,4096]{T}", f"{W} %p0, s32[] %p1", "p0: bf16[48,4096,4096], p1: s32[]")
-    assert memory_traffic_bytes(text) == 2 * SLICE + INDEX
+    assert memory_traffic_bytes(parse(text)) == 2 * SLICE + INDEX

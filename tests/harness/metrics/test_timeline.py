@@ -16,7 +16,9 @@ import pytest
 from harness.metrics import timeline
 from harness.metrics.accounting import device_metrics
 from harness.metrics.chrome import read_chrome_trace
-from harness.metrics.timeline.groups import replica_groups, route
+from harness.metrics.hlo import parse
+from harness.metrics.hlo.replica_groups import device_groups
+from harness.metrics.timeline.groups import all_devices, route
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
 
 HBM = 1e9  # B/s: 1 byte per ns
@@ -73,7 +75,7 @@ def _async(compute_n: int) -> str:
 
 def test_sync_all_gather_blocks_compute():
     spec = _spec(latency_s=2e-6)
-    p = timeline.predict(SYNC, spec)
+    p = timeline.predict(parse(SYNC), spec)
     t = gather_ns(1000, spec)
     assert p.step_ns == pytest.approx(2 * add_ns(500, spec) + t, rel=1e-12)
     assert p.device["exposed_ns_by_kind"] == {"all-gather": pytest.approx(t, rel=1e-12)}
@@ -87,7 +89,7 @@ def test_sync_all_gather_blocks_compute():
 def test_async_all_gather_fully_hidden():
     spec = _spec()
     t = gather_ns(1000, spec)  # 12000 ns; the compute op: 12 x 2000 = 24000 ns
-    p = timeline.predict(_async(2000), spec)
+    p = timeline.predict(parse(_async(2000)), spec)
     assert add_ns(2000, spec) > t
     assert p.step_ns == pytest.approx(add_ns(2000, spec), rel=1e-12)
     assert p.device["exposed_collective_ns"] == 0.0
@@ -99,7 +101,7 @@ def test_async_all_gather_half_hidden():
     spec = _spec()
     t = gather_ns(1000, spec)
     assert add_ns(500, spec) == pytest.approx(t / 2)  # the compute op covers half the transfer
-    p = timeline.predict(_async(500), spec)
+    p = timeline.predict(parse(_async(500)), spec)
     assert p.step_ns == pytest.approx(t, rel=1e-12)
     assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(t / 2, rel=1e-12)
     assert p.device["exposed_collective_ns"] == pytest.approx(t / 2, rel=1e-12)
@@ -154,7 +156,7 @@ def test_while_loop_with_collective_pipelined_across_iterations():
     spec = _spec()
     t, a, b, c = gather_ns(1000, spec), add_ns(250, spec), add_ns(500, spec), add_ns(4000, spec)
     assert add_ns(1000, spec) == pytest.approx(t) and b == pytest.approx(t / 2)
-    p = timeline.predict(LOOP, spec)
+    p = timeline.predict(parse(LOOP), spec)
     assert p.step_ns == pytest.approx(t + 4 * (a + t) + c, rel=1e-12)
     assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(4 * (t / 2), rel=1e-12)
     transfers = [e for e in p.events if e.name.endswith("(transfer)")]
@@ -222,11 +224,17 @@ def test_loop_carried_transfer_is_matched_by_value_not_by_order():
     spec = _spec()
     tb, ts, c = gather_ns(1000, spec), gather_ns(250, spec), add_ns(100, spec)
     assert c < ts  # so that by order C would hide, and the two answers differ by 4 C
-    p = timeline.predict(TWO_IN_FLIGHT, spec)
+    p = timeline.predict(parse(TWO_IN_FLIGHT), spec)
     assert p.step_ns == pytest.approx(5 * (tb + ts) + 4 * c, rel=1e-12)
     assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(5 * (tb + ts), rel=1e-12)
     small_dones = [e for e in p.events if e.name.startswith("all-gather-done.s")]
     assert [e.end_ns - e.start_ns for e in small_dones] == pytest.approx([tb + ts] * 5, rel=1e-12)
+
+
+def replica_groups(attributes: str, num_devices: int) -> tuple[tuple[int, ...], ...]:
+    """The groups the simulator gives a collective with these attributes."""
+    found = device_groups(attributes)
+    return all_devices(None if found is None else tuple(tuple(g) for g in found), num_devices)
 
 
 def test_iota_replica_groups_resolve_to_groups_and_link_dims():
@@ -259,7 +267,7 @@ def test_tpu7x_group_inside_one_chip_uses_the_on_chip_link():
 
 
 def test_chrome_json_round_trip_gives_the_same_accounting():
-    p = timeline.predict(LOOP, _spec())
+    p = timeline.predict(parse(LOOP), _spec())
     table = read_chrome_trace(json.dumps(p.chrome_trace()))
     (back,) = device_metrics(table.events)
     for key in (
@@ -309,16 +317,16 @@ def test_cpu_spec_and_errors():
 
 def test_sensitivity_names_the_constant_that_moves_the_step_most():
     spec = _spec(latency_s=1e-6)
-    out = timeline.sensitivity(SYNC, spec)
+    out = timeline.sensitivity(parse(SYNC), spec)
     assert out["most"] == "link_bytes_per_s"  # the 12000 ns transfer outweighs 12000 ns of compute + 1 us
     low, high = out["constants"]["link_bytes_per_s"]["low_step_s"], out["constants"]["link_bytes_per_s"]["high_step_s"]
     wire_s = 4 * 1000 * (GROUP - 1) / LINK
     assert low - high == pytest.approx(wire_s / 0.8 - wire_s / 1.2, rel=1e-9)
-    assert out["step_s"] == pytest.approx(timeline.predict(SYNC, spec).step_ns / 1e9, rel=1e-12)
+    assert out["step_s"] == pytest.approx(timeline.predict(parse(SYNC), spec).step_ns / 1e9, rel=1e-12)
 
 
 def test_prediction_to_dict_is_json():
-    p = timeline.predict(LOOP, _spec(), scope_of=lambda op_name: "")
+    p = timeline.predict(parse(LOOP), _spec(), scope_of=lambda op_name: "")
     out = json.loads(json.dumps(p.to_dict()))
     assert out["step_s"] == pytest.approx(p.step_ns / 1e9)
     assert {
@@ -381,7 +389,7 @@ def test_a_collective_offloaded_by_call_start_runs_beside_compute_and_an_offload
     spec = _spec()
     t = gather_ns(1000, spec)
     assert add_ns(500, spec) == pytest.approx(t / 2)
-    p = timeline.predict(SPARSECORE, spec)
+    p = timeline.predict(parse(SPARSECORE), spec)
     # the all-gather runs from its call-start to its call-done, half hidden by the add; the copy's
     # call-done waits for nothing (without the fix: no all-gather at all, and the step is the add)
     assert p.step_ns == pytest.approx(t, rel=1e-12)

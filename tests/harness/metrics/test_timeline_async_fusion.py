@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from harness.metrics import timeline
-from harness.metrics.hlo import async_collective_fusion, collective_stats, parse_module
+from harness.metrics.hlo import collective_stats, parse
 from harness.metrics.timeline.program import build_program
 from tests.harness.metrics.test_timeline import GROUPS, _module, _spec, gather_ns
 
@@ -90,16 +90,16 @@ def _one_chain(n: int) -> str:
 
 def test_the_three_roles_are_recognised_and_the_collective_counts_once():
     text = _one_chain(3000)
-    module = parse_module(text)
-    roles = {i.name: f.role for i in module.computations["main"] if (f := async_collective_fusion(i, module))}
+    module = parse(text)
+    roles = {i.name: i.async_role for i in module.computations["main"] if i.async_role}
     assert roles == {"async-collective-start.0": "start", "fusion.0": "continuation", "async-collective-done.0": "done"}
-    stats = collective_stats(text)  # the start's all-gather only: shard in, gathered out
+    stats = collective_stats(module)  # the start's all-gather only: shard in, gathered out
     assert (stats["all-gather"].count, stats["all-gather"].operand_bytes, stats["all-gather"].result_bytes) == (
         1,
         4000,
         16000,
     )
-    ops = {op.name: op for op in build_program(text).ops["main"]}
+    ops = {op.name: op for op in build_program(module).ops["main"]}
     assert (ops["async-collective-start.0"].cls, ops["async-collective-start.0"].kind) == ("start", "all-gather")
     assert ops["async-collective-start.0"].operand_bytes == 4000 and ops["async-collective-start.0"].groups
     assert (ops["async-collective-done.0"].cls, ops["async-collective-done.0"].kind) == ("done", "all-gather")
@@ -109,7 +109,7 @@ def test_the_three_roles_are_recognised_and_the_collective_counts_once():
 def test_continuation_compute_hides_the_transfer():
     spec = _spec()
     t = gather_ns(1000, spec)  # 12000 ns; the continuation: 8 x 3000 = 24000 ns
-    p = timeline.predict(_one_chain(3000), spec)
+    p = timeline.predict(parse(_one_chain(3000)), spec)
     assert p.step_ns == pytest.approx(24000.0, rel=1e-12) and t < 24000.0
     assert p.device["exposed_ns_by_kind"] == {}
     # as a trace shows it: the async collective spans its start to its done
@@ -119,7 +119,7 @@ def test_continuation_compute_hides_the_transfer():
 def test_continuation_hides_half_and_the_done_waits_for_the_rest():
     spec = _spec()
     t = gather_ns(1000, spec)
-    p = timeline.predict(_one_chain(750), spec)  # the continuation: 6000 ns, half of the transfer
+    p = timeline.predict(parse(_one_chain(750)), spec)  # the continuation: 6000 ns, half of the transfer
     assert p.step_ns == pytest.approx(t, rel=1e-12)
     assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(t / 2, rel=1e-12)
     waited = [c for c in p.critical_path if c["category"] == "all-gather"]
@@ -141,7 +141,7 @@ def test_a_done_waits_for_its_own_chain_not_the_oldest():
   ROOT %out = (f32[{n}]{{0}}, f32[4000]{{0}}, ({STATE})) tuple(%r.1, %async-collective-done.1, %async-collective-start.0)
 }}"""  # noqa: E501
     text = _module(entry, _start("0"), _start("1"), _continuation("1", n), _done("1"))
-    p = timeline.predict(text, spec)
+    p = timeline.predict(parse(text), spec)
     waited = {c["op"]: c["ns"] for c in p.critical_path if c["category"] == "all-gather"}
     assert waited == {"async-collective-start.1": pytest.approx(2 * t - 8 * n, rel=1e-12)}
     assert p.step_ns == pytest.approx(2 * t, rel=1e-12)  # chain 0's transfer ends first, at t

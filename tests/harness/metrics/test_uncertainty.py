@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.metrics import timeline
+from harness.metrics.hlo import parse
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
 
 N = 1000  # an add over N f32: 12 N bytes
@@ -30,7 +31,7 @@ def _spec() -> TimelineSpec:
 
 
 def test_the_interval_puts_every_rate_and_time_at_its_bounds() -> None:
-    out = timeline.uncertainty(ADD, _spec())
+    out = timeline.uncertainty(parse(ADD), _spec())
     memory = 12 * N / 1e9
     assert out["step_s"] == pytest.approx(memory + 1e-6)
     fast, slow = memory / 1.15 + 1e-6 / 1.5, memory * 1.15 + 1e-6 * 1.5
@@ -40,4 +41,4 @@ def test_the_interval_puts_every_rate_and_time_at_its_bounds() -> None:
     assert out["points_s"]["hbm_bytes_per_s:fast"] == pytest.approx(memory / 1.15 + 1e-6)
     assert "tile_m:fast" not in out["points_s"]  # a tile is not a rate: not moved
     assert out["uncertainty"]["op_overhead_s"] == 0.5 and out["uncertainty"]["hbm_bytes_per_s"] == 0.15
-    assert "tile_m" not in timeline.sensitivity(ADD, _spec())["constants"]
+    assert "tile_m" not in timeline.sensitivity(parse(ADD), _spec())["constants"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.metrics import timeline
+from harness.metrics.hlo import parse
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
 from harness.metrics.trace import analyze_trace
@@ -107,9 +108,9 @@ def _xprof(path: Path, tool: str, params: dict | None = None) -> object:
 )
 def test_predicted_xspace_opens_in_xprof_with_our_numbers(hlo: str, ag_ns: float, step_ns: float, tmp_path) -> None:
     spec = _spec()
-    prediction = timeline.predict(hlo, spec)
+    prediction = timeline.predict(parse(hlo), spec)
     assert prediction.step_ns == pytest.approx(step_ns)
-    costs, opcodes = program_costs(timeline.build_program(hlo).ops)
+    costs, opcodes = program_costs(timeline.build_program(parse(hlo)).ops)
     ours = xprof_entry(prediction.events, costs, opcodes, **PEAKS)
     path = write_predicted_xspace(tmp_path, prediction.events, costs, opcodes, **PEAKS)
     assert path == tmp_path / "plugins/profile/predicted/predicted.xplane.pb"

@@ -178,7 +178,7 @@ def test_experiment_variants_with_the_async_flags(tmp_path: Path) -> None:
 ASYNC_FLAGS_V6E = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from harness.metrics.hlo import collective_stats
+from harness.metrics.hlo import collective_stats, parse
 from harness.metrics.static import lower_and_compile
 from harness.targets import compile_devices
 mesh = Mesh(np.array(compile_devices("tpu", "v6e:2x4")).reshape(8), ("x",))
@@ -195,7 +195,7 @@ flags = {"xla_tpu_enable_async_collective_fusion": True, "xla_tpu_enable_async_c
 for options in ({}, flags):
     text = lower_and_compile(fn, x, w, w, compiler_options=options)[0].as_text()
     print(text.count('"AsyncCollectiveStart"'), text.count('"AsyncCollectiveDone"'),
-          collective_stats(text)["all-gather"].count)
+          collective_stats(parse(text))["all-gather"].count)
 """
 
 

@@ -76,7 +76,12 @@ def _attributed(raw: dict, ff_scale: float, seed: int) -> dict:
             op.update(scope="transformer/block/ff/proj_in", source="ltx2/block.py:66 (__call__)")
         entry["static"]["attribution"] = {
             "module": "jit_step",
-            "coverage": {"flops": 1.0, "bytes": 0.99, "collective_bytes": 1.0},
+            "coverage": {
+                "flops": 1.0,
+                "bytes": 0.99,
+                "collective_bytes": 1.0,
+                "inferred": {"flops": 0.25, "bytes": 0.0, "collective_bytes": 0.0},
+            },
             "by_scope": {
                 s: {
                     "flops": 1e9,
@@ -126,6 +131,9 @@ def test_page_has_attribution_diff_and_trace_links(page):
     assert 'id="variant-toggle"' in text and 'class="sortable"' in text and 'class="filter"' in text
     assert 'id="detail-naive"' in text and 'id="diff-naive-denoise_step"' in text
     assert 'id="coverage-table"' in text and "97.0%" in text
+    coverage = text.split('id="coverage-table"')[1].split("</table>")[0]
+    assert "100.0% (25.0% inferred)" in coverage  # FLOPs: own and inferred apart; bytes: none inferred
+    assert "99.0%<" in coverage and "99.0% (" not in coverage
     assert "weights want embed whole: sharded over fsdp" in text and "ltx2/block.py:66 (__call__)" in text
     naive = text.split('id="diff-naive-denoise_step"')[1].split("</table>")[0]
     assert "scope: transformer/block/ff/proj_out" in naive and '<span class="sig">yes</span>' in naive

@@ -14,6 +14,7 @@ import pytest
 
 from harness.commands import diff as diff_command
 from harness.metrics.attribution import instruction_scopes
+from harness.metrics.hlo import parse
 from harness.metrics.trace import analyze_trace, capture_trace
 from harness.report.console import WIDTH, format_diff
 from harness.results.diff import DIFFERENT_WORKLOAD, STEP, diff_stage
@@ -46,7 +47,7 @@ def _block(extra: bool):
 
 def _trace(fn, args, log_dir: Path, steps: int) -> dict:
     compiled = fn.lower(*args).compile()
-    names = instruction_scopes(compiled.as_text(), scopes.scope_path)
+    names = instruction_scopes(parse(compiled.as_text()), scopes.scope_path)
     jax.block_until_ready(compiled(*args))  # warm
     xplane = capture_trace(lambda: compiled(*args), log_dir, steps=steps)
     return analyze_trace(xplane, modules={names.module}, scopes=names).to_dict()

@@ -1,18 +1,18 @@
-"""Parse optimized HLO text (`jax.stages.Compiled.as_text()`) into computations of instructions.
+"""The text layer of the HLO reader: optimized HLO text (`jax.stages.Compiled.as_text()`) read
+into computations of printed instruction lines, before anything is derived from them.
 
-What every HLO analysis starts from (:mod:`harness.metrics.hlo`: collectives, matmul FLOPs,
-memory traffic; :mod:`harness.metrics.attribution`: model scopes): :func:`parse_module` groups the
-instructions of each computation in schedule order and finds ENTRY; :func:`shape_bytes` /
-:func:`shape_dims` read shapes; :func:`op_name` and :func:`source_lines` read an instruction's
-``metadata`` (its JAX ``op_name`` path and, through the module's stack-frame tables, the
-source line that traced it). Pure Python.
+:func:`read_computations` groups the :class:`Line` of each computation in schedule order and finds
+ENTRY; :func:`shape_bytes` / :func:`shape_dims` read shapes; :func:`source_lines` reads the
+module's stack-frame tables (the source line that traced an instruction). What the lines mean
+(callees, trip counts, collectives, costs) is :func:`harness.metrics.hlo.parse`'s. Pure Python.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Element width in bits; sub-byte types are packed.
 _DTYPE_BITS: dict[str, int] = {
@@ -57,12 +57,13 @@ _FIELD = re.compile(r"(\w+)=(\d+)")
 
 
 @dataclass(frozen=True)
-class Instruction:
-    """One parsed HLO instruction.
+class Line:
+    """One instruction as printed.
 
     `operands` are names, `operand_shapes` their inline shapes where the text prints them
     (else ""), `attributes` the text after the operand list, and `literal` the text inside
-    the parentheses of `constant(...)`, `parameter(...)` and `iota()`.
+    the parentheses of `constant(...)`, `parameter(...)` and `iota()`; `root`: it is its
+    computation's ROOT.
     """
 
     name: str
@@ -72,30 +73,34 @@ class Instruction:
     operand_shapes: tuple[str, ...]
     attributes: str
     literal: str = ""
-
-    @property
-    def op_name(self) -> str:
-        """``metadata.op_name``: the JAX path of the op (``jit(f)/while/body/<scopes>/dot_general``), or ""."""
-        m = _OP_NAME.search(self.attributes)
-        return m.group(1) if m else ""
-
-    @property
-    def stack_frame(self) -> int | None:
-        """``metadata.stack_frame_id``: the innermost frame in the module's stack-frame table."""
-        m = _STACK_FRAME.search(self.attributes)
-        return int(m.group(1)) if m else None
+    root: bool = False
 
 
-@dataclass
-class Module:
-    """A parsed HLO module: computation name -> instructions (in schedule order), the ENTRY computation
-    and each computation's ROOT."""
+def metadata(attributes: str) -> tuple[str, int | None]:
+    """``metadata.op_name`` (the JAX path of the op, ``jit(f)/while/body/<scopes>/dot_general``, or "")
+    and ``metadata.stack_frame_id`` (the innermost frame in the module's stack-frame table, or None)."""
+    start = max(attributes.rfind("metadata={"), 0)  # printed last: search from there
+    at = attributes.find('op_name="', start)
+    end = attributes.find('"', at + 9) if at >= 0 else -1
+    if at > 0 and not (attributes[at - 1].isalnum() or attributes[at - 1] == "_") and "\\" not in attributes[at:end]:
+        name = attributes[at + 9 : end] if end >= 0 else ""  # the plain case, without a regex
+    else:
+        m = _OP_NAME.search(attributes, start)
+        name = m.group(1) if m else ""
+    frame = _STACK_FRAME.search(attributes, start) if "stack_frame_id=" in attributes else None
+    return name, (int(frame.group(1)) if frame else None)
 
-    computations: dict[str, list[Instruction]] = field(default_factory=dict)
-    entry: str | None = None
-    roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction's name
+
+@dataclass(frozen=True)
+class Text:
+    """A module's text read into computations: name -> lines in schedule order (text order of
+    computations kept), the ENTRY computation's name (None without one)."""
+
+    computations: dict[str, list[Line]]
+    entry: str | None
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a program repeats its few shapes thousands of times
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO shape string; tuples are summed, layouts and `<=` bounds ignored."""
     total = 0
@@ -124,10 +129,10 @@ _ALIASED_OPERAND = re.compile(r":\s*\((\d+),")
 _ALIASING = re.compile(r"\boutput_to_operand_aliasing=\{(.*?\))\}")
 
 
-def aliased_operands(instr: Instruction) -> list[int]:
+def aliased_operands(attributes: str) -> tuple[int, ...]:
     """Operand numbers an op's ``output_to_operand_aliasing`` names (one per aliased output)."""
-    m = _ALIASING.search(instr.attributes)
-    return [int(n) for n in _ALIASED_OPERAND.findall(m.group(1))] if m else []
+    m = _ALIASING.search(attributes)
+    return tuple(int(n) for n in _ALIASED_OPERAND.findall(m.group(1))) if m else ()
 
 
 def top_level_items(text: str) -> Iterator[str]:
@@ -151,17 +156,18 @@ def _parse_operand(item: str) -> tuple[str, str]:
     return name.lstrip("%"), shape
 
 
-def parse_instruction(line: str) -> Instruction | None:
+def parse_line(line: str) -> Line | None:
     """Parse one instruction line of HLO text; None for anything else."""
-    m = _INSTRUCTION.match(_COMMENT.sub("", line))
+    m = _INSTRUCTION.match(_COMMENT.sub("", line) if "/*" in line else line)
     if not m:
         return None
     name, shape, opcode, rest = m.groups()
+    root = line.lstrip().startswith("ROOT ")
     operand_text, attributes = _split_top_level(rest)
     if opcode in ("constant", "parameter", "iota"):
-        return Instruction(name, shape, opcode, (), (), attributes, literal=operand_text)
+        return Line(name, shape, opcode, (), (), attributes, operand_text, root)
     operands = [_parse_operand(item) for item in top_level_items(operand_text)]
-    return Instruction(name, shape, opcode, tuple(n for n, _ in operands), tuple(s for _, s in operands), attributes)
+    return Line(name, shape, opcode, tuple(n for n, _ in operands), tuple(s for _, s in operands), attributes, "", root)
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -195,25 +201,46 @@ def _logical_lines(hlo_text: str) -> Iterator[str]:
         yield " ".join(pending)
 
 
-def parse_module(hlo_text: str) -> Module:
-    """Group instructions by computation and find ENTRY."""
-    module, current = Module(), None
+def read_computations(hlo_text: str) -> Text:
+    """Group instruction lines by computation and find ENTRY."""
+    computations: dict[str, list[Line]] = {}
+    entry, current = None, None
     for line in _logical_lines(hlo_text):
         if line and not line[0].isspace():
             header = _COMPUTATION.match(line)
             current = None
             if header:
                 current = header.group(2).lstrip("%")
-                module.computations[current] = []
-                module.entry = current if header.group(1) else module.entry
+                computations[current] = []
+                entry = current if header.group(1) else entry
             continue
-        if current is not None and (instr := parse_instruction(line)):
-            module.computations[current].append(instr)
-            if line.lstrip().startswith("ROOT "):
-                module.roots[current] = instr.name
-    return module
+        if current is not None and (instr := parse_line(line)):
+            computations[current].append(instr)
+    return Text(computations, entry)
 
 
+_INDEX = re.compile(r"\bindex=(\d+)")
+
+
+def get_tuple_index(attributes: str) -> int:
+    """A ``get-tuple-element``'s ``index=`` (-1 where absent)."""
+    m = _INDEX.search(attributes)
+    return int(m.group(1)) if m else -1
+
+
+_NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
+
+
+def module_header(hlo_text: str) -> tuple[str, int]:
+    """(module name, ``num_partitions``: 1 where the header gives none) from the ``HloModule`` line."""
+    header = hlo_text.split("\n", 1)[0]
+    first = header.split()
+    name = first[1].rstrip(",") if len(first) > 1 and first[0] == "HloModule" else ""
+    m = _NUM_PARTITIONS.search(header)
+    return name, int(m.group(1)) if m else 1
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def shape_dims(shape: str) -> tuple[int, ...] | None:
     """Dimensions of a single-array HLO shape (``bf16[4,8]{1,0:T(8,128)}`` -> (4, 8)); None for tuples."""
     found = _ARRAY_SHAPE.findall(shape)

@@ -1,17 +1,21 @@
-"""What a compiled program's instructions cost: matmul FLOPs and memory traffic, from optimized HLO text.
+"""What a compiled program's instructions cost: matmul FLOPs and memory traffic.
 
-Per device, per call of the ENTRY computation; a ``while`` body counts its trip count times
-(:func:`harness.metrics.hlo.while_trip_count`), a call or conditional the computations it runs.
+Per instruction (read once, while parsing: :attr:`~harness.metrics.hlo.model.Line.flops`
+and ``traffic``) and per program, per device, per call of the ENTRY computation; a ``while`` body
+counts its trip count times (:mod:`harness.metrics.hlo.loops`), a call or conditional the
+computations it runs.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from harness.metrics.hlo import ASYNC_CONTINUATIONS, callees, operand_bytes, while_trip_count
-from harness.metrics.hlo_parse import Instruction, Module, parse_module, shape_bytes, shape_dims
+from harness.metrics.hlo.collectives import ASYNC_CONTINUATIONS
+from harness.metrics.hlo.loops import CONTROL_FLOW, callees
+from harness.metrics.hlo.model import HloModule
+from harness.metrics.hlo.text import Line, shape_bytes, shape_dims
 
 # --------------------------------------------------------------------------- matmul FLOPs
 
@@ -27,7 +31,7 @@ def _elements(dims: tuple[int, ...] | None) -> int:
     return out
 
 
-def _matmul_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
+def _matmul_flops(instr: Line, shapes: Mapping[str, str]) -> int:
     """2 x output elements x contracted size of a ``dot`` or ``convolution`` (TPU writes dots as these)."""
 
     def operand(i: int) -> tuple[int, ...] | None:
@@ -79,20 +83,13 @@ def _spatial_taps(out_n: int, in_n: int, size: int, w: Mapping[str, int]) -> int
     )
 
 
-def _nested(instr: Instruction, module: Module, visit: Callable[[str], int]) -> int:
-    """``visit``'s total over the computations ``instr`` calls, a ``while`` body times its trip
-    count (once where the count is unknown)."""
-    times = (while_trip_count(instr, module) or 1) if instr.opcode == "while" else 1
-    return times * sum(visit(c) for c in callees(instr) if c in module.computations)
-
-
 # The splash attention kernel (ltx2.splash_attention, a Mosaic custom call) is opaque to HLO; its
 # forward call takes (mask info, mask info, q, k, v, segment ids...) with q ``[..., L, K]`` and
 # k ``[..., S, K]``, and does 2 x L x S x K for the scores and again for the values per q row set.
 _SPLASH_FORWARD = re.compile(r"^splash_mha_fwd")
 
 
-def _splash_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
+def _splash_flops(instr: Line, shapes: Mapping[str, str]) -> int:
     dims = [shape_dims(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in (2, 3)]
     q, k = dims
     if q is None or k is None or len(q) < 2 or len(k) < 2:
@@ -100,7 +97,7 @@ def _splash_flops(instr: Instruction, shapes: Mapping[str, str]) -> int:
     return 4 * _elements(q) * k[-2]
 
 
-def instruction_flops(instr: Instruction, shapes: Mapping[str, str]) -> int | None:
+def instruction_flops(instr: Line, shapes: Mapping[str, str]) -> int | None:
     """Matmul FLOPs of one execution of a ``dot``, ``convolution`` or splash kernel call; None for
     any other op (``shapes``: instruction name -> shape in its computation)."""
     if instr.opcode in ("dot", "convolution"):
@@ -110,27 +107,32 @@ def instruction_flops(instr: Instruction, shapes: Mapping[str, str]) -> int | No
     return None
 
 
-def computation_flops(module: Module) -> Callable[[str], int]:
-    """Computation name -> matmul FLOPs of one run of it (dots, convolutions and splash kernels, fused
-    or not; loop bodies times their trip counts), memoised over ``module``. An op's own FLOPs plus
-    this over the computations it calls is what one execution of a fusion costs."""
+def computation_flops(
+    computations: Mapping[str, Sequence[Line]],
+    own: Callable[[Line], int | None],
+    callees_of: Callable[[Line], Sequence[str]],
+    trip_of: Callable[[Line], int | None],
+) -> dict[str, int]:
+    """Computation name -> matmul FLOPs of one run of it (dots, convolutions and splash kernels,
+    fused or not; loop bodies times their trip counts, once where unknown; ``own``: a line's
+    :func:`instruction_flops`). An op's own FLOPs plus this over the computations it calls is
+    what one execution of a fusion costs."""
 
     @functools.cache
     def visit(computation: str) -> int:
-        instrs = module.computations.get(computation, [])
-        shapes = {i.name: i.shape for i in instrs}
         total = 0
-        for instr in instrs:
-            if (own := instruction_flops(instr, shapes)) is not None:
-                total += own
-            elif instr.opcode not in ASYNC_CONTINUATIONS:
-                total += _nested(instr, module, visit)
+        for line in computations.get(computation, []):
+            if (mine := own(line)) is not None:
+                total += mine
+            elif line.opcode not in ASYNC_CONTINUATIONS:
+                times = (trip_of(line) or 1) if line.opcode == "while" else 1
+                total += times * sum(visit(c) for c in callees_of(line) if c in computations)
         return total
 
-    return visit
+    return {name: visit(name) for name in computations}
 
 
-def matmul_flops(hlo_text: str) -> int:
+def matmul_flops(module: HloModule) -> int:
     """Matmul FLOPs (dots, convolutions, splash attention kernels) of an optimized HLO module, per
     device, per call of ENTRY, with loop bodies multiplied by their trip counts (unknown trip
     counts count once).
@@ -138,8 +140,8 @@ def matmul_flops(hlo_text: str) -> int:
     Unlike ``cost_analysis()``, which counts a ``while`` body once, this is the work a scanned
     model really does; unlike analytic model FLOPs, it shows what a layout duplicates.
     """
-    module = parse_module(hlo_text)
-    return computation_flops(module)(module.entry) if module.entry else 0
+    entry = module.computations.get(module.entry or "")
+    return entry.flops if entry is not None else 0
 
 
 # --------------------------------------------------------------------------- memory traffic
@@ -173,15 +175,31 @@ _SHAPE_ONLY = ("bitcast", "reshape")  # a view of the same bytes: follow it to w
 _PER_ELEMENT = (*_SHAPE_ONLY, "copy", "convert", "transpose")
 
 
-def _users(fused: list[Instruction]) -> dict[str, list[Instruction]]:
-    users: dict[str, list[Instruction]] = {}
+def operand_bytes(line: Line, shapes: Mapping[str, str]) -> int:
+    """Bytes of an op's operands: their inline shapes, else the shapes of the instructions named."""
+    return sum(
+        shape_bytes(inline or shapes.get(name, ""))
+        for name, inline in zip(line.operands, line.operand_shapes, strict=True)
+    )
+
+
+Computations = Mapping[str, Sequence[Line]]
+
+
+def _fused(line: Line, comps: Computations) -> Sequence[Line] | None:
+    """The computation a fusion runs, else None."""
+    return next((comps[c] for c in callees(line) if c in comps), None)
+
+
+def _users(fused: Sequence[Line]) -> dict[str, list[Line]]:
+    users: dict[str, list[Line]] = {}
     for i in fused:
         for operand in i.operands:
             users.setdefault(operand, []).append(i)
     return users
 
 
-def _params(fused: list[Instruction]) -> dict[int, str]:
+def _params(fused: Sequence[Line]) -> dict[int, str]:
     return {int(i.literal): i.name for i in fused if i.opcode == "parameter" and i.literal.strip().isdigit()}
 
 
@@ -190,7 +208,7 @@ def _elements_of(shape: str) -> int | None:
     return None if dims is None else _elements(dims)
 
 
-def _sliced_elements(value: str, shape: str, fused: list[Instruction], module: Module, depth: int = 0) -> int | None:
+def _sliced_elements(value: str, shape: str, fused: Sequence[Line], comps: Computations, depth: int = 0) -> int | None:
     """Elements of ``value`` (of ``shape``) the fused code reads when it only slices it -- directly,
     through per-element maps (bitcast, reshape, copy, convert, transpose, a nested fusion of the
     same element count) or inside a nested fusion, as TPU fusions reach a scan's stacked weights --
@@ -204,17 +222,13 @@ def _sliced_elements(value: str, shape: str, fused: list[Instruction], module: M
         if u.opcode in _SLICING and u.operands[0] == value and value not in u.operands[1:]:
             out += _elements_of(u.shape) or total
             continue
-        nested = (
-            next((module.computations[c] for c in callees(u) if c in module.computations), None)
-            if u.opcode == "fusion"
-            else None
-        )
+        nested = _fused(u, comps) if u.opcode == "fusion" else None
         if u.opcode in _PER_ELEMENT or (nested is not None and _elements_of(u.shape) == total):
-            inner = _sliced_elements(u.name, u.shape, fused, module, depth + 1)  # a map: follow its result
+            inner = _sliced_elements(u.name, u.shape, fused, comps, depth + 1)  # a map: follow its result
             if inner is None and nested is not None:  # or the nested fusion itself slices it
-                inner = _nested_slices(u, value, nested, module, depth)
+                inner = _nested_slices(u, value, nested, comps, depth)
         elif nested is not None:
-            inner = _nested_slices(u, value, nested, module, depth)
+            inner = _nested_slices(u, value, nested, comps, depth)
         else:
             return None
         if inner is None:
@@ -223,33 +237,33 @@ def _sliced_elements(value: str, shape: str, fused: list[Instruction], module: M
     return min(out, total)
 
 
-def _nested_slices(u: Instruction, value: str, nested: list[Instruction], module: Module, depth: int) -> int | None:
+def _nested_slices(u: Line, value: str, nested: Sequence[Line], comps: Computations, depth: int) -> int | None:
     params = _params(nested)
     positions = [k for k, o in enumerate(u.operands) if o == value]
     by_name = {i.name: i.shape for i in nested}
     parts = [
-        _sliced_elements(params[k], by_name.get(params[k], ""), nested, module, depth + 1) if k in params else None
+        _sliced_elements(params[k], by_name.get(params[k], ""), nested, comps, depth + 1) if k in params else None
         for k in positions
     ]
     return None if not parts or any(p is None for p in parts) else sum(p for p in parts if p is not None)
 
 
-def _sliced_bytes(param: str, fused: list[Instruction], module: Module) -> int | None:
+def _sliced_bytes(param: str, fused: Sequence[Line], comps: Computations) -> int | None:
     """Bytes of a fusion parameter the fused code reads when it only slices it (see
     :func:`_sliced_elements`), else None."""
     shape = next((i.shape for i in fused if i.name == param), "")
-    elements, total = _sliced_elements(param, shape, fused, module), _elements_of(shape)
+    elements, total = _sliced_elements(param, shape, fused, comps), _elements_of(shape)
     if elements is None or not total:
         return None
     return shape_bytes(shape) * elements // total
 
 
-def _root_update(fused: list[Instruction]) -> tuple[Instruction, str] | None:
+def _root_update(fused: Sequence[Line]) -> tuple[Line, str] | None:
     """(the in-place dynamic-update-slice a fusion's root is or is a bitcast/reshape of, the value
     holding the buffer it updates, followed back through bitcasts/reshapes), else None."""
     by_name = {i.name: i for i in fused}
 
-    def back(name: str) -> Instruction | None:
+    def back(name: str) -> Line | None:
         instr = by_name.get(name)
         while instr is not None and instr.opcode in _SHAPE_ONLY and instr.operands:
             instr = by_name.get(instr.operands[0])
@@ -262,12 +276,12 @@ def _root_update(fused: list[Instruction]) -> tuple[Instruction, str] | None:
     return root, buffer.name if buffer is not None else root.operands[0]
 
 
-def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
+def _fusion_traffic(instr: Line, shapes: Mapping[str, str], comps: Computations) -> int:
     """Bytes a fusion reads and writes. An operand the fused code only slices (directly, through
     per-element maps, or inside a nested fusion) is read as its slices (a scan reading layer i of
     stacked weights); an in-place dynamic-update-slice root (or a bitcast of one) writes only its
     update and does not read the buffer it updates (a scan writing step i of its outputs)."""
-    fused = next((module.computations[c] for c in callees(instr) if c in module.computations), None)
+    fused = _fused(instr, comps)
     if fused is None:
         return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
     inner = {i.name: i.shape for i in fused}
@@ -278,45 +292,42 @@ def _fusion_traffic(instr: Instruction, shapes: Mapping[str, str], module: Modul
         param = params.get(index)
         if update is not None and param == update[1]:
             continue  # the buffer updated in place is not read
-        sliced = _sliced_bytes(param, fused, module) if param else None
+        sliced = _sliced_bytes(param, fused, comps) if param else None
         total += sliced if sliced is not None else shape_bytes(inline or shapes.get(name, ""))
     return total
 
 
-CONTROL_FLOW = ("while", "call", "conditional")  # ops whose work is that of the computations they run
-
-
-def instruction_traffic(instr: Instruction, shapes: Mapping[str, str], module: Module) -> int:
-    """Bytes one execution of a top-level op reads and writes (see :func:`memory_traffic_bytes`);
-    0 for control flow, whose bodies are counted where they run."""
-    if instr.opcode == "fusion":
-        return _fusion_traffic(instr, shapes, module)
-    if instr.opcode in _NO_TRAFFIC or instr.opcode.endswith("-done"):
+def instruction_traffic(line: Line, shapes: Mapping[str, str], comps: Computations) -> int:
+    """Bytes one execution of a top-level op reads and writes (each fusion, collective or custom
+    call reads its operands and writes its result; ``comps``: the module's computations, where a
+    fusion's are); 0 for control flow, whose bodies are counted where they run."""
+    if line.opcode == "fusion":
+        return _fusion_traffic(line, shapes, comps)
+    if line.opcode in _NO_TRAFFIC or line.opcode.endswith("-done"):
         return 0
-    return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
+    return shape_bytes(line.shape) + operand_bytes(line, shapes)
 
 
-def memory_traffic_bytes(hlo_text: str) -> int:
-    """Bytes read and written by the top-level ops of an optimized HLO module (each fusion,
-    collective or custom call reads its operands and writes its result), per device and call,
-    with loop bodies multiplied by their trip counts.
+def memory_traffic_bytes(module: HloModule) -> int:
+    """Bytes read and written by the top-level ops of an optimized HLO module
+    (:attr:`~harness.metrics.hlo.model.Line.traffic`), per device and call, with loop bodies
+    multiplied by their trip counts.
 
     The model of ``cost_analysis()["bytes accessed"]`` at the granularity of fusions, which XLA
     counts once per loop body; this is the HBM traffic of a scanned model, to within what the
     fusions' own access patterns add or save.
     """
-    module = parse_module(hlo_text)
 
     @functools.cache
     def visit(computation: str) -> int:
-        instrs = module.computations.get(computation, [])
-        shapes = {i.name: i.shape for i in instrs}
+        comp = module.computations.get(computation)
         total = 0
-        for instr in instrs:
+        for instr in comp.instructions if comp is not None else ():
             if instr.opcode in CONTROL_FLOW:
-                total += _nested(instr, module, visit)
+                times = (instr.trip_count or 1) if instr.opcode == "while" else 1
+                total += times * sum(visit(c) for c in instr.callees if c in module.computations)
             else:
-                total += instruction_traffic(instr, shapes, module)
+                total += instr.traffic
         return total
 
     return visit(module.entry) if module.entry else 0
