@@ -25,6 +25,9 @@ _KNOWN_TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)
 _DIRECTION = re.compile(r"\bdirection=([A-Z]+)")
 _INT_LITERAL = re.compile(r"^\s*(-?\d+)\s*$")
 CONTROL_FLOW = ("while", "call", "conditional")  # ops whose work is that of the computations they run
+# Substrings every attribute _CALLEES matches contains: most ops name no computation, and testing
+# these is cheaper than running the regex over their metadata.
+_CALLEE_KEYS = ("calls=", "to_apply=", "body=", "condition=", "computation")
 
 
 def callees(line: Line) -> tuple[str, ...]:
@@ -34,6 +37,8 @@ def callees(line: Line) -> tuple[str, ...]:
         found = (_CONDITION.search(line.attributes), _BODY.search(line.attributes))
         return tuple(m.group(1) for m in found if m)
     names: list[str] = []
+    if not any(key in line.attributes for key in _CALLEE_KEYS):
+        return ()
     for group in _CALLEES.findall(line.attributes):
         names += [n.strip().lstrip("%") for n in group.strip("{}").split(",") if n.strip()]
     return tuple(names)

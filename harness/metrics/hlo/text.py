@@ -175,7 +175,12 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 def _brace_depth(line: str) -> int:
     """``{`` minus ``}`` of ``line`` outside string literals."""
-    bare = _STRING.sub("", line)
+    if '"' not in line:
+        bare = line
+    elif "\\" not in line and line.count('"') % 2 == 0:
+        bare = "".join(line.split('"')[::2])  # no escapes: the strings are what lies between quote pairs
+    else:
+        bare = _STRING.sub("", line)
     return bare.count("{") - bare.count("}")
 
 
