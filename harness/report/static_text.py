@@ -141,6 +141,21 @@ def _sites(sites: list[Mapping[str, Any]], top: int) -> list[str]:
     return out + ([f"... {more} more sites (fewer bytes)"] if more > 0 else [])
 
 
+def _coverage(coverage: Mapping[str, Any]) -> str:
+    """``flops 100%, bytes 50% (12% inferred), ...``: each share with a scope, and the part of it whose
+    scope was inferred (from fused ops, neighbours or the fusion) where the record says."""
+    inferred = coverage.get("inferred") or {}
+    parts = []
+    for key, share in coverage.items():
+        if key == "inferred" or not isinstance(share, int | float):
+            continue
+        guessed = inferred.get(key) if isinstance(inferred, Mapping) else None
+        parts.append(
+            f"{key.replace('_', ' ')} {fmt_pct(share)}" + (f" ({fmt_pct(guessed)} inferred)" if guessed else "")
+        )
+    return ", ".join(parts)
+
+
 def format_static(static: Mapping[str, Any], top: int = 8) -> list[str]:
     """The stage's static metrics as lines of at most WIDTH characters (long text wraps)."""
     facts = _facts(static) + (_target(static["target"]) if static.get("target") else [])
@@ -155,8 +170,7 @@ def format_static(static: Mapping[str, Any], top: int = 8) -> list[str]:
     if by_scope := attribution.get("by_scope"):
         blocks += [_scopes(by_scope, key, top) for key in ("flops", "bytes", "collectives")]
         if coverage := attribution.get("coverage"):
-            shares = ", ".join(f"{k.replace('_', ' ')} {fmt_pct(v)}" for k, v in coverage.items() if v is not None)
-            blocks.append([f"attributed to a model scope: {shares}"])
+            blocks.append([f"attributed to a model scope: {_coverage(coverage)}"])
     blocks.append(_sites(list(attribution.get("collective_sites") or ()), top))
     for block in blocks:
         if block:

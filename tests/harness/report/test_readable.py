@@ -162,13 +162,14 @@ def test_inspect_prints_tables_within_120_columns():
                     "axes": ["tensor"],
                 }
             ],
-            "coverage": {"flops": 1.0, "bytes": 0.5},
+            "coverage": {"flops": 1.0, "bytes": 0.5, "inferred": {"flops": 0.0, "bytes": 0.125}},
         },
     }
     lines = format_static(static)
     text = "\n".join(lines)
     assert max(len(line) for line in lines) <= WIDTH, text
     assert "{" not in text  # no raw dicts
+    assert "attributed to a model scope: flops 100.0%, bytes 50.0% (12.5% inferred)" in text, text
     assert "DOES NOT FIT (40 GiB of 32 GiB HBM per device)" in text and "72 TFLOP per call" in text
     assert "video 576 (latent 9x8x8), text 128" in text and "all-reduce" in text and "4.41 MiB" in text
     flops = lines[lines.index(next(line for line in lines if "top scopes by FLOPs" in line)) + 2]
