@@ -1,9 +1,12 @@
 """Predicted against measured: how well the timeline simulator's step times match CPU measurements.
 
 A :class:`Point` is one (variant, stage) whose record has both a predicted step
-(``predicted.step_s``) and measured samples. What is compared is one call of the compiled program:
-a stage whose call is a host loop around its program (``predicted.host_loop``, e.g. the Python
-denoising loop) is not a point. A point is *gated* (scored) when its prediction models its device
+(``predicted.step_s``) and measured samples. What is compared is one measured call of the stage:
+one call of its compiled program, or, for a stage whose call is a host loop around its program
+(``predicted.host_loop``: the Python denoising loop, the text encoder on the host), the loop's
+program calls (``step_s x calls_per_video``: one call of such a stage runs a whole video's). What the
+host does between those calls (Python dispatch, PyTorch on the host) is in no compiled program, so
+it is not predicted and counts against the prediction. A point is *gated* (scored) when its prediction models its device
 count: one device, or a CPU spec measured with as many simulated devices sharing the host's cores
 (``predicted.calibration.devices``); other multi-device points (records from before the CPU spec
 modelled shared cores) are shown, not scored.
@@ -36,6 +39,7 @@ class Point:
     predicted_s: float
     measured_s: float
     gated: bool
+    host_loop: bool = False  # predicted_s is step_s x calls_per_video (see the module docstring)
 
     @property
     def ratio(self) -> float:
@@ -72,10 +76,10 @@ def points(records: Sequence[Record]) -> list[Point]:
             step = pred.get("step_s")
             if entry.status != StageStatus.OK or not samples or not isinstance(step, int | float) or step <= 0:
                 continue
-            if pred.get("host_loop"):
-                continue
+            host_loop = bool(pred.get("host_loop"))
+            predicted = float(step) * (int(pred.get("calls_per_video") or 1) if host_loop else 1)
             modelled = devices == 1 or (pred.get("calibration") or {}).get("devices") == devices
-            out.append(Point(r.variant.name, stage, devices, float(step), stats.median(samples), modelled))
+            out.append(Point(r.variant.name, stage, devices, predicted, stats.median(samples), modelled, host_loop))
     return out
 
 

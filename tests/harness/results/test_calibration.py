@@ -71,7 +71,7 @@ def test_points_and_summary() -> None:
             _record("c", 1, 0.003, [0.002]),  # 1.5x
             _record("eight", 8, 0.001, [0.050]),  # shown, not scored: its spec did not model 8 devices
             _record("shared", 8, 0.040, [0.050], calibrated=8),  # measured with 8 devices sharing the cores
-            _record("loop", 1, 0.001, [0.009], host_loop=True),  # a host loop: not one program call
+            _record("loop", 1, 0.001, [0.009], host_loop=True),  # a host loop: its 8 program calls, 0.008
             _record("none", 1, None, [0.009]),  # nothing predicted
             _record("failed", 1, 0.001, [0.009], status="failed"),
         ]
@@ -83,17 +83,20 @@ def test_points_and_summary() -> None:
         ("c", True),
         ("eight", False),
         ("shared", True),
+        ("loop", True),
     ]
     assert pts[0].measured_s == pytest.approx(0.009) and pts[1].ratio == pytest.approx(2.0)
-    s = calibration.summarize([p for p in pts if p.variant != "shared"])
+    loop = pts[-1]  # one call of the host loop runs the video's 8 program calls (synthetic.predicted's calls)
+    assert loop.host_loop and loop.predicted_s == pytest.approx(0.008) and loop.ratio == pytest.approx(0.008 / 0.009)
+    s = calibration.summarize([p for p in pts if p.variant not in ("shared", "loop")])
     assert s is not None and s.n == 3
     assert s.spearman == pytest.approx(1.0)  # same order: c < a < b on both sides
     assert s.median_abs_log_ratio == pytest.approx(math.log(1.5)) and s.met  # exactly at the target
     assert calibration.summarize([p for p in pts if not p.gated]) is None
-    assert calibration.summarize(pts).n == 4
+    assert calibration.summarize(pts).n == 5
     text = calibration_section(records)
-    assert "4 programs whose devices the spec models: Spearman" in text
-    assert text.count("<circle") == 5 and "shown only" in text
+    assert "5 programs whose devices the spec models: Spearman" in text
+    assert text.count("<circle") == 6 and "shown only" in text and "denoise_step (host loop)" in text
 
 
 def test_a_missed_target_says_so() -> None:
