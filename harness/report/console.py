@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -163,6 +164,8 @@ def format_diff(d: StageDiff, top: int = 15) -> str:
     """A stage's diff as text: the step, each category, the ``top`` scopes by |delta|, changed collectives."""
     title = f"{d.head} vs {d.base} / {d.stage}: speedup {d.speedup_note}; traced steps {d.steps[0]}/{d.steps[1]}"
     out = [_clip(title, WIDTH)]
+    if d.note:
+        out += ["  " + line for line in textwrap.wrap(f"note: {d.note}", WIDTH - 2)]
     if d.step is None:
         out.append("  no per-step trace samples on both sides: no time deltas")
     else:

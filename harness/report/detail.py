@@ -175,6 +175,8 @@ def _delta_row(d: Delta, name: str) -> str:
 def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
     """A stage's diff against its reference: step, categories, top scopes, collective deltas."""
     head = f"<h5>Against {e(d.base)}: speedup {e(d.speedup_note)}; traced steps {d.steps[0]} / {d.steps[1]}</h5>"
+    if d.note:
+        head += f'<p class="note diff-note">{e(d.note)}</p>'
     if d.step is None:
         body = '<p class="note">No per-step trace samples on both sides: no time deltas.</p>'
     else:

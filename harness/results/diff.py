@@ -85,6 +85,7 @@ class StageDiff:
     collectives: tuple[CollectiveDelta, ...]
     speedup: float | None  # base median / head median; None: different workload or no timings
     speedup_note: str
+    note: str = ""  # what makes the two sides' traced calls differ in kind (a host loop on one side)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +99,7 @@ class StageDiff:
             "collectives": [c.to_dict() for c in self.collectives],
             "speedup": self.speedup,
             "speedup_note": self.speedup_note,
+            "note": self.note,
         }
 
 
@@ -186,6 +188,25 @@ def comparable(a: Record, b: Record) -> bool:
     return a.config.preset == b.config.preset and sizes(a) == sizes(b)
 
 
+def host_loop_note(base: Record, head: Record, stage: str) -> str:
+    """Where one side's stage is a host loop around its program and the other's is not (the Python
+    denoising loop against the scanned one), what that means for the comparison; "" otherwise."""
+
+    def loop(r: Record) -> tuple[bool, int]:
+        p = (r.stages[stage].predicted if stage in r.stages else None) or {}
+        return bool(p.get("host_loop")), int(p.get("calls_per_video") or 1)
+
+    (lb, cb), (lh, ch) = loop(base), loop(head)
+    if lb == lh:
+        return ""
+    name, calls = (base.variant.name, cb) if lb else (head.variant.name, ch)
+    return (
+        f"{name}'s {stage} is a host loop: one traced call runs its program {calls}x, the host dispatching "
+        "each call, so both sides' calls cover the same work; its idle time holds the gaps between the "
+        "calls (host dispatch), which the other side's single program does not have"
+    )
+
+
 def _median(entry: StageEntry | None) -> float | None:
     xs = ((entry.measured if entry is not None else None) or {}).get("samples_s") or ()
     return stats.median(xs) if xs else None
@@ -225,6 +246,7 @@ def diff_stage(base: Record, head: Record, stage: str, *, depth: int | None = No
         collective_deltas(eb, eh),
         speedup,
         note,
+        host_loop_note(base, head, stage),
     )
 
 
@@ -254,5 +276,6 @@ __all__ = [
     "comparable",
     "diff_records",
     "diff_stage",
+    "host_loop_note",
     "reference_diffs",
 ]

@@ -180,3 +180,21 @@ def test_cli_diff_against_a_revision(tmp_path, capsys):
     assert "sleep vs sleep / denoise_step: speedup" in captured.out and "round 1/1 base: sleep" in captured.err
     assert cli.main(["diff", str(manifest), "--against", "HEAD", "--variant", "nope", "--reports", reports]) == 2
     assert cli.main(["diff", "a", "b", "--against", "HEAD"]) == 2
+
+
+def test_a_host_loop_against_one_program_says_what_its_calls_hold():
+    """The Python denoising loop against the scanned one: the diff says which side is a host loop,
+    how many program calls one of its traced calls runs, and that its idle holds the host's gaps."""
+
+    def record(name: str, host_loop: bool, calls: int) -> object:
+        stage = {"predicted": synthetic.predicted(0.01, calls=calls, host_loop=host_loop)}
+        return synthetic.records([synthetic.minimal(name, {"denoise_loop": stage})])[0]
+
+    scan, loop = record("pipeline", False, 1), record("python-loop", True, 4)
+    d = diff_stage(scan, loop, "denoise_loop")
+    assert d.note.startswith("python-loop's denoise_loop is a host loop: one traced call runs its program 4x")
+    assert diff_stage(loop, scan, "denoise_loop").note == d.note  # either side
+    assert diff_stage(scan, scan, "denoise_loop").note == "" and d.to_dict()["note"] == d.note
+    text = format_diff(d)
+    assert "note: python-loop's denoise_loop is a host loop" in text
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
