@@ -25,7 +25,7 @@ from harness.results.record import Record
 
 HELP = "estimate the timing gate's false-alarm rate and power on this machine; recommend repeats and thresholds"
 REPEATS = (5, 10, 15, 20, 30)
-THRESHOLDS = (1.02, 1.03, 1.04, 1.05, 1.10, 1.25)
+THRESHOLDS = (1.02, 1.03, 1.04, 1.05, 1.10, 1.25, 1.5, 2.0)  # the last two: machines whose runs drift by tens of %
 ALPHAS = (0.001, 0.01, 0.05)
 
 
@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         if args.runs < 1 or args.trials < 1 or not 0 < args.slowdown < 10:
             raise ValueError("--runs and --trials must be >= 1 and --slowdown in (0, 10)")
         records = _records(args)
-        runs = sample_runs(records)
+        dropped: list[tuple[str, str]] = []
+        runs = sample_runs(records, dropped)
+        if not runs:
+            raise ValueError("no timing samples taken without load: every run was measured beside other work")
         repeats = sorted({*REPEATS, manifest.run.repeats})
         thresholds = sorted({*THRESHOLDS, manifest.gate.timing_ratio})
         alphas = sorted({*ALPHAS, manifest.gate.alpha})
@@ -103,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     lines, best = report(cells, manifest.gate, manifest.run.repeats, args, min(len(v) for v in runs.values()))
+    if dropped:
+        lines.append(
+            f"left out: {len(dropped)} timing run(s) measured under load (other processes kept >= a quarter of "
+            "the cores busy): " + ", ".join(f"{v} / {s}" for v, s in dropped)
+        )
     print("\n".join(lines))
     if args.json is not None:
         args.json.write_text(

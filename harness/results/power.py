@@ -35,15 +35,22 @@ class Cell:
         return self.false_alarm <= false_alarm and self.power >= power
 
 
-def sample_runs(records: Sequence[Record]) -> dict[Key, list[list[float]]]:
-    """(variant, stage) -> one list of timing samples per ok record that has them."""
+def sample_runs(records: Sequence[Record], dropped: list[Key] | None = None) -> dict[Key, list[list[float]]]:
+    """(variant, stage) -> one list of timing samples per ok record that has them. A run whose samples
+    were taken under load (``measured.load.loaded``: other processes kept a quarter of the cores busy,
+    :mod:`harness.run.load`) is left out: the error rates are the machine's own noise, not another
+    job's; each one left out is appended to ``dropped``."""
     out: dict[Key, list[list[float]]] = {}
     for r in records:
         if not r.ok:
             continue
         for stage, entry in r.stages.items():
-            xs = [float(x) for x in (entry.measured or {}).get("samples_s") or ()]
-            if xs:
+            measured = entry.measured or {}
+            xs = [float(x) for x in measured.get("samples_s") or ()]
+            if xs and (measured.get("load") or {}).get("loaded"):
+                if dropped is not None:
+                    dropped.append((r.variant.name, stage))
+            elif xs:
                 out.setdefault((r.variant.name, stage), []).append(xs)
     return out
 

@@ -83,6 +83,10 @@ def worker_env(spec: WorkerSpec, base: Mapping[str, str] | None = None) -> dict[
         env.update(targets.run_flags_env(target.platform, dict(target.compiler_options), env))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # One string hash for every worker: a program traced from code that iterates a set (transformers'
+    # Gemma-3 computes its RoPE tables `for layer_type in set(config.layer_types)`) is otherwise traced
+    # in another order in each process, so its compile-cache key differs and a warm sweep misses.
+    env.setdefault("PYTHONHASHSEED", "0")
     return env
 
 

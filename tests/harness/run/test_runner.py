@@ -128,6 +128,12 @@ def test_worker_env_sets_devices_and_platform(tmp_path: Path) -> None:
     env = worker_env(spec, {"XLA_FLAGS": f"--xla_foo {DEVICE_COUNT_FLAG}=8", "PYTHONPATH": "/x"})
     assert env["XLA_FLAGS"] == f"--xla_foo {DEVICE_COUNT_FLAG}=4"
     assert env["JAX_PLATFORMS"] == "cpu" and env["PYTHONPATH"].endswith(":/x")
+    # every worker hashes strings alike: code that iterates a set (transformers' Gemma-3 RoPE tables)
+    # traces in one order, so a program's compile-cache key is the same in every process
+    probe = [sys.executable, "-c", "print(list({'full_attention', 'sliding_attention', *'abcdefgh'}))"]
+    orders = {subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout for _ in range(3)}
+    assert env["PYTHONHASHSEED"] == "0" and len(orders) == 1
+    assert worker_env(spec, {"PYTHONHASHSEED": "7"})["PYTHONHASHSEED"] == "7"  # the user's own choice stays
 
 
 def test_a_tpu_worker_starts_with_the_stack_limit_raised_to_the_hard_one(tmp_path: Path) -> None:
