@@ -137,8 +137,16 @@ def _tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
 
 # What a process's last lines say when an allocation failed: Python's MemoryError, the dynamic
 # loader's refused mmap of a shared library (an import under an address-space limit), libc's ENOMEM
-# text, a C++ allocation failure.
-OUT_OF_MEMORY = ("MemoryError", "failed to map segment", "Cannot allocate memory", "std::bad_alloc")
+# text, a C++ allocation failure, and CPython's SystemError for a C function that failed without
+# setting an exception: seen when an import's allocation failed under the RLIMIT_AS fault
+# (tests/harness/faults: email.utils, about one worker in six).
+OUT_OF_MEMORY = (
+    "MemoryError",
+    "failed to map segment",
+    "Cannot allocate memory",
+    "std::bad_alloc",
+    "SystemError: error return without exception set",
+)
 
 
 def _exit_reason(rc: int, tail: str = "") -> str:
