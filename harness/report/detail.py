@@ -21,6 +21,7 @@ from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.report import predicted
 from harness.report.charts import bar_chart
+from harness.report.static_text import attributed, static_attributed
 from harness.report.tables import XPROF_PORT
 from harness.results.diff import Delta, StageDiff
 from harness.results.record import Record, StageEntry
@@ -62,15 +63,6 @@ def trace_block(r: Record, stage: str, entry: StageEntry, out_dir: str | Path) -
     )
 
 
-def _attributed(share: float | None, inferred: float | None) -> str:
-    """The share of a total with a scope, and how much of it was inferred (records that say)."""
-    return fmt_pct(share) + (f" ({fmt_pct(inferred)} inferred)" if inferred else "")
-
-
-def _static_attributed(cov: Mapping[str, Any], key: str) -> str:
-    return _attributed(cov.get(key), (cov.get("inferred") or {}).get(key))
-
-
 def coverage_line(entry: StageEntry) -> str:
     trace, attribution = entry.trace or {}, (entry.static or {}).get("attribution") or {}
     cov = attribution.get("coverage") or {}
@@ -78,9 +70,9 @@ def coverage_line(entry: StageEntry) -> str:
     rest = by_scope.get(UNATTRIBUTED)
     return (
         '<p class="coverage">Attributed to a model scope: traced op time '
-        f"{_attributed(trace.get('scope_coverage'), trace.get('scope_inferred'))}"
-        f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {_static_attributed(cov, 'flops')}, "
-        f"bytes {_static_attributed(cov, 'bytes')}, collective bytes {_static_attributed(cov, 'collective_bytes')}.</p>"
+        f"{attributed(trace.get('scope_coverage'), trace.get('scope_inferred'))}"
+        f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {static_attributed(cov, 'flops')}, "
+        f"bytes {static_attributed(cov, 'bytes')}, collective bytes {static_attributed(cov, 'collective_bytes')}.</p>"
     )
 
 
@@ -291,8 +283,8 @@ def coverage_section(records: Sequence[Record]) -> str:
                 continue
             rest = (trace.get("by_scope") or {}).get(UNATTRIBUTED)
             traced = trace.get("scope_coverage")
-            statics = [(_static_attributed(cov, k), cov.get(k)) for k in ("flops", "bytes", "collective_bytes")]
-            values = [(_attributed(traced, trace.get("scope_inferred")), traced), *statics]
+            statics = [(static_attributed(cov, k), cov.get(k)) for k in ("flops", "bytes", "collective_bytes")]
+            values = [(attributed(traced, trace.get("scope_inferred")), traced), *statics]
             rows.append(
                 f'<tr data-variant="{e(r.variant.name)}">'
                 + ui.cell(r.variant.name, left=True)

@@ -141,19 +141,25 @@ def _sites(sites: list[Mapping[str, Any]], top: int) -> list[str]:
     return out + ([f"... {more} more sites (fewer bytes)"] if more > 0 else [])
 
 
+def attributed(share: float | None, inferred: float | None) -> str:
+    """The share of a total with a model scope, and how much of it was inferred (from fused ops,
+    neighbours or the fusion) where the record says."""
+    return fmt_pct(share) + (f" ({fmt_pct(inferred)} inferred)" if inferred else "")
+
+
+def static_attributed(coverage: Mapping[str, Any], key: str) -> str:
+    """:func:`attributed` of one total (``flops``, ``bytes``, ``collective_bytes``) of a static coverage."""
+    inferred = coverage.get("inferred")
+    return attributed(coverage.get(key), inferred.get(key) if isinstance(inferred, Mapping) else None)
+
+
 def _coverage(coverage: Mapping[str, Any]) -> str:
-    """``flops 100%, bytes 50% (12% inferred), ...``: each share with a scope, and the part of it whose
-    scope was inferred (from fused ops, neighbours or the fusion) where the record says."""
-    inferred = coverage.get("inferred") or {}
-    parts = []
-    for key, share in coverage.items():
-        if key == "inferred" or not isinstance(share, int | float):
-            continue
-        guessed = inferred.get(key) if isinstance(inferred, Mapping) else None
-        parts.append(
-            f"{key.replace('_', ' ')} {fmt_pct(share)}" + (f" ({fmt_pct(guessed)} inferred)" if guessed else "")
-        )
-    return ", ".join(parts)
+    """``flops 100%, bytes 50% (12% inferred), ...``: every share the coverage holds."""
+    return ", ".join(
+        f"{key.replace('_', ' ')} {static_attributed(coverage, key)}"
+        for key, share in coverage.items()
+        if key != "inferred" and isinstance(share, int | float)
+    )
 
 
 def format_static(static: Mapping[str, Any], top: int = 8) -> list[str]:
@@ -178,4 +184,4 @@ def format_static(static: Mapping[str, Any], top: int = 8) -> list[str]:
     return [INDENT + line if line else "" for line in lines]
 
 
-__all__ = ["format_static"]
+__all__ = ["attributed", "format_static", "static_attributed"]

@@ -15,9 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import pytest
 
 from harness import cli
 from harness.results.record import Record, parse
+from tests.harness.run.test_interrupt import wait_for  # the same polling bound (60 s) as here
 
 INJECT = Path(__file__).parent / "inject"
 if str(INJECT) not in sys.path:
@@ -57,16 +56,6 @@ name = "c"
 overrides = { "test.run_s" = 0.003 }
 """
 WAIT_S = 60.0  # bound on every wait; a healthy run needs well under a second
-
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if value := check():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def tagged(tag: str) -> list[int]:
