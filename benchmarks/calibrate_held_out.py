@@ -152,10 +152,8 @@ def fit_pairs(pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: i
     for hlo, trace in pairs:
         try:
             one, info = program_samples(hlo, trace, base, None)
-        except fitting.CalibrationError as e:
-            raise InputError(str(e)) from None  # a trace of another program: bad input
-        except OSError as e:
-            raise InputError(f"{trace}: cannot read ({e})") from None
+        except (OSError, ValueError) as e:  # unreadable, or a trace of another program (CalibrationError)
+            raise InputError(f"{hlo} with {trace}: {e}") from None
         counts = {c: sum(p.cls == c for p in one) for c in fitting.CLASSES}
         lines.append(f"{hlo.parent.parent.name}/{hlo.parent.name}: {info['matched']} matched ({counts})")
         print(lines[-1], flush=True)
@@ -165,17 +163,12 @@ def fit_pairs(pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: i
 
 def contention(held: CpuCalibration, where: str = "held-out calibration") -> dict[str, float]:
     """Each measured constant's ratio, all devices at once over one device alone; InputError if unmeasured."""
-    measured = {
-        "matmul_flops_per_s": held.matmul_flops_per_s,
-        "copy_bytes_per_s": held.copy_bytes_per_s,
-        "op_overhead_s": held.op_overhead_s,
-    }
     out = {}
-    for key, value in measured.items():
+    for key in TRANSFERRED.values():
         alone = held.single.get(key)
         if alone is None or not alone > 0:
             raise InputError(f"{where}: no one-device value single.{key} to take the contention ratio against")
-        out[key] = value / alone
+        out[key] = float(getattr(held, key)) / alone
     return out
 
 
@@ -368,6 +361,7 @@ def markdown(
     command: str,
     inputs: Mapping[str, Path],
     pair_lines: Sequence[str],
+    min_ops: int,
     fit: fitting.Fit | None,
     refusal: str | None,
     transfer_rows: Sequence[str],
@@ -382,13 +376,18 @@ def markdown(
         "",
         *(f"- {k}: `{v}`" for k, v in inputs.items()),
         "",
-        f"## Fit ({len(pair_lines)} program/trace pairs, `harness.metrics.timeline.calibrate.fit`)",
+        f"## Fit ({len(pair_lines)} program/trace pairs, `harness.metrics.timeline.calibrate.fit`, "
+        f"at least {min_ops} instructions per class)",
         "",
         *(f"- {line}" for line in pair_lines),
         "",
     ]
     if fit is None:
-        lines += [f"**The library refused the fit: {refusal}** Nothing was lowered; only the base spec is scored.", ""]
+        lines += [
+            f"**The library refused the fit: {refusal}** No fitted spec (the threshold is not lowered "
+            "here): only the base spec is scored.",
+            "",
+        ]
     else:
         lines += [
             "| class | instructions | ns per unit | intercept ns | median residual |",
@@ -484,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
         "held-out sweep": args.held_out,
         "held-out CPU calibration": held_path,
     }
-    text = markdown("python " + shlex.join(shown), inputs, pair_lines, fit, refusal, transfer_rows, sections)
+    text = markdown(
+        "python " + shlex.join(shown), inputs, pair_lines, args.min_ops, fit, refusal, transfer_rows, sections
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
