@@ -1,0 +1,497 @@
+"""Does fitting the timeline's constants to one sweep's traces lower another sweep's prediction error?
+
+The calibration sweep (experiments/calibration-cpu.toml: single-device programs) saved each traced
+stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside its XSpace trace
+(``plugins/profile/<time>/vm.xplane.pb``). This script:
+
+1. fits the per-op-class constants on every such pair with the library behind ``python -m harness
+   calibrate`` (:func:`harness.commands.calibrate.program_samples`,
+   :func:`harness.metrics.timeline.calibrate.fit`), starting from that sweep's
+   ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
+   reported, never lowered here;
+2. carries the fit to the held-out sweep's devices without fitting anything to it: each fitted
+   rate or time times the contention ratio the held-out sweep's CPU calibration measured (its
+   ``<N>``-device value over its one-device value, ``single``, for the same constant); the curve,
+   the collective constants and the topology stay the held-out spec's (:func:`transfer`);
+3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
+   reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
+   the transferred fit, and scores both against the measured medians exactly as
+   :func:`harness.results.calibration.points` does (a host loop: step x calls per video). The
+   calibration sweep's own stages are re-predicted and scored the same way (its base spec against
+   the fit before transfer): the in-sample check beside the held-out one.
+
+    python benchmarks/calibrate_held_out.py \\
+        --calibration reports/timeline-calibration/results.jsonl --held-out reports/cpu/results.jsonl
+
+The report (command, inputs, the fit, the transfer, per-stage and summary tables) is printed and
+written to ``--out``. Exit status 0 when it ran (it reports, it does not gate), 2 on bad input (a
+missing or unreadable file, a trace of another program), naming the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gzip
+import json
+import math
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.commands.calibrate import base_spec, program_samples  # noqa: E402 - after the path
+from harness.metrics.hlo import parse  # noqa: E402
+from harness.metrics.timeline import Constant, TimelineSpec, predict  # noqa: E402
+from harness.metrics.timeline import calibrate as fitting  # noqa: E402
+from harness.metrics.timeline.cpu_calibrate import CpuCalibration  # noqa: E402
+from harness.results import calibration  # noqa: E402
+from harness.results.record import Record  # noqa: E402
+from harness.results.store import load_records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# the spec constant a fit sets -> the CPU calibration's measurement of it
+TRANSFERRED = {
+    "peak_flops_per_s": "matmul_flops_per_s",
+    "hbm_bytes_per_s": "copy_bytes_per_s",
+    "op_overhead_s": "op_overhead_s",
+}
+
+
+class InputError(ValueError):
+    """Bad input: the message names the file."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calibration", type=Path, required=True, help="the calibration sweep's results.jsonl")
+    p.add_argument("--held-out", type=Path, required=True, help="the held-out sweep's results.jsonl")
+    p.add_argument(
+        "--base", type=Path, help="the fit's starting spec (default <calibration>/traces/cpu-calibration-1dev.json)"
+    )
+    p.add_argument(
+        "--held-out-cpu", type=Path, help="its CPU calibration (default <held-out>/traces/cpu-calibration-<N>dev.json)"
+    )
+    p.add_argument("--min-ops", type=int, default=fitting.MIN_OPS, help="instructions a class needs (the library's)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks" / "results" / f"calibrate-held-out-{datetime.date.today().isoformat()}.md",
+        help="the markdown report",
+    )
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def trace_pairs(sweep: Path) -> list[tuple[Path, Path]]:
+    """Every (program.hlo.gz, vm.xplane.pb) of a sweep's ``traces/<id>/<stage>/``, the newest capture
+    of each; InputError naming the folder when a program has no trace or there is none at all."""
+    pairs = []
+    for hlo in sorted((sweep / "traces").glob("*/*/program.hlo.gz")):
+        captures = sorted(p for p in (hlo.parent / "plugins" / "profile").glob("*/vm.xplane.pb"))
+        if not captures:
+            raise InputError(f"{hlo.parent}: program.hlo.gz but no plugins/profile/<time>/vm.xplane.pb beside it")
+        pairs.append((hlo, captures[-1]))
+    if not pairs:
+        raise InputError(f"{sweep / 'traces'}: no <variant id>/<stage>/program.hlo.gz (was the sweep traced?)")
+    return pairs
+
+
+def read_calibration(path: Path) -> CpuCalibration:
+    try:
+        return CpuCalibration.from_dict(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable CPU calibration ({e})") from None
+
+
+def read_records(path: Path) -> list[Record]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such results file")
+    try:
+        records = load_records(path)
+    except ValueError as e:  # a record newer than this harness
+        raise InputError(f"{path}: {e}") from None
+    if not records:
+        raise InputError(f"{path}: no records")
+    return records
+
+
+def program_path(sweep: Path, record: Record, stage: str) -> Path | None:
+    """The stage's saved program under ``sweep``: the record's ``predicted.program`` (written relative to
+    where the sweep ran) re-rooted at the sweep's ``traces/`` folder; None when it saved none."""
+    saved = (record.stages[stage].predicted or {}).get("program")
+    if not saved:
+        return None
+    parts = Path(saved).parts
+    if "traces" not in parts:
+        return Path(saved)
+    tail = parts[len(parts) - 1 - parts[::-1].index("traces") + 1 :]
+    return sweep.joinpath("traces", *tail)
+
+
+def read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data).decode() if data[:2] == b"\x1f\x8b" else data.decode()
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the program ({e})") from None
+
+
+# --------------------------------------------------------------------------- fit and transfer
+
+
+def fit_pairs(pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int) -> tuple[fitting.Fit, list[str]]:
+    """The library's fit over every pair (CalibrationError: too few ops of a class, named) and one line per pair."""
+    pts: list[fitting.Sample] = []
+    lines = []
+    for hlo, trace in pairs:
+        try:
+            one, info = program_samples(hlo, trace, base, None)
+        except (OSError, ValueError) as e:  # unreadable, or a trace of another program (CalibrationError)
+            raise InputError(f"{hlo} with {trace}: {e}") from None
+        counts = {c: sum(p.cls == c for p in one) for c in fitting.CLASSES}
+        lines.append(f"{hlo.parent.parent.name}/{hlo.parent.name}: {info['matched']} matched ({counts})")
+        print(lines[-1], flush=True)
+        pts += one
+    return fitting.fit(pts, base, min_ops, origin=f"{len(pairs)} calibration trace(s)"), lines
+
+
+def contention(held: CpuCalibration, where: str = "held-out calibration") -> dict[str, float]:
+    """Each measured constant's ratio, all devices at once over one device alone; InputError if unmeasured."""
+    out = {}
+    for key in TRANSFERRED.values():
+        alone = held.single.get(key)
+        if alone is None or not alone > 0:
+            raise InputError(f"{where}: no one-device value single.{key} to take the contention ratio against")
+        out[key] = float(getattr(held, key)) / alone
+    return out
+
+
+def transfer(fitted: TimelineSpec, held: CpuCalibration, where: str = "held-out calibration") -> TimelineSpec:
+    """The held-out spec (``held.spec()``: its devices, curve, collective constants) with each
+    :data:`TRANSFERRED` constant replaced by the fitted one times the measured contention ratio
+    (``held``'s value with its devices at once over its one-device value). Each source names both;
+    the uncertainty stays the fit's."""
+    ratios = contention(held, where)
+    target = held.spec()
+    constants = dict(target.constants)
+    for name, measured in TRANSFERRED.items():
+        c = fitted.constants[name]
+        ratio = ratios[measured]
+        source = (
+            f"{c.source}: {c.value:.4g} {c.unit} on one device, x {ratio:.4g} = {measured} measured with "
+            f"{held.devices} devices at once / alone ({where})"
+        )
+        constants[name] = Constant(c.value * ratio, c.unit, source, c.uncertainty)
+    return dataclasses.replace(target, name=f"{target.name}+fit x contention", constants=constants)
+
+
+# --------------------------------------------------------------------------- re-predict and score
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    n: int
+    spearman: float
+    median_abs_log: float
+    worst_factor: float
+    over: int = 0  # points predicted slower than measured
+
+    @property
+    def median_factor(self) -> float:
+        return math.exp(self.median_abs_log)
+
+
+def score(points: Sequence[calibration.Point]) -> Score | None:
+    """The calibration module's summary of the gated points, plus the worst factor (max of ratio, 1/ratio)."""
+    s = calibration.summarize(points)
+    if s is None:
+        return None
+    worst = max(math.exp(abs(math.log(p.ratio))) for p in points if p.gated)
+    return Score(s.n, s.spearman, s.median_abs_log_ratio, worst, sum(p.ratio > 1 for p in points if p.gated))
+
+
+def with_steps(records: Sequence[Record], steps: Mapping[tuple[str, str], float]) -> list[Record]:
+    """The records with each (variant id, stage) in ``steps`` given that ``predicted.step_s``; the
+    other stages dropped (not re-predicted: in neither score)."""
+    out = []
+    for r in records:
+        stages = {
+            name: dataclasses.replace(
+                entry, predicted={**(entry.predicted or {}), "step_s": steps[(r.variant.id, name)]}
+            )
+            for name, entry in r.stages.items()
+            if (r.variant.id, name) in steps
+        }
+        out.append(r.replace(stages=stages))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Rescored:
+    """One sweep's stages re-predicted on its own spec (``base``) and on the fitted one (``fitted``),
+    scored as :func:`harness.results.calibration.points` scores them; ``recorded``: the records' own
+    prediction per (variant, stage) in the same units; ``reproduction``: the largest |base step /
+    recorded step - 1|."""
+
+    title: str
+    base: list[calibration.Point]
+    fitted: list[calibration.Point] | None
+    recorded: dict[tuple[str, str], float]
+    reproduction: float
+    notes: tuple[str, ...] = ()
+    fitted_label: str = "fitted"
+
+
+def rescore(
+    title: str,
+    records: Sequence[Record],
+    sweep: Path,
+    base: TimelineSpec,
+    fitted: TimelineSpec | None,
+    fitted_label: str = "fitted",
+) -> Rescored:
+    """Re-predict every stage's saved program (``predict`` on its parsed text) on ``base`` and ``fitted``."""
+    steps: dict[str, dict[tuple[str, str], float]] = {"base": {}, "fitted": {}}
+    recorded, notes = {}, []
+    for r in records:
+        for stage, entry in r.stages.items():
+            step = (entry.predicted or {}).get("step_s")
+            if not step:
+                continue
+            path = program_path(sweep, r, stage)
+            if path is None:
+                notes.append(f"{r.variant.name}/{stage}: no saved program; in neither score")
+                continue
+            if not path.is_file():
+                raise InputError(f"{path}: the program {r.variant.name}/{stage}'s record names is missing")
+            key, module = (r.variant.id, stage), parse(read_text(path))
+            recorded[key] = float(step)
+            for name, spec in (("base", base), ("fitted", fitted)):
+                if spec is not None:
+                    steps[name][key] = predict(module, spec).step_ns / 1e9
+            shown = ", ".join(f"{k} {_ms(v[key])} ms" for k, v in steps.items() if v)
+            print(f"{title}: {r.variant.name}/{stage}: {shown}", flush=True)
+    repro = max((abs(steps["base"][k] / v - 1) for k, v in recorded.items()), default=0.0)
+    return Rescored(
+        title,
+        calibration.points(with_steps(records, steps["base"])),
+        calibration.points(with_steps(records, steps["fitted"])) if fitted is not None else None,
+        {(p.variant, p.stage): p.predicted_s for p in calibration.points(with_steps(records, recorded))},
+        repro,
+        tuple(notes),
+        fitted_label,
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.4g}"
+
+
+def _summary_row(name: str, s: Score | None) -> str:
+    if s is None:
+        return f"| {name} | 0 | - | - | - | - |"
+    median = f"{s.median_abs_log:.3f} ({s.median_factor:.2f}x)"
+    return f"| {name} | {s.n} | {s.spearman:.3f} | {median} | {s.worst_factor:.2f}x | {s.over} of {s.n} |"
+
+
+def verdict(base: Score | None, fitted: Score | None) -> str:
+    """One sentence: did the fit lower the median error (and what happened to rank and worst)."""
+    if base is None or fitted is None:
+        return "not compared: one of the two predictions has no scored stage"
+    lowered = fitted.median_abs_log < base.median_abs_log
+    return (
+        f"{'lowered' if lowered else 'did not lower'} the error: median |ln(pred/meas)| "
+        f"{base.median_abs_log:.3f} -> {fitted.median_abs_log:.3f} ({base.median_factor:.2f}x -> "
+        f"{fitted.median_factor:.2f}x); worst {base.worst_factor:.2f}x -> {fitted.worst_factor:.2f}x; Spearman "
+        f"{base.spearman:.3f} -> {fitted.spearman:.3f}"
+    )
+
+
+def _constant_rows(
+    fit_base: TimelineSpec, fitted: TimelineSpec, held: CpuCalibration, moved: TimelineSpec
+) -> list[str]:
+    ratios, target = contention(held), held.spec()
+    rows = [
+        "| constant | calibration base (1 dev) | fitted (1 dev) | measured ratio (N dev / alone) | transferred "
+        "(N dev) | held-out base (N dev) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, measured in TRANSFERRED.items():
+        cells = (fit_base.value(name), fitted.value(name), ratios[measured], moved.value(name), target.value(name))
+        rows.append(f"| {name} ({fitted.constants[name].unit}) | {' | '.join(f'{v:.4g}' for v in cells)} |")
+    return [*rows, "", "Sources of the transferred constants:", ""] + [
+        f"- `{name}`: {moved.constants[name].source}" for name in TRANSFERRED
+    ]
+
+
+def _stage_rows(s: Rescored) -> list[str]:
+    rows = [
+        f"## {s.title}: every stage",
+        "",
+        f"Base spec re-prediction against the records' `predicted.step_s`: max relative difference "
+        f"{s.reproduction:.2e}.",
+        "",
+        "| variant | stage | host loop | measured ms | recorded pred ms | base pred ms | base pred/meas | "
+        "fitted pred ms | fitted pred/meas |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    fitted_by = {(p.variant, p.stage): p for p in s.fitted or ()}
+    for p in s.base:
+        f = fitted_by.get((p.variant, p.stage))
+        tail = f"{_ms(f.predicted_s)} | {f.ratio:.3f}" if f else "- | -"
+        rows.append(
+            f"| {p.variant} | {p.stage} | {'yes' if p.host_loop else 'no'} | {_ms(p.measured_s)} | "
+            f"{_ms(s.recorded[(p.variant, p.stage)])} | {_ms(p.predicted_s)} | {p.ratio:.3f} | {tail} |"
+        )
+    if any(not p.gated for p in s.base):
+        rows += ["", "Stages whose spec did not model their device count are shown, not scored."]
+    return [*rows, *(["", *(f"Note: {n}" for n in s.notes)] if s.notes else [])]
+
+
+def markdown(
+    command: str,
+    inputs: Mapping[str, Path],
+    pair_lines: Sequence[str],
+    min_ops: int,
+    fit: fitting.Fit | None,
+    refusal: str | None,
+    transfer_rows: Sequence[str],
+    sections: Sequence[Rescored],
+) -> str:
+    lines = [
+        f"# Calibrating on one sweep's traces, scored on a held-out sweep ({datetime.date.today().isoformat()})",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Inputs:",
+        "",
+        *(f"- {k}: `{v}`" for k, v in inputs.items()),
+        "",
+        f"## Fit ({len(pair_lines)} program/trace pairs, `harness.metrics.timeline.calibrate.fit`, "
+        f"at least {min_ops} instructions per class)",
+        "",
+        *(f"- {line}" for line in pair_lines),
+        "",
+    ]
+    if fit is None:
+        lines += [
+            f"**The library refused the fit: {refusal}** No fitted spec (the threshold is not lowered "
+            "here): only the base spec is scored.",
+            "",
+        ]
+    else:
+        lines += [
+            "| class | instructions | ns per unit | intercept ns | median residual |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {c} | {f.n} | {f.slope_ns:.4g} | {f.intercept_ns:.4g} | {math.exp(f.median_abs_log):.2f}x |"
+            for c, f in fit.classes.items()
+        ]
+        lines += ["", *(f"Note: {n}" for n in fit.notes), "", *transfer_rows, ""]
+    for s in sections:
+        lines += [*_stage_rows(s), ""]
+    lines += [
+        "## Summary",
+        "",
+        "| sweep, spec | n | Spearman | median abs ln(pred/meas) | worst factor | pred > meas |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in sections:
+        fitted = score(s.fitted) if s.fitted is not None else None
+        lines += [
+            _summary_row(f"{s.title}, base (measured constants)", score(s.base)),
+            _summary_row(f"{s.title}, {s.fitted_label}", fitted),
+        ]
+    lines.append("")
+    for s in sections:
+        lines += [f"**{s.title}: calibration {verdict(score(s.base), score(s.fitted or []))}.**", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cal_sweep, held_sweep = args.calibration.parent, args.held_out.parent
+    base_path = args.base or cal_sweep / "traces" / "cpu-calibration-1dev.json"
+    try:
+        cal_records, records = read_records(args.calibration), read_records(args.held_out)
+        devices = {math.prod(r.target.mesh.values()) if r.target.mesh else 1 for r in records if r.ok}
+        if len(devices) != 1:
+            raise InputError(f"{args.held_out}: its records have {sorted(devices)} devices; one count expected")
+        n = devices.pop()
+        held_path = args.held_out_cpu or held_sweep / "traces" / f"cpu-calibration-{n}dev.json"
+        held = read_calibration(held_path)
+        if held.devices != n:
+            raise InputError(f"{held_path}: measured with {held.devices} devices, the records have {n}")
+        contention(held, str(held_path))
+        if not base_path.is_file():
+            raise InputError(f"{base_path}: no such file (the fit's base spec)")
+        try:
+            fit_base = base_spec(str(base_path))
+        except ValueError as e:
+            raise InputError(f"{base_path}: {e}") from None
+        pairs = trace_pairs(cal_sweep)
+        print(f"fitting on {len(pairs)} program/trace pairs of {cal_sweep}", flush=True)
+        fit: fitting.Fit | None
+        refusal, moved, transfer_rows = None, None, []
+        try:
+            fit, pair_lines = fit_pairs(pairs, fit_base, args.min_ops)
+        except fitting.CalibrationError as e:  # too few ops of a class: the library names it
+            fit, pair_lines, refusal = None, [f"{h.parent.parent.name}/{h.parent.name}" for h, _ in pairs], str(e)
+            print(f"fit refused: {refusal}", flush=True)
+        if fit is not None:
+            moved = transfer(fit.spec, held, str(held_path))
+            transfer_rows = [
+                f"## Transfer to {held.devices} devices on {held.cores} cores (nothing fitted to the held-out sweep)",
+                "",
+                *_constant_rows(fit_base, fit.spec, held, moved),
+                "",
+                "Everything else (the matmul curve, collective latency and bandwidth, the topology) is the "
+                "held-out calibration's spec.",
+            ]
+        sections = [
+            rescore(
+                "in sample (calibration sweep)",
+                cal_records,
+                cal_sweep,
+                fit_base,
+                fit.spec if fit else None,
+                "fitted (1 device)",
+            ),
+            rescore("held out", records, held_sweep, held.spec(), moved, "fitted x measured contention"),
+        ]
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for s in sections:
+        print(
+            f"{s.title}: base spec against the records' predicted.step_s: max relative difference {s.reproduction:.2e}"
+        )
+    shown = [str(Path(sys.argv[0])), *(argv if argv is not None else sys.argv[1:])]
+    inputs = {
+        "calibration sweep": args.calibration,
+        "fit base": base_path,
+        "held-out sweep": args.held_out,
+        "held-out CPU calibration": held_path,
+    }
+    text = markdown(
+        "python " + shlex.join(shown), inputs, pair_lines, args.min_ops, fit, refusal, transfer_rows, sections
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

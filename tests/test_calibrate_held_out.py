@@ -1,0 +1,159 @@
+"""benchmarks/calibrate_held_out.py: the transfer of fitted constants by a measured contention ratio,
+the re-prediction of saved programs and the scoring, on known numbers (no JAX, no traces: seconds)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.metrics.hlo import parse
+from harness.metrics.timeline import Constant, cpu_spec, predict
+from harness.metrics.timeline.cpu_calibrate import CpuCalibration
+from harness.results import calibration
+
+ROOT = Path(__file__).resolve().parents[1]
+_fixture = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "harness" / "fixtures" / "synthetic.py")
+synthetic = importlib.util.module_from_spec(_fixture)
+_fixture.loader.exec_module(synthetic)
+
+PROGRAM = """HloModule tiny, is_scheduled=true
+
+ENTRY %main (a: f32[256,256], b: f32[256,256]) -> f32[256,256] {
+  %a = f32[256,256]{1,0} parameter(0)
+  %b = f32[256,256]{1,0} parameter(1)
+  %d = f32[256,256]{1,0} dot(f32[256,256]{1,0} %a, f32[256,256]{1,0} %b), lhs_contracting_dims={1}, \
+rhs_contracting_dims={0}
+  ROOT %s = f32[256,256]{1,0} add(f32[256,256]{1,0} %d, f32[256,256]{1,0} %a)
+}
+"""
+
+
+def _script():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("calibrate_held_out", ROOT / "benchmarks" / "calibrate_held_out.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["calibrate_held_out"] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def _held(single: dict[str, float] | None = None) -> CpuCalibration:
+    """8 devices on 2 cores: each rate a tenth / a quarter of one device alone, the overhead 3x."""
+    return CpuCalibration(
+        2e9,
+        0.5e9,
+        6e-6,
+        "measured: 8 devices at once",
+        devices=8,
+        cores=2,
+        curve=((64, 0.3), (1024, 1.0)),
+        collective_latency_s=2e-4,
+        collective_bytes_per_s=2e8,
+        single={"matmul_flops_per_s": 20e9, "copy_bytes_per_s": 2e9, "op_overhead_s": 2e-6}
+        if single is None
+        else single,
+    )
+
+
+def _fitted():  # type: ignore[no-untyped-def]
+    base = cpu_spec(100e9, 20e9, 1e-6, "measured: one device", curve=((64, 0.5), (1024, 1.0)))
+    fitted = {
+        "peak_flops_per_s": Constant(10e9, "FLOP/s", "fitted: 9 traces 1 / slope of the matmul class", 0.3),
+        "hbm_bytes_per_s": Constant(4e9, "B/s", "fitted: 9 traces 1 / slope of the memory class", 0.4),
+        "op_overhead_s": Constant(1e-6, "s", "fitted: 9 traces intercept of the memory class", 0.4),
+    }
+    return dataclasses.replace(base, constants={**base.constants, **fitted})
+
+
+def test_transfer_scales_each_fitted_constant_by_the_measured_contention() -> None:
+    script = _script()
+    held = _held()
+    moved = script.transfer(_fitted(), held, "cpu-calibration-8dev.json")
+    # fitted 10 GFLOP/s x (2 / 20) = 1 GFLOP/s; 4 GB/s x (0.5 / 2) = 1 GB/s; 1 us x (6 / 2) = 3 us
+    assert moved.value("peak_flops_per_s") == pytest.approx(1e9)
+    assert moved.value("hbm_bytes_per_s") == pytest.approx(1e9)
+    assert moved.value("op_overhead_s") == pytest.approx(3e-6)
+    source = moved.constants["peak_flops_per_s"].source
+    assert "fitted: 9 traces 1 / slope of the matmul class" in source and "x 0.1 = matmul_flops_per_s" in source
+    assert "cpu-calibration-8dev.json" in source and "8 devices at once / alone" in source
+    assert moved.constants["op_overhead_s"].uncertainty == 0.4  # the fit's, carried
+    # everything else is the held-out spec's: its curve, collective constants and 8 devices
+    target = held.spec()
+    for name in ("collective_latency_s", "link_bytes_per_s", "matmul_eff_n64", "matmul_eff_n1024"):
+        assert moved.constants[name] == target.constants[name]
+    assert moved.value("matmul_eff_n64") == 0.3 and moved.value("link_bytes_per_s") == 2e8
+    assert moved.topology == target.topology and len(moved.topology.device_coords) == 8
+
+
+def test_transfer_refuses_a_calibration_without_one_device_values() -> None:
+    script = _script()
+    with pytest.raises(script.InputError, match=r"8dev.json: no one-device value single.copy_bytes_per_s"):
+        script.transfer(_fitted(), _held({"matmul_flops_per_s": 20e9}), "8dev.json")
+
+
+def test_score_two_points() -> None:
+    script = _script()
+    pts = [
+        calibration.Point("a", "denoise_step", 8, 2.0, 1.0, True),  # 2x pessimistic
+        calibration.Point("b", "denoise_step", 8, 1.0, 1.5, True),  # 1.5x optimistic
+        calibration.Point("c", "denoise_step", 8, 100.0, 1.0, False),  # not gated: in no score
+    ]
+    s = script.score(pts)
+    assert s.n == 2 and s.over == 1
+    assert s.median_abs_log == pytest.approx((math.log(2.0) + math.log(1.5)) / 2)  # the median of two
+    assert s.worst_factor == pytest.approx(2.0) and s.median_factor == pytest.approx(math.sqrt(3.0))
+    assert math.isnan(s.spearman)  # two points rank nothing
+    assert script.score([pts[2]]) is None
+
+
+def _stage(step_s: float, measured: float, host_loop: bool, variant: str) -> dict:
+    pred = synthetic.predicted(step_s, calls=4, host_loop=host_loop)
+    pred["program"] = f"reports/elsewhere/traces/{variant}/denoise_step/program.hlo.gz"
+    pred["calibration"] = {"devices": 8}
+    return {"status": "ok", "measured": {"samples_s": [measured, measured * 2, measured / 2]}, "predicted": pred}
+
+
+def test_rescore_repredicts_saved_programs_and_scores_as_calibration_points(tmp_path: Path) -> None:
+    script = _script()
+    for variant in ("a", "loop"):
+        where = tmp_path / "traces" / variant / "denoise_step"
+        where.mkdir(parents=True)
+        with gzip.open(where / "program.hlo.gz", "wt") as f:
+            f.write(PROGRAM)
+    base = cpu_spec(10e9, 5e9, 2e-6, "measured: test", devices=8)
+    fitted = base.scaled("peak_flops_per_s", 0.5)
+    step = predict(parse(PROGRAM), base).step_ns / 1e9
+    slower = predict(parse(PROGRAM), fitted).step_ns / 1e9
+    assert slower > step > 0
+    target = {"platform": "cpu", "mode": "auto", "mesh": {"data": 8}, "topology": None, "devices": 8}
+    target["mode_used"] = "measure"
+    records = synthetic.records(
+        [
+            synthetic.minimal("a", {"denoise_step": _stage(step * 1.01, step / 2, False, "a")}, target=target),
+            synthetic.minimal("loop", {"denoise_step": _stage(step, step * 4 * 3, True, "loop")}, target=target),
+        ]
+    )
+    out = script.rescore("held out", records, tmp_path, base, fitted)
+    assert out.reproduction == pytest.approx(1 - 1 / 1.01)  # the recorded step of "a" was 1% off
+    by = {p.variant: p for p in out.base}
+    assert by["a"].predicted_s == pytest.approx(step) and by["a"].ratio == pytest.approx(2.0)
+    assert by["loop"].host_loop and by["loop"].predicted_s == pytest.approx(step * 4)  # 4 program calls
+    assert by["loop"].ratio == pytest.approx(1 / 3)
+    assert out.recorded == {("a", "denoise_step"): pytest.approx(step * 1.01), ("loop", "denoise_step"): step * 4}
+    assert [p.predicted_s for p in out.fitted] == pytest.approx([slower, slower * 4])
+    s = script.score(out.base)
+    assert s.n == 2 and s.worst_factor == pytest.approx(3.0)
+    assert s.median_abs_log == pytest.approx((math.log(2) + math.log(3)) / 2)
+
+
+def test_missing_input_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nothing" / "results.jsonl"
+    rc = _script().main(["--calibration", str(missing), "--held-out", str(missing), "--out", str(tmp_path / "r.md")])
+    assert rc == 2 and f"{missing}: no such results file" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
