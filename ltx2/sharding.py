@@ -53,6 +53,7 @@ ACTIVATION_AXES: frozenset[str] = frozenset(
         "activation_text_length",  # text tokens S
         "activation_embed",
         "activation_heads",
+        "activation_attention_heads",  # heads inside a fused attention kernel; falls back to activation_heads
         "activation_mlp",
         "activation_frames",  # VAE latent / pixel frames
         "activation_channels",
@@ -65,7 +66,16 @@ LOGICAL_AXES: frozenset[str] = PARAM_AXES | ACTIVATION_AXES
 # They let a rule target one kernel's model-width dim alone (the MaxDiffusion LTX-2 fixes: the FFN
 # kernels, then the attention projections, no longer sharded on it over the sequence axis; their
 # PR #385 unshards both the input kernels' contracted dim and the output kernels' output dim).
-FALLBACK_AXES: Mapping[str, str] = {"mlp_in": "embed", "qkv_in": "embed", "mlp_out": "embed", "attn_out": "embed"}
+FALLBACK_AXES: Mapping[str, str] = {
+    "mlp_in": "embed",
+    "qkv_in": "embed",
+    "mlp_out": "embed",
+    "attn_out": "embed",
+    # The heads inside a fused attention kernel's shard_map: over the sequence axes too, the kernel
+    # runs head-parallel (an all-to-all from tokens to heads and back, as MaxDiffusion's LTX-2
+    # flash attention with activation_self_attn_heads -> [context, tensor]) instead of gathering K/V.
+    "activation_attention_heads": "activation_heads",
+}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ Platforms: the Mosaic kernel is lowered for TPU, including compile-only TPU targ
 (``jax.lax.platform_dependent`` picks by lowering platform, not by the default backend); on any
 other platform the same kernel runs in Pallas' interpreter: exact, for tests, orders of magnitude
 slower. Sharded layouts run the kernel per shard under ``shard_map``: batch and heads split as
-the strategy's activation rules say, and the queries stay split over the sequence axes where the
+the strategy's activation rules say (``activation_attention_heads``: over the sequence axes too,
+the kernel runs head-parallel), and the queries stay split over the sequence axes where the
 strategy shards the tokens (context parallelism), each shard attending to the whole, gathered keys
 and values: one all-gather of K and V, and no shard computes another's queries.
 """
@@ -114,7 +115,7 @@ def splash_attention(
     B, L, N, K = q_blnk.shape
     S = k_bsnk.shape[1]
     keep_bs = key_keep_mask(bias, B, S)
-    seq_axes, shards = _query_sequence_axes(strategy, L)
+    seq_axes, shards = _query_sequence_axes(strategy, B, N, L)
     (bq, Lq), (bk, Sp), Kp = _tile(-(-L // shards), block), _tile(S, block), _round_up(K, LANES)
     Lp = Lq * shards  # each sequence shard a whole number of query tiles
     scale = 1.0 / math.sqrt(K)
@@ -144,19 +145,20 @@ def splash_attention(
     return jnp.swapaxes(out[:, :, :L, :K], 1, 2).astype(q_blnk.dtype)
 
 
-def _query_sequence_axes(strategy: str | None, length: int) -> tuple[tuple[str, ...], int]:
+def _query_sequence_axes(strategy: str | None, batch: int, heads: int, length: int) -> tuple[tuple[str, ...], int]:
     """The mesh axes the strategy shards the tokens over (``activation_length``) that the queries stay
     split on inside the kernel's ``shard_map``, and their total size: those of the current mesh not
-    already used for batch or heads, and no more shards than ``length`` has 128-token tiles. ((), 1)
-    without a strategy or a mesh."""
+    already used for batch or heads (as :func:`_sharded` places them), and no more shards than
+    ``length`` has 128-token tiles. ((), 1) without a strategy or a mesh."""
     mesh = jax.sharding.get_abstract_mesh()
     if strategy is None or mesh.empty:
         return (), 1
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    spec = get_strategy(strategy).spec(("activation_batch", "activation_heads", "activation_length"), mesh.axis_names)
+    names = ("activation_batch", "activation_attention_heads", None)
+    spec = get_strategy(strategy).spec(names, mesh.axis_names, shape=(batch, heads, length), mesh_shape=sizes)
+    seq = get_strategy(strategy).spec(("activation_length",), mesh.axis_names)[0]
     taken = {a for entry in spec[:2] if entry for a in ((entry,) if isinstance(entry, str) else entry)}
     axes: tuple[str, ...] = ()
-    seq = spec[2]
     for a in () if seq is None else (seq,) if isinstance(seq, str) else seq:
         if a not in taken and math.prod(sizes[x] for x in (*axes, a)) * LANES <= _round_up(length, LANES):
             axes += (a,)
@@ -169,7 +171,7 @@ def _sharded(call, strategy: str, seq_axes: tuple[str, ...], q, k, v, q_ids, kv_
     queries' sequence over ``seq_axes`` (keys and values whole: gathered), head dim whole."""
     mesh = jax.sharding.get_abstract_mesh()
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    names = ("activation_batch", "activation_heads", None, None)
+    names = ("activation_batch", "activation_attention_heads", None, None)
     kv_spec = get_strategy(strategy).spec(names, mesh.axis_names, shape=q.shape, mesh_shape=sizes)
     seq = None if not seq_axes else seq_axes[0] if len(seq_axes) == 1 else seq_axes
     q_spec = P(kv_spec[0], kv_spec[1], seq, None)
