@@ -29,11 +29,16 @@ AUTO_BLOCKED_MIN_LOGITS = 1 << 21
 _CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 
 
-def resolve_attention_impl(impl: str, q_blnk: jax.Array, k_bsnk: jax.Array, *, sharded: bool = False) -> str:
-    """The concrete kernel for ``impl`` on the default backend: "auto" -> cuDNN on GPU for 16-bit
-    inputs, blocked on CPU for large unsharded problems, else XLA's einsum path."""
+def resolve_attention_impl(
+    impl: str, q_blnk: jax.Array, k_bsnk: jax.Array, *, sharded: bool = False, min_tokens: int = 1
+) -> str:
+    """The concrete kernel for ``impl`` on the default backend: XLA's einsum path where the queries
+    or the keys number fewer than ``min_tokens``; "auto" -> cuDNN on GPU for 16-bit inputs, blocked
+    on CPU for large unsharded problems, else XLA's einsum path."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    if min(q_blnk.shape[1], k_bsnk.shape[1]) < min_tokens:
+        return "xla"
     if impl != "auto":
         return impl
     backend = jax.default_backend()
@@ -54,6 +59,7 @@ def dot_product_attention(
     *,
     impl: str = "xla",
     strategy: str = "replicated",
+    min_tokens: int = 1,
 ) -> jax.Array:
     """``softmax(q k^T / sqrt(K) + bias) v`` per head -> ``[B, L, N, K]``; scores, softmax and
     value sums accumulate in float32. ``bias`` broadcasts to ``[B, N, L, S]`` (additive mask).
@@ -63,10 +69,11 @@ def dot_product_attention(
     fused GPU kernel, 16-bit inputs), "splash" (the Pallas TPU flash kernel, see
     :mod:`ltx2.splash_attention`; key-padding masks only; a sharding ``strategy`` other than
     "replicated" runs it per shard) or "auto" (see :func:`resolve_attention_impl`; a sharded
-    ``strategy`` keeps the XLA path, whose einsums GSPMD partitions without gathers).
+    ``strategy`` keeps the XLA path, whose einsums GSPMD partitions without gathers). Attentions
+    with fewer than ``min_tokens`` queries or keys take the XLA path whatever ``impl`` says.
     """
     sharded = strategy != "replicated"
-    impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded)
+    impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded, min_tokens=min_tokens)
     if impl == "splash":
         return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, strategy=strategy if sharded else None)
     if impl == "blocked":
@@ -99,7 +106,8 @@ class Attention(nnx.Module):
     ``to_q/to_k/to_v/to_out`` (with bias), ``norm_q``/``norm_k`` affine RMSNorm over all heads
     (N*K), optional RoPE on q and k (separate tables allowed), optional per-head output gates
     ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``). ``impl`` and
-    ``strategy`` (a sharding strategy name) choose the score/value kernel (:func:`dot_product_attention`).
+    ``strategy`` (a sharding strategy name) choose the score/value kernel (:func:`dot_product_attention`),
+    for sequences of at least ``min_tokens`` queries and keys (shorter ones: the XLA path).
     """
 
     def __init__(
@@ -116,6 +124,7 @@ class Attention(nnx.Module):
         rope_type: str = "split",
         impl: str = "xla",
         strategy: str = "replicated",
+        min_tokens: int = 1,
         param_dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
@@ -128,11 +137,12 @@ class Attention(nnx.Module):
         self.to_q = Linear(query_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_k = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_v = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
-        self.to_out = Linear(inner, query_dim, axes=("heads", "embed"), use_bias=out_bias, **kw)
+        self.to_out = Linear(inner, query_dim, axes=("heads", "attn_out"), use_bias=out_bias, **kw)
         self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads")
         self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
         self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
         self.heads, self.head_dim, self.rope_type, self.impl, self.strategy = heads, head_dim, rope_type, impl, strategy
+        self.min_tokens = min_tokens
         scopes.label(self, scopes.ATTENTION_CHILDREN)
 
     @scopes.module_scope
@@ -160,7 +170,9 @@ class Attention(nnx.Module):
             q = apply_rope(q, q_rope, self.rope_type)
             k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
         heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
-        out = dot_product_attention(heads(q), heads(k), heads(v), bias, impl=self.impl, strategy=self.strategy)
+        out = dot_product_attention(
+            heads(q), heads(k), heads(v), bias, impl=self.impl, strategy=self.strategy, min_tokens=self.min_tokens
+        )
         out = out.reshape(*out.shape[:-2], -1)
         if keep is not None:
             keep = keep.astype(out.dtype)

@@ -60,7 +60,7 @@ class FeedForward(nnx.Module):
     def __init__(self, dim: int, *, bias: bool, param_dtype: jnp.dtype, rngs: nnx.Rngs):
         kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, rngs=rngs)
         self.proj_in = Linear(dim, FF_MULT * dim, axes=("mlp_in", "mlp"), **kw)
-        self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), **kw)
+        self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "mlp_out"), **kw)
         scopes.label(self, scopes.FEED_FORWARD_CHILDREN)
 
     @scopes.module_scope
@@ -135,6 +135,7 @@ class Block(nnx.Module):
                 eps=cfg.norm_eps,
                 rope_type=cfg.rope_type,
                 impl=cfg.attention_impl,
+                min_tokens=cfg.attention_impl_min_tokens,
                 strategy=cfg.sharding,
                 param_dtype=pd,
                 rngs=rngs,

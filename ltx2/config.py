@@ -2,7 +2,7 @@
 
 ``TransformerConfig`` mirrors the constructor of diffusers' ``LTX2VideoTransformer3DModel``
 (same field names, same defaults) plus our performance knobs (``scan_layers``, ``sharding``,
-``attention_impl``, ``dtype``, ``param_dtype``). Derived sizes are properties.
+``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``). Derived sizes are properties.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _FIXED_DIFFUSERS_FIELDS: dict[str, Any] = {
     "norm_elementwise_affine": False,
     "use_keyframes_abs_pos_embedding": False,
 }
-_KNOBS = ("scan_layers", "sharding", "attention_impl", "dtype", "param_dtype")
+_KNOBS = ("scan_layers", "sharding", "attention_impl", "attention_impl_min_tokens", "dtype", "param_dtype")
 
 
 def _fail(field: str, value: Any, reason: str) -> ValueError:
@@ -86,6 +86,10 @@ class TransformerConfig:
     # "auto" is the fast choice (ltx2.attention.resolve_attention_impl); the default stays "xla" while
     # reports/baselines/nightly.jsonl (recorded with "xla") gates the replicated variants' memory/FLOPs.
     attention_impl: str = "xla"
+    # attention_impl runs the attentions whose queries and keys both number at least this many tokens;
+    # shorter ones take the XLA path (MaxDiffusion's flash_min_seq_length: flash for the video
+    # self-attention, dot-product for the text and audio attentions). 1: every attention.
+    attention_impl_min_tokens: int = 1
     dtype: str = "float32"
     param_dtype: str = "float32"
 

@@ -31,6 +31,8 @@ PARAM_AXES: frozenset[str] = frozenset(
         "embed",  # model width D (video or audio stream)
         "mlp_in",  # contracted (input) dim D of the FFN input kernels (ff.proj_in); falls back to embed
         "qkv_in",  # contracted (input) dim of the Q/K/V projection kernels; falls back to embed
+        "mlp_out",  # output dim D of the FFN output kernels (ff.proj_out); falls back to embed
+        "attn_out",  # output dim D of the attention output kernels (to_out); falls back to embed
         "heads",  # attention heads x head dim, fused (N*K)
         "kv",  # key/value projection output (N*K) of cross attention
         "mlp",  # feed-forward hidden width
@@ -51,6 +53,7 @@ ACTIVATION_AXES: frozenset[str] = frozenset(
         "activation_text_length",  # text tokens S
         "activation_embed",
         "activation_heads",
+        "activation_attention_heads",  # heads inside a fused attention kernel; falls back to activation_heads
         "activation_mlp",
         "activation_frames",  # VAE latent / pixel frames
         "activation_channels",
@@ -60,9 +63,19 @@ LOGICAL_AXES: frozenset[str] = PARAM_AXES | ACTIVATION_AXES
 
 # Names that cut a finer piece out of another: a strategy that does not name one places it as
 # its parent, so a table written before the name existed lays the model out as it did then.
-# They let a rule target one kernel's contracted dim alone (the MaxDiffusion LTX-2 fixes:
-# FFN input kernels, then Q/K/V, no longer sharded on it over the sequence axis).
-FALLBACK_AXES: Mapping[str, str] = {"mlp_in": "embed", "qkv_in": "embed"}
+# They let a rule target one kernel's model-width dim alone (the MaxDiffusion LTX-2 fixes: the FFN
+# kernels, then the attention projections, no longer sharded on it over the sequence axis; their
+# PR #385 unshards both the input kernels' contracted dim and the output kernels' output dim).
+FALLBACK_AXES: Mapping[str, str] = {
+    "mlp_in": "embed",
+    "qkv_in": "embed",
+    "mlp_out": "embed",
+    "attn_out": "embed",
+    # The heads inside a fused attention kernel's shard_map: over the sequence axes too, the kernel
+    # runs head-parallel (an all-to-all from tokens to heads and back, as MaxDiffusion's LTX-2
+    # flash attention with activation_self_attn_heads -> [context, tensor]) instead of gathering K/V.
+    "activation_attention_heads": "activation_heads",
+}
 
 
 @dataclass(frozen=True)

@@ -320,7 +320,7 @@ class ConnectorAttention(nnx.Module):
         self.to_v = lin(dim, inner, ("qkv_in", "heads"))
         self.norm_q = RMSNorm(inner, eps=EPS)
         self.norm_k = RMSNorm(inner, eps=EPS)
-        self.to_out = lin(inner, dim, ("heads", "embed"))
+        self.to_out = lin(inner, dim, ("heads", "attn_out"))
         self.to_gate_logits = lin(dim, stream.num_heads, ("embed", None)) if stream.gated else None
         self.num_heads, self.head_dim, self.rope_type = stream.num_heads, stream.head_dim, rope_type
 
@@ -343,7 +343,7 @@ class FeedForward(nnx.Module):
 
     def __init__(self, dim: int, *, param_dtype: jnp.dtype, rngs: nnx.Rngs):
         self.proj_in = Linear(dim, FF_MULT * dim, axes=("mlp_in", "mlp"), dtype=param_dtype, rngs=rngs)
-        self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "embed"), dtype=param_dtype, rngs=rngs)
+        self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "mlp_out"), dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.proj_out(gelu_tanh(self.proj_in(x)))

@@ -44,10 +44,10 @@ GEMMA_WEIGHT_AXES: tuple[tuple[str, LogicalAxes], ...] = (
     ("self_attn.q_proj.weight", ("heads", "qkv_in")),
     ("self_attn.k_proj.weight", ("kv", "qkv_in")),
     ("self_attn.v_proj.weight", ("kv", "qkv_in")),
-    ("self_attn.o_proj.weight", ("embed", "heads")),
+    ("self_attn.o_proj.weight", ("attn_out", "heads")),
     ("mlp.gate_proj.weight", ("mlp", "mlp_in")),
     ("mlp.up_proj.weight", ("mlp", "mlp_in")),
-    ("mlp.down_proj.weight", ("embed", "mlp")),
+    ("mlp.down_proj.weight", ("mlp_out", "mlp")),
     ("norm.weight", ("norm",)),  # every RMSNorm: per layer, q/k norms, the final norm
     ("layernorm.weight", ("norm",)),
     ("embed_tokens.embed_scale", ()),

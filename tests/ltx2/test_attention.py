@@ -7,6 +7,8 @@ tiles reorder the softmax's sums; BF16_KERNEL for bfloat16 inputs against float3
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,6 +123,22 @@ def test_splash_lowers_the_mosaic_kernel_for_tpu_only() -> None:
     traced = jax.jit(splash_attention).trace(q, q, q)
     texts = {p: traced.lower(lowering_platforms=(p,)).as_text() for p in ("cpu", "tpu")}
     assert texts["tpu"].count("tpu_custom_call") == 1 and texts["cpu"].count("tpu_custom_call") == 0
+
+
+@pytest.mark.parametrize(("min_tokens", "kernels"), [(1, 2), (64, 1), (300, 0)])
+def test_attention_impl_applies_from_min_tokens(min_tokens: int, kernels: int) -> None:
+    """MaxDiffusion's flash_min_seq_length: the kernel for attentions whose queries and keys both
+    reach ``min_tokens`` (a 256 x 256 self-attention; a 256 x 40 cross-attention reaches 40), the
+    XLA path for the rest: counted as Mosaic custom calls in the program lowered for TPU."""
+    q, k = jnp.zeros((1, 256, 2, 64), jnp.bfloat16), jnp.zeros((1, 40, 2, 64), jnp.bfloat16)
+
+    def both(q: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        run = functools.partial(dot_product_attention, impl="splash", min_tokens=min_tokens)
+        return run(q, q, q), run(q, k, k)
+
+    text = jax.jit(both).trace(q, k).lower(lowering_platforms=("tpu",)).as_text()
+    assert text.count("tpu_custom_call") == kernels
+    assert resolve_attention_impl("auto", q, k, min_tokens=41) == "xla"
 
 
 def test_splash_refuses_biases_other_than_key_masks() -> None:

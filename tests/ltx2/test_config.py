@@ -59,7 +59,7 @@ def test_cross_dim_free_without_text_projection() -> None:
 
 
 def _diffusers_style(cfg: TransformerConfig) -> dict:
-    knobs = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
+    knobs = {"scan_layers", "sharding", "attention_impl", "attention_impl_min_tokens", "dtype", "param_dtype"}
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in knobs}
     d |= {
         "activation_fn": "gelu-approximate",

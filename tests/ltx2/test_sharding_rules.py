@@ -1,6 +1,7 @@
-"""Logical names for the contracted dims of the FFN input and Q/K/V kernels (``mlp_in``, ``qkv_in``)
-and strategies derived by overriding rules: a strategy that does not name the new axes places
-those kernels exactly as ``embed``; a derived strategy is registered under a name spelling its rules."""
+"""Logical names for the contracted dims of the FFN input and Q/K/V kernels (``mlp_in``, ``qkv_in``),
+the output dims of the FFN and attention output kernels (``mlp_out``, ``attn_out``), and strategies
+derived by overriding rules: a strategy that does not name the new axes places those kernels
+exactly as ``embed``; a derived strategy is registered under a name spelling its rules."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ltx2.text.gemma import GEMMA_WEIGHT_AXES
 from ltx2.transformer import LTX2Transformer
 
 MESH = {"fsdp": 2, "context": 2, "tensor": 2}
-NEW_AXES = ("mlp_in", "qkv_in")
+NEW_AXES = ("mlp_in", "qkv_in", "mlp_out", "attn_out")
 
 
 def _params(module: nnx.Module) -> list[tuple[str, tuple[int, ...], sharding.LogicalAxes]]:
@@ -49,11 +50,21 @@ def test_the_kernels_carry_the_new_names(small_params: list[Any]) -> None:
     for attn in ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn"):
         for proj in ("to_q", "to_k", "to_v"):
             assert by_path[f"transformer_blocks.{attn}.{proj}.kernel"] == ("layers", "qkv_in", "heads"), (attn, proj)
-        assert by_path[f"transformer_blocks.{attn}.to_out.kernel"] == ("layers", "heads", "embed")
-    assert by_path["transformer_blocks.ff.proj_out.kernel"] == ("layers", "mlp", "embed")  # contracts mlp: unchanged
+        assert by_path[f"transformer_blocks.{attn}.to_out.kernel"] == ("layers", "heads", "attn_out")
+    assert by_path["transformer_blocks.ff.proj_out.kernel"] == ("layers", "mlp", "mlp_out")
+    assert by_path["connectors.audio_connector.transformer_blocks.ff.proj_out.kernel"] == ("layers", "mlp", "mlp_out")
+    assert by_path["connectors.audio_connector.transformer_blocks.attn1.to_out.kernel"] == (
+        "layers",
+        "heads",
+        "attn_out",
+    )
     assert by_path["connectors.video_connector.transformer_blocks.ff.proj_in.kernel"] == ("layers", "mlp_in", "mlp")
     gemma = dict(GEMMA_WEIGHT_AXES)
     assert gemma["self_attn.q_proj.weight"] == ("heads", "qkv_in") and gemma["mlp.up_proj.weight"] == ("mlp", "mlp_in")
+    assert gemma["self_attn.o_proj.weight"] == ("attn_out", "heads") and gemma["mlp.down_proj.weight"] == (
+        "mlp_out",
+        "mlp",
+    )
 
 
 @pytest.mark.parametrize("strategy", sharding.strategy_names())
@@ -68,12 +79,15 @@ def test_a_strategy_without_the_new_names_places_them_as_embed(strategy: str, sm
         before = strat.spec(_as_embed(names), tuple(MESH), shape=shape, mesh_shape=MESH)
         assert ours == before, (strategy, path, ours, before)
         renamed += names != _as_embed(names)
-    assert renamed == 2 + 6 * 3 + 2 * (1 + 3)  # 2 FFNs + 6 attentions x Q/K/V, 2 connectors x (FFN + Q/K/V)
+    # FFN: in kernel, out kernel + bias; attention: Q/K/V kernels, out kernel + bias. The transformer
+    # has 2 FFNs and 6 attentions, each of the 2 connectors one of each.
+    ffn, attention = 1 + 2, 3 + 2
+    assert renamed == 2 * ffn + 6 * attention + 2 * (ffn + attention)
 
 
 def test_naive_places_the_contracted_dims_over_the_sequence_axes() -> None:
     naive = sharding.get_strategy("naive")
-    assert naive.mesh_axes("mlp_in") == naive.mesh_axes("qkv_in") == naive.mesh_axes("embed") == ("context", "fsdp")
+    assert all(naive.mesh_axes(name) == ("context", "fsdp") for name in (*NEW_AXES, "embed"))
 
 
 def test_derived_strategy_name_spells_the_rules_and_is_registered_once() -> None:

@@ -99,7 +99,12 @@ def test_maxdiffusion_manifest_is_their_ladder() -> None:
     assert [v.reference for v in sweep.variants[1:]] == names[:-1]
     assert {v.target.mesh for v in sweep.variants} == {(("data", 2), ("context", 4))}
     configs = [build_config(v.preset, v.config_overrides) for v in sweep.variants]
-    assert [c.transformer.sharding for c in configs] == ["naive", "naive+mlp_in=-", *["naive+mlp_in=-+qkv_in=-"] * 3]
+    heads = "activation_attention_heads=context,tensor"
+    ffn, qkv = f"naive+{heads}+mlp_in=-+mlp_out=-", f"naive+{heads}+attn_out=-+mlp_in=-+mlp_out=-+qkv_in=-"
+    assert [c.transformer.sharding for c in configs] == [f"naive+{heads}", ffn, *[qkv] * 3]
+    assert {(c.transformer.attention_impl, c.transformer.attention_impl_min_tokens) for c in configs} == {
+        ("splash", 4096)
+    }
     assert [c.text_encoder.batching for c in configs] == ["separate"] * 3 + ["joint"] * 2
     assert [c.pipeline.diffusion_loop for c in configs] == ["python"] * 4 + ["scan"]
     assert {c.guidance.passes() for c in configs} == {(True, False, False)}  # CFG only
