@@ -53,7 +53,7 @@ ACTIVATION_AXES: frozenset[str] = frozenset(
         "activation_text_length",  # text tokens S
         "activation_embed",
         "activation_heads",
-        "activation_attention_heads",  # heads inside a fused attention kernel; falls back to activation_heads
+        "activation_attention_heads",  # heads inside a fused attention kernel; falls back to heads
         "activation_mlp",
         "activation_frames",  # VAE latent / pixel frames
         "activation_channels",
@@ -71,10 +71,13 @@ FALLBACK_AXES: Mapping[str, str] = {
     "qkv_in": "embed",
     "mlp_out": "embed",
     "attn_out": "embed",
-    # The heads inside a fused attention kernel's shard_map: over the sequence axes too, the kernel
-    # runs head-parallel (an all-to-all from tokens to heads and back, as MaxDiffusion's LTX-2
-    # flash attention with activation_self_attn_heads -> [context, tensor]) instead of gathering K/V.
-    "activation_attention_heads": "activation_heads",
+    # The heads inside a fused attention kernel's shard_map: by default where the Q/K/V projections
+    # put them (their output dim, `heads`), so the kernel computes each head once (a layout that
+    # splits `heads` but not `activation_heads` would otherwise run every head on every shard of
+    # that axis). Over the sequence axes too, the kernel runs head-parallel (an all-to-all from
+    # tokens to heads and back, as MaxDiffusion's LTX-2 flash attention with
+    # activation_self_attn_heads -> [context, tensor]) instead of gathering K/V.
+    "activation_attention_heads": "heads",
 }
 
 

@@ -18,8 +18,8 @@ Platforms: the Mosaic kernel is lowered for TPU, including compile-only TPU targ
 (``jax.lax.platform_dependent`` picks by lowering platform, not by the default backend); on any
 other platform the same kernel runs in Pallas' interpreter: exact, for tests, orders of magnitude
 slower. Sharded layouts run the kernel per shard under ``shard_map``: batch and heads split as
-the strategy's activation rules say (``activation_attention_heads``: over the sequence axes too,
-the kernel runs head-parallel), and the queries stay split over the sequence axes where the
+the strategy's rules say (``activation_attention_heads``, by default as the projections' ``heads``;
+over the sequence axes too, the kernel runs head-parallel), and the queries stay split over the sequence axes where the
 strategy shards the tokens (context parallelism), each shard attending to the whole, gathered keys
 and values: one all-gather of K and V, and no shard computes another's queries.
 """

@@ -184,10 +184,17 @@ def test_splash_attention_under_shard_map_equals_replicated(strategy: str, mesh:
     _check_step("tiny", strategy, mesh, attention_impl="splash")
 
 
-# (strategy rules over `context`, heads shards, query sequence axes inside the kernel)
+# (base strategy, rules over it, heads shards and query sequence axes inside the kernel)
 SPLASH_LAYOUTS = {
-    "context": ({}, ("tensor",), ("context", "fsdp")),
-    "head-parallel": ({"activation_attention_heads": ["context", "tensor"]}, ("context", "tensor"), ("fsdp",)),
+    "context": ("context", {}, ("tensor",), ("context", "fsdp")),
+    "head-parallel": (
+        "context",
+        {"activation_attention_heads": ["context", "tensor"]},
+        ("context", "tensor"),
+        ("fsdp",),
+    ),
+    # heads split only by the projections' rule (no activation rule): the kernel follows it
+    "naive+heads": ("naive", {"heads": ["tensor"]}, ("tensor",), ("context", "fsdp")),
 }
 
 
@@ -197,10 +204,11 @@ def test_splash_keeps_the_queries_sequence_sharded(layout: str, mesh: Mesh) -> N
     tensor) each shard attends its own queries to the gathered keys and values -- two all-gathers
     (K and V, each to the whole sequence of this shard's heads), no gather of Q, the output still
     sequence-sharded. With the kernel's heads over context x tensor too (MaxDiffusion's layout) it
-    runs head-parallel: the queries split over fsdp alone, K and V gathered over fsdp only. Both
-    give the unsharded numbers."""
-    rules, head_axes, seq_axes = SPLASH_LAYOUTS[layout]
-    strategy = sharding.register_overrides("context", rules).name
+    runs head-parallel: the queries split over fsdp alone, K and V gathered over fsdp only. A layout
+    that splits the projections' heads without an activation rule runs the kernel on those heads
+    (each computed once). All give the unsharded numbers."""
+    base, rules, head_axes, seq_axes = SPLASH_LAYOUTS[layout]
+    strategy = sharding.register_overrides(base, rules).name
     B, L, N, K = 2, 512, 4, 64
     keys = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(key, (B, L, N, K), jnp.float32) for key in keys)
