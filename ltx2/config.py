@@ -27,7 +27,8 @@ _FIXED_DIFFUSERS_FIELDS: dict[str, Any] = {
     "norm_elementwise_affine": False,
     "use_keyframes_abs_pos_embedding": False,
 }
-_KNOBS = ("scan_layers", "sharding", "attention_impl", "attention_impl_min_tokens", "dtype", "param_dtype")
+# Our performance knobs: TransformerConfig fields that are not diffusers constructor arguments.
+KNOBS = ("scan_layers", "sharding", "attention_impl", "attention_impl_min_tokens", "dtype", "param_dtype")
 
 
 def _fail(field: str, value: Any, reason: str) -> ValueError:
@@ -271,7 +272,7 @@ class TransformerConfig:
     @classmethod
     def from_diffusers_config(cls, config: Mapping[str, Any], **overrides: Any) -> TransformerConfig:
         """From ``LTX2VideoTransformer3DModel.config``; unsupported keys or values raise ValueError."""
-        fields = {f.name for f in dataclasses.fields(cls)} - set(_KNOBS)
+        fields = {f.name for f in dataclasses.fields(cls)} - set(KNOBS)
         kwargs: dict[str, Any] = {}
         for key, value in config.items():
             if key.startswith("_"):

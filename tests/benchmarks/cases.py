@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ltx2.config import TransformerConfig
+from ltx2.config import KNOBS, TransformerConfig
 from ltx2.convert.pipeline import diffusers_call_kwargs
 from ltx2.text.connectors import ConnectorsConfig
 from ltx2.vae.audio import AudioVAEConfig
@@ -30,7 +30,7 @@ KNOB_VARIANTS: dict[str, Knobs] = {
     "old": ("sequential", False, False),
 }
 DTYPES = ("float32", "bfloat16")
-_OURS_ONLY = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
+_OURS_ONLY = set(KNOBS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from ltx2.config import TransformerConfig
+from ltx2.config import KNOBS, TransformerConfig
 from ltx2.transformer import LTX2Transformer
 
 
@@ -59,7 +59,7 @@ def test_cross_dim_free_without_text_projection() -> None:
 
 
 def _diffusers_style(cfg: TransformerConfig) -> dict:
-    knobs = {"scan_layers", "sharding", "attention_impl", "attention_impl_min_tokens", "dtype", "param_dtype"}
+    knobs = set(KNOBS)
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in knobs}
     d |= {
         "activation_fn": "gelu-approximate",

@@ -147,7 +147,7 @@ def test_every_gemma_weight_has_logical_names(torchax_encoder: GemmaTextEncoder)
 
     assert torchax_encoder.weights is not None
     axes = {k: gemma_logical_axes(k, w.ndim) for k, w in torchax_encoder.weights.items()}
-    assert axes["language_model.layers.0.mlp.down_proj.weight"] == ("embed", "mlp")
+    assert axes["language_model.layers.0.mlp.down_proj.weight"] == ("mlp_out", "mlp")
     assert axes["language_model.norm.weight"] == ("norm",)
     with pytest.raises(ValueError, match="'language_model.lm_head.weight' has no logical axis rule"):
         gemma_logical_axes("language_model.lm_head.weight", 2)

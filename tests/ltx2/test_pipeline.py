@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from jax import monitoring
 
+from ltx2 import config
 from ltx2.convert import from_diffusers
 from ltx2.convert.pipeline import diffusers_call_kwargs
 from ltx2.denoise import Latents
@@ -31,7 +32,7 @@ from ltx2.pipeline import LTX2Pipeline, adain_filter, tone_map_latents
 from ltx2.pipeline_config import PipelineConfig
 
 TOL = 1e-4  # FP32_MODULE (tests/tolerances.py): transformer passes, Euler steps and decoders in fp32
-KNOBS = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
+KNOBS = set(config.KNOBS)
 
 
 def _kwargs(cfg: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ltx2.config import TransformerConfig
+from ltx2.config import KNOBS, TransformerConfig
 from ltx2.convert.keymap import load_state_dict
 from ltx2.convert.transformer import from_diffusers, transformer_rules
 from ltx2.transformer import LTX2Transformer
@@ -89,7 +89,7 @@ def torch_model() -> Callable[[str], Any]:
     """Factory of randomised diffusers models, built once per config name."""
     from diffusers import LTX2VideoTransformer3DModel
 
-    knobs = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
+    knobs = set(KNOBS)
     cache: dict[str, Any] = {}
 
     def get(name: str) -> Any:
