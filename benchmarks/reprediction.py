@@ -193,13 +193,14 @@ def op_kinds(hlo_text: str) -> dict[str, str]:
     return kinds
 
 
-def moves(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:
+def moves(old: Mapping[str, float], new: Mapping[str, float], min_ns: float = 1.0) -> dict[str, float]:
     """How the ops' times moved between two codes: ``fell_ns`` / ``rose_ns`` summed over the ops that
-    got faster / slower, and how many did (``fell`` / ``rose``)."""
+    got faster / slower by more than ``min_ns`` (float summation noise stays out), and how many did
+    (``fell`` / ``rose``)."""
     out = {"fell_ns": 0.0, "fell": 0, "rose_ns": 0.0, "rose": 0}
     for name in set(old) | set(new):
         delta = new.get(name, 0.0) - old.get(name, 0.0)
-        side = "fell" if delta < 0 else "rose" if delta > 0 else ""
+        side = "fell" if delta < -min_ns else "rose" if delta > min_ns else ""
         if side:
             out[f"{side}_ns"] += abs(delta)
             out[side] += 1
@@ -291,6 +292,21 @@ def kind_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+NOTES_MARK = "<!-- notes: kept when the tables are written again -->"
+
+
+def compose(header: str, tables: str, existing: str = "") -> str:
+    """The note: ``header``, the tables, then whatever followed :data:`NOTES_MARK` in the file it
+    replaces (hand-written reading of the numbers survives a re-run)."""
+    _, mark, notes = existing.partition(NOTES_MARK)
+    return f"{header}\n{tables}\n{NOTES_MARK}{notes if mark else chr(10)}"
+
+
+def _head(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "?"
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -379,7 +395,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = repredict(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(table(rows) + "\nCompute stream by op kind, ms per step, old -> new:\n\n" + kind_table(rows))
+    header = (
+        f"# Re-predicted steps: old -> new prediction code\n\n`python benchmarks/reprediction.py {args.results} "
+        f"--cache {args.cache} --manifest {args.manifest} --old {args.old}`: {len(rows)} stages with a cached "
+        f"program; old code at {_head(args.old)}, new at {_head(ROOT)}. Steps per call of the stage; the "
+        "interval is the new code's (the old code had none); HBM traffic is the module's per device and call; "
+        "compute ms are the simulated compute stream's, per step.\n"
+    )
+    tables = table(rows) + "\nCompute stream by op kind, ms per step, old -> new:\n\n" + kind_table(rows)
+    existing = args.out.read_text() if args.out.exists() else ""
+    args.out.write_text(compose(header, tables, existing))
     (args.work / "rows.json").write_text(json.dumps(rows, indent=1))
     print(f"wrote {args.out} ({len(rows)} stages)")
     return 0

@@ -90,9 +90,9 @@ def test_op_kinds_follow_nested_fusions(rep: ModuleType) -> None:
 
 
 def test_moves_and_scope_change(rep: ModuleType) -> None:
-    old = {"a": 10.0, "b": 4.0, "c": 1.0}
-    new = {"a": 3.0, "b": 5.0, "c": 1.0, "d": 0.5}
-    assert rep.moves(old, new) == {"fell_ns": 7.0, "fell": 1, "rose_ns": 1.5, "rose": 2}
+    old = {"a": 10.0, "b": 4.0, "c": 1.0, "e": 7.0}
+    new = {"a": 3.0, "b": 6.0, "c": 1.0, "d": 1.5, "e": 7.5}  # e moved by 0.5 ns: noise, not counted
+    assert rep.moves(old, new) == {"fell_ns": 7.0, "fell": 1, "rose_ns": 3.5, "rose": 2}
     assert rep.scope_change({"x": 9e6, "y": 1e6}, {"x": 2e6, "y": 4e6}) == ("x", 9e6, 2e6)
     assert rep.scope_change({}, {}) is None
 
@@ -123,3 +123,10 @@ def test_tables(rep: ModuleType) -> None:
     assert rep.kind_table(kind_rows).splitlines()[2] == (
         "| v | s | 40 -> 10 | 0 -> 0 | 0 -> 0 | 0 -> 0 | 0 -> 0 | 1 -> 1 | 2 ops -30.0 ms / 0 ops +0.0 ms |"
     )
+
+
+def test_compose_keeps_the_notes(rep: ModuleType) -> None:
+    first = rep.compose("# H", "| t |\n")
+    assert first == f"# H\n| t |\n\n{rep.NOTES_MARK}\n"
+    edited = first + "why: slices\n"
+    assert rep.compose("# H2", "| u |\n", edited) == f"# H2\n| u |\n\n{rep.NOTES_MARK}\nwhy: slices\n"
