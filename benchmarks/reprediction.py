@@ -146,14 +146,14 @@ def stages_of(record: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?\s([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"(?:calls|to_apply)=%?([\w.\-]+)")
-# the first an op contains names it; "matmul+slice": a dot fused with a dynamic-slice (a layer's weights
-# sliced out of the scanned stack inside the matmul's fusion)
+# the first an op contains names it; "matmul+slice": a dot fused with a (dynamic-)slice (a layer's weights
+# sliced out of the stacked layers inside the matmul's fusion)
 KINDS = ("matmul+slice", "matmul", "dynamic-update-slice", "dynamic-slice", "copy")
 
 
 def op_kinds(hlo_text: str) -> dict[str, str]:
     """Each instruction's kind, from its opcode and (for a fusion or call) the opcodes of what it
-    calls, nested: ``matmul+slice`` (a dot and a dynamic-slice), ``matmul`` (a dot or convolution),
+    calls, nested: ``matmul+slice`` (a dot and a slice or dynamic-slice), ``matmul`` (a dot or convolution),
     ``dynamic-update-slice``, ``dynamic-slice``,
     ``copy``, else its own opcode."""
     opcodes: dict[str, set[str]] = {}  # computation -> opcodes of its instructions
@@ -187,7 +187,7 @@ def op_kinds(hlo_text: str) -> dict[str, str]:
             for callee in callees:
                 found |= inside(callee, set())
         found = {"matmul" if o in ("dot", "convolution") else o for o in found}
-        if {"matmul", "dynamic-slice"} <= found:
+        if "matmul" in found and found & {"dynamic-slice", "slice"}:
             found.add("matmul+slice")
         kinds[name] = next((k for k in KINDS if k in found), opcode)
     return kinds

@@ -37,6 +37,14 @@ HLO = """HloModule jit_step, is_scheduled=true
   ROOT %d.1 = bf16[4,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 
+%fused_static (p0: bf16[48,8,16], p1: bf16[4,8]) -> bf16[4,16] {
+  %p0 = bf16[48,8,16]{2,1,0} parameter(0)
+  %p1 = bf16[4,8]{1,0} parameter(1)
+  %s = bf16[1,8,16]{2,1,0} slice(%p0), slice={[47:48], [0:8], [0:16]}
+  %b = bf16[8,16]{1,0} bitcast(%s)
+  ROOT %d.2 = bf16[4,16]{1,0} dot(%p1, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
 ENTRY %main (w: bf16[48,8,16], i: s32[], x: bf16[4,8], v: bf16[8,16]) -> (bf16[4,16], bf16[4,16]) {
   %w = bf16[48,8,16]{2,1,0} parameter(0)
   %i = s32[] parameter(1)
@@ -45,6 +53,7 @@ ENTRY %main (w: bf16[48,8,16], i: s32[], x: bf16[4,8], v: bf16[8,16]) -> (bf16[4
   %fusion.1 = bf16[4,16]{1,0} fusion(%w, %i, %x), kind=kOutput, calls=%fused_dot
   %fusion.2 = bf16[4,16]{1,0} fusion(%x, %v), kind=kOutput, calls=%fused_mm
   %copy.3 = bf16[4,16]{0,1} copy(%fusion.2)
+  %fusion.4 = bf16[4,16]{1,0} fusion(%w, %x), kind=kOutput, calls=%fused_static
   ROOT %t = (bf16[4,16]{1,0}, bf16[4,16]{0,1}) tuple(%fusion.1, %copy.3)
 }
 """
@@ -79,6 +88,7 @@ def test_op_kinds_follow_nested_fusions(rep: ModuleType) -> None:
     kinds = rep.op_kinds(HLO)
     assert kinds["fusion.1"] == "matmul+slice"  # the dot's weights come through a nested slice fusion
     assert kinds["fusion.2"] == "matmul"
+    assert kinds["fusion.4"] == "matmul+slice"  # an unrolled layer's static slice of the stack
     assert kinds["copy.3"] == "copy"
     assert kinds["t"] == "tuple" and kinds["i"] == "parameter"
     assert rep.by_kind({"fusion.1": 5.0, "fusion.2": 2.0, "copy.3": 1.0, "gone": 3.0}, kinds) == {
