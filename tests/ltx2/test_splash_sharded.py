@@ -35,17 +35,12 @@ def _error(ours: jax.Array, ref: jax.Array) -> float:
     return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
 
 
-# (base strategy, rules over it, heads shards and query sequence axes inside the kernel)
+# (base strategy, rules over it, the mesh axes of the heads inside the kernel)
 SPLASH_LAYOUTS = {
-    "context": ("context", {}, ("tensor",), ("context", "fsdp")),
-    "head-parallel": (
-        "context",
-        {"activation_attention_heads": ["context", "tensor"]},
-        ("context", "tensor"),
-        ("fsdp",),
-    ),
+    "context": ("context", {}, ("tensor",)),
+    "head-parallel": ("context", {"activation_attention_heads": ["context", "tensor"]}, ("context", "tensor")),
     # heads split only by the projections' rule (no activation rule): the kernel follows it
-    "naive+heads": ("naive", {"heads": ["tensor"]}, ("tensor",), ("context", "fsdp")),
+    "naive+heads": ("naive", {"heads": ["tensor"]}, ("tensor",)),
 }
 
 
@@ -53,12 +48,13 @@ SPLASH_LAYOUTS = {
 def test_splash_keeps_the_queries_sequence_sharded(layout: str, mesh: Mesh) -> None:
     """Context parallelism in the kernel: under ``context`` (tokens over context x fsdp, heads over
     tensor) each shard attends its own queries to the gathered keys and values -- two all-gathers
-    (K and V, each to the whole sequence of this shard's heads), no gather of Q, the output still
-    sequence-sharded. With the kernel's heads over context x tensor too (MaxDiffusion's layout) it
-    runs head-parallel: the queries split over fsdp alone, K and V gathered over fsdp only. A layout
-    that splits the projections' heads without an activation rule runs the kernel on those heads
-    (each computed once). All give the unsharded numbers."""
-    base, rules, head_axes, seq_axes = SPLASH_LAYOUTS[layout]
+    (K and V, each to the whole sequence of this shard's heads), no gather of Q. With the kernel's
+    heads over context x tensor too (MaxDiffusion's layout) it runs head-parallel: the queries split
+    over fsdp alone, K and V gathered over fsdp only. A layout that splits the projections' heads
+    without an activation rule runs the kernel on those heads (each computed once). Every layout
+    returns the output in the projections' layout (sequence-sharded, heads over tensor) and gives the
+    unsharded numbers."""
+    base, rules, head_axes = SPLASH_LAYOUTS[layout]
     strategy = sharding.register_overrides(base, rules).name
     B, L, N, K = 2, 512, 4, 64
     keys = jax.random.split(jax.random.key(0), 3)
@@ -72,6 +68,6 @@ def test_splash_keeps_the_queries_sequence_sharded(layout: str, mesh: Mesh) -> N
     gathers = collective_stats(parse(compiled.as_text())).by_kind[Collective.ALL_GATHER]
     head_shards = int(np.prod([MESH[a] for a in head_axes]))
     assert gathers.count == 2 and gathers.result_bytes == 2 * k.nbytes // head_shards
-    unpack = lambda axes: axes[0] if len(axes) == 1 else axes  # noqa: E731
-    assert out.sharding.is_equivalent_to(NamedSharding(mesh, P(None, unpack(seq_axes), unpack(head_axes))), 4)
+    # the output back in the projections' layout: tokens over context x fsdp, heads over tensor
+    assert out.sharding.is_equivalent_to(NamedSharding(mesh, P(None, ("context", "fsdp"), "tensor")), 4)
     assert _error(out, dot_product_attention(q, k, v, impl="xla")) <= TOL
