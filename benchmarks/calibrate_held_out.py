@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gzip
 import json
 import math
 import shlex
@@ -43,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.commands.calibrate import base_spec, program_samples  # noqa: E402 - after the path
+from harness.commands.calibrate import base_spec, program_samples, read_program  # noqa: E402 - after the path
 from harness.metrics.hlo import parse  # noqa: E402
 from harness.metrics.timeline import Constant, TimelineSpec, predict  # noqa: E402
 from harness.metrics.timeline import calibrate as fitting  # noqa: E402
@@ -136,8 +135,7 @@ def program_path(sweep: Path, record: Record, stage: str) -> Path | None:
 
 def read_text(path: Path) -> str:
     try:
-        data = path.read_bytes()
-        return gzip.decompress(data).decode() if data[:2] == b"\x1f\x8b" else data.decode()
+        return read_program(path)
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read the program ({e})") from None
 

@@ -19,9 +19,9 @@ Platforms: the Mosaic kernel is lowered for TPU, including compile-only TPU targ
 other platform the same kernel runs in Pallas' interpreter: exact, for tests, orders of magnitude
 slower. Sharded layouts run the kernel per shard under ``shard_map``: batch and heads split as
 the strategy's rules say (``activation_attention_heads``, by default as the projections' ``heads``;
-over the sequence axes too, the kernel runs head-parallel), and the queries stay split over the sequence axes where the
-strategy shards the tokens (context parallelism), each shard attending to the whole, gathered keys
-and values: one all-gather of K and V, and no shard computes another's queries.
+over the sequence axes too, the kernel runs head-parallel), and the queries stay split over the
+sequence axes where the strategy shards the tokens (context parallelism), each shard attending to
+the whole, gathered keys and values: no shard computes another's queries.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def splash_attention(
     B, L, N, K = q_blnk.shape
     S = k_bsnk.shape[1]
     keep_bs = key_keep_mask(bias, B, S)
-    seq_axes, shards = _query_sequence_axes(strategy, B, N, L)
+    batch_heads, seq_axes, shards = _kernel_layout(strategy, B, N, L)
     (bq, Lq), (bk, Sp), Kp = _tile(-(-L // shards), block), _tile(S, block), _round_up(K, LANES)
     Lp = Lq * shards  # each sequence shard a whole number of query tiles
     scale = 1.0 / math.sqrt(K)
@@ -135,7 +135,7 @@ def splash_attention(
         call = functools.partial(_kernel_call, bq=bq, bk=bk, interpret=interp)
         if strategy is None or jax.sharding.get_abstract_mesh().empty:
             return call(q, k, v, q_ids, kv_ids)
-        return _sharded(call, strategy, seq_axes, q, k, v, q_ids, kv_ids)
+        return _sharded(call, batch_heads, seq_axes, q, k, v, q_ids, kv_ids)
 
     args = (q_bnlk, k_bnsk, v_bnsk, q_ids, kv_ids)
     if interpret is None:
@@ -152,41 +152,40 @@ def splash_attention(
     return constrain(out_blnk, ("activation_batch", "activation_length", "heads", None), strategy)
 
 
-def _query_sequence_axes(strategy: str | None, batch: int, heads: int, length: int) -> tuple[tuple[str, ...], int]:
-    """The mesh axes the strategy shards the tokens over (``activation_length``) that the queries stay
-    split on inside the kernel's ``shard_map``, and their total size: those of the current mesh not
-    already used for batch or heads (as :func:`_sharded` places them), and no more shards than
-    ``length`` has 128-token tiles. ((), 1) without a strategy or a mesh."""
+def _kernel_layout(strategy: str | None, batch: int, heads: int, length: int) -> tuple[P, tuple[str, ...], int]:
+    """Where the kernel's ``shard_map`` splits ``[B, N, L]``: batch and heads as the strategy places them
+    (``activation_batch``, ``activation_attention_heads``; mesh axes that do not divide a dimension
+    dropped, as for parameters), then the queries' sequence over the axes the strategy shards the
+    tokens on (``activation_length``) that batch and heads left free, no more shards than ``length``
+    has 128-token tiles. Returns the batch/heads spec, those sequence axes and their total size;
+    ``(P(), (), 1)`` without a strategy or a mesh."""
     mesh = jax.sharding.get_abstract_mesh()
     if strategy is None or mesh.empty:
-        return (), 1
+        return P(), (), 1
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    names = ("activation_batch", "activation_attention_heads", None)
-    spec = get_strategy(strategy).spec(names, mesh.axis_names, shape=(batch, heads, length), mesh_shape=sizes)
-    seq = get_strategy(strategy).spec(("activation_length",), mesh.axis_names)[0]
-    taken = {a for entry in spec[:2] if entry for a in ((entry,) if isinstance(entry, str) else entry)}
+    strat = get_strategy(strategy)
+    names = ("activation_batch", "activation_attention_heads")
+    batch_heads = strat.spec(names, mesh.axis_names, shape=(batch, heads), mesh_shape=sizes)
+    seq = strat.spec(("activation_length",), mesh.axis_names)[0]
+    taken = {a for entry in batch_heads if entry for a in ((entry,) if isinstance(entry, str) else entry)}
     axes: tuple[str, ...] = ()
     for a in () if seq is None else (seq,) if isinstance(seq, str) else seq:
         if a not in taken and math.prod(sizes[x] for x in (*axes, a)) * LANES <= _round_up(length, LANES):
             axes += (a,)
-    return axes, math.prod(sizes[a] for a in axes)
+    return batch_heads, axes, math.prod(sizes[a] for a in axes)
 
 
-def _sharded(call, strategy: str, seq_axes: tuple[str, ...], q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
-    """``call`` per shard: batch and heads of ``[B, N, L, K]`` split as the strategy places
-    activations (mesh axes that do not divide a dimension are dropped, as for parameters), the
-    queries' sequence over ``seq_axes`` (keys and values whole: gathered), head dim whole."""
-    mesh = jax.sharding.get_abstract_mesh()
-    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    names = ("activation_batch", "activation_attention_heads", None, None)
-    kv_spec = get_strategy(strategy).spec(names, mesh.axis_names, shape=q.shape, mesh_shape=sizes)
+def _sharded(call, batch_heads: P, seq_axes: tuple[str, ...], q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
+    """``call`` per shard of ``[B, N, L, K]``: batch and heads as ``batch_heads``, the queries' sequence
+    over ``seq_axes`` (keys and values whole: gathered), head dim whole (:func:`_kernel_layout`)."""
+    b, n = batch_heads
     seq = None if not seq_axes else seq_axes[0] if len(seq_axes) == 1 else seq_axes
-    q_spec = P(kv_spec[0], kv_spec[1], seq, None)
+    q_spec, kv_spec = P(b, n, seq, None), P(b, n, None, None)
     in_specs = (
         q_spec,
         kv_spec,
         kv_spec,
-        None if q_ids is None else P(kv_spec[0], seq),
-        None if kv_ids is None else P(kv_spec[0], None),
+        None if q_ids is None else P(b, seq),
+        None if kv_ids is None else P(b, None),
     )
     return jax.shard_map(call, in_specs=in_specs, out_specs=q_spec, check_vma=False)(q, k, v, q_ids, kv_ids)

@@ -64,7 +64,8 @@ def base_spec(base: str) -> TimelineSpec:
     raise ValueError(f"--base {base!r}: neither a file nor a known target (e.g. v6e:2x4, h100:1x1x8)")
 
 
-def _read_text(path: Path) -> str:
+def read_program(path: Path) -> str:
+    """An optimized HLO text file, gzipped (the compile cache's ``.hlo.gz``) or plain."""
     data = path.read_bytes()
     return gzip.decompress(data).decode() if data[:2] == b"\x1f\x8b" else data.decode()
 
@@ -75,7 +76,7 @@ def program_samples(
     """The matched samples of one (program, trace) pair and what the spec file records of it."""
     from harness.metrics.xspace import read_trace  # JAX's profiler reads the trace
 
-    parsed = parse(_read_text(hlo))
+    parsed = parse(read_program(hlo))
     program = build_program(parsed)
     module = parsed.name or None
     events = read_trace(trace, modules={module} if module else None).events
