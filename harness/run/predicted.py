@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.chrome import write_chrome_trace
 from harness.metrics.hlo import HloModule
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
@@ -107,15 +108,6 @@ def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpe
     return spec_for(target.topology, target.platform, device_coords(devices)), None
 
 
-def write_chrome(trace: dict[str, Any], where: Path) -> Path:
-    """The simulated timeline as gzipped Chrome JSON at ``where/predicted_trace.json.gz``."""
-    where.mkdir(parents=True, exist_ok=True)
-    path = where / CHROME_NAME
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(trace, f)
-    return path
-
-
 def predicted_entry(
     module: HloModule,
     tl_spec: TimelineSpec,
@@ -136,7 +128,8 @@ def predicted_entry(
     out["sensitivity"] = sensitivity(program, tl_spec, factor=SENSITIVITY_FACTOR)
     out["uncertainty"] = uncertainty(program, tl_spec)
     out["video_interval_s"] = [v * calls_per_video for v in out["uncertainty"]["interval_s"]]
-    out["chrome_trace"] = str(write_chrome(prediction.chrome_trace(), where))
+    where.mkdir(parents=True, exist_ok=True)
+    out["chrome_trace"] = str(write_chrome_trace(prediction.chrome_trace(), where / CHROME_NAME))
     costs, opcodes = program_costs(program.ops)
     peaks = {"peak_flops_per_s": tl_spec.value("peak_flops_per_s"), "hbm_bytes_per_s": tl_spec.value("hbm_bytes_per_s")}
     out["xprof"] = xprof_entry(prediction.events, costs, opcodes, **peaks)
