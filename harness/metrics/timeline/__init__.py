@@ -23,7 +23,7 @@ from harness.metrics.hlo.model import HloModule
 from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
-from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology, cpu_spec, spec_for
+from harness.metrics.timeline.specs import LINK_SHARING, Constant, TimelineSpec, Topology, cpu_spec, spec_for
 from harness.vocabulary import BLOCK_SCOPE
 
 CRITICAL_PATH_TOP = 20
@@ -157,7 +157,9 @@ def _faster(constant: Constant) -> float:
 def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, Any]:
     """The step's interval from its constants' stated uncertainty (:attr:`Constant.rel_uncertainty`):
     the step with every rate and time constant at its fast bound together (``fast``), at its slow
-    bound (``slow``), and each one alone at either bound (``<constant>:fast`` / ``:slow``).
+    bound (``slow``), each one alone at either bound (``<constant>:fast`` / ``:slow``), and the
+    links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.metrics.
+    timeline.links`: how links are shared is an assumption too).
     ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
     predictions on the same spec can be compared point by point (:func:`harness.results.uncertain.
     ordering`: an order that flips at some point is a tie). JSON-able."""
@@ -172,12 +174,16 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
         points[f"{name}:slow"] = step_ns(program, spec.scaled(name, 1 / f))
         fast, slow = fast.scaled(name, f), slow.scaled(name, 1 / f)
     points["fast"], points["slow"] = step_ns(program, fast), step_ns(program, slow)
+    for policy in LINK_SHARING:
+        if policy != spec.link_sharing:
+            points[f"link_sharing:{policy}"] = step_ns(program, dataclasses.replace(spec, link_sharing=policy))
     seconds = {k: v / 1e9 for k, v in points.items()}
     return {
         "step_s": seconds["base"],
         "interval_s": [min(seconds.values()), max(seconds.values())],
         "points_s": seconds,
         "uncertainty": {k: c.rel_uncertainty for k, c in spec.constants.items() if c.scalable},
+        "link_sharing": spec.link_sharing,
     }
 
 

@@ -10,11 +10,12 @@ takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.t
   transfer has ended (the wait is exposed time). A TPU async collective fusion is the same: its
   start fusion issues, the continuation fusions between are compute (the transfer runs beside
   them: libtpu advances it in steps inside them, which this model does not split), its done waits;
-* transfers share the links through one FIFO queue per link set (a torus dimension, the chip's
-  cores, NVLink, the host's memcpy): a transfer starts when it is issued and every link set it
-  uses is free. Collectives on disjoint dimensions run side by side; two on the same links go one
-  after the other at full bandwidth, which finishes the pair when fair sharing would (a ring
-  collective saturates its links, so neither gains from running interleaved).
+* transfers share the links (:mod:`~harness.metrics.timeline.links`): each link set (a torus
+  dimension, the chip's cores, NVLink, the host's memcpy) is shared equally by the transfers on it,
+  so a transfer starts when it is issued and goes at its share while others run beside it.
+  Collectives on disjoint dimensions run side by side at full speed; a small synchronous one
+  issued beside a large asynchronous one ends after about twice its own time (a queue would make
+  it wait for the whole large one), and the pair ends when it would one after the other.
 
 A ``while`` body runs trip-count times (once, with a note, where the count is unknown); the async
 values carried through the loop tuple keep their transfers in flight across iterations, so a
@@ -46,6 +47,7 @@ from typing import Any, NamedTuple
 from harness.metrics.events import COMPUTE
 from harness.metrics.timeline import pricing
 from harness.metrics.timeline.groups import Route, permute_route, slowest_route
+from harness.metrics.timeline.links import Links, Transfer, clone
 from harness.metrics.timeline.program import Op, Program, pass_through
 from harness.metrics.timeline.specs import TimelineSpec
 
@@ -66,14 +68,6 @@ class Event(NamedTuple):
 
 
 @dataclass
-class _Transfer:
-    kind: str
-    name: str
-    issue_ns: float
-    end_ns: float
-
-
-@dataclass
 class Loop:
     """Where one ``while`` ran: its body's per-iteration event index ranges."""
 
@@ -84,11 +78,11 @@ class Loop:
 
 @dataclass
 class State:
-    """The simulator's clock, link queues, transfers in flight and what it recorded."""
+    """The simulator's clock, the transfers on the links, those not yet waited for and what it recorded."""
 
     t: float = 0.0
-    queues: dict[str, float] = field(default_factory=dict)
-    pending: dict[int, _Transfer] = field(default_factory=dict)
+    links: Links = field(default_factory=Links)
+    pending: dict[int, Transfer] = field(default_factory=dict)
     next_token: int = 0
     events: list[Event] = field(default_factory=list)
     exposed: dict[str, float] = field(default_factory=dict)  # (op name, category) totals live in `critical`
@@ -98,8 +92,7 @@ class State:
     def snapshot(self) -> tuple[Any, ...]:
         return (
             self.t,
-            dict(self.queues),
-            dict(self.pending),
+            *clone(self.pending, self.links),
             self.next_token,
             len(self.events),
             dict(self.exposed),
@@ -108,7 +101,10 @@ class State:
         )
 
     def restore(self, snap: tuple[Any, ...]) -> None:
-        self.t, self.queues, self.pending, self.next_token, n, self.exposed, self.critical, loops = snap
+        """Back to ``snap`` (every container copied: one snapshot is restored once per branch)."""
+        self.t, pending, links, self.next_token, n, exposed, critical, loops = snap
+        self.pending, self.links = clone(pending, links)
+        self.exposed, self.critical = dict(exposed), _copy(critical)
         del self.events[n:]
         del self.loops[loops:]
 
@@ -158,7 +154,7 @@ class Simulator:
         self.program, self.spec, self.record = program, spec, record
         self.scope_of = scope_of
         self.latency_ns = spec.value("collective_latency_s") * NS
-        self.state = State()
+        self.state = State(links=Links(policy=spec.link_sharing))
         self._shapes: dict[str, str] | None = None
         self._cost: dict[int, float] = {}
         self._route: dict[int, tuple[Route, float]] = {}
@@ -232,17 +228,23 @@ class Simulator:
         if category != COMPUTE:
             self.state.exposed[category] = self.state.exposed.get(category, 0.0) + ns
 
-    def _issue(self, op: Op) -> _Transfer:
-        """Queue a collective's transfer on its links; return it (start: queue free, end: + its time)."""
+    def _issue(self, op: Op) -> Transfer:
+        """Start a collective's transfer on its links beside those running (:mod:`~harness.metrics.
+        timeline.links`); return it. Its end, and theirs, move as later transfers join them."""
         s = self.state
         route, ns = self.transfer(op)
-        start = max([s.t] + [s.queues.get(q, 0.0) for q in route.queues])
-        end = start + ns
-        for q in route.queues:
-            s.queues[q] = end
-        if self.record and route.queues:
-            self._event(op.kind, f"{op.name} (transfer)", op.kind, start, end, op)
-        return _Transfer(op.kind, op.name, s.t, end)
+        transfer = Transfer(op.kind, op.name, s.t, s.t + ns, route.queues, ns)
+        if not route.queues:
+            return transfer
+        if self.record:
+            transfer.event = len(s.events)
+            self._event(op.kind, f"{op.name} (transfer)", op.kind, s.t, transfer.end_ns, op)
+        s.links.add(transfer, s.t)
+        if self.record:
+            for f in s.links.flows:
+                if f.event >= 0:
+                    s.events[f.event] = s.events[f.event]._replace(end_ns=f.end_ns)
+        return transfer
 
     # ------------------------------------------------------------------ ops
 
@@ -351,23 +353,24 @@ class Simulator:
         return value
 
     def _relative(self, value: Any) -> tuple[Any, ...]:
-        """What the rest of a loop depends on, relative to the clock: each link queue's backlog, the
-        transfers not yet waited for (kind, name, time left, 0 once ended; oldest first) and
-        the loop value with each token replaced by its transfer's place in that order. Two
-        iterations that start in equal relative states run alike, shifted in time."""
+        """What the rest of a loop depends on, relative to the clock: the transfers on the links
+        (kind, name, work left), those not yet waited for (kind, name, time left, 0 once ended;
+        oldest first) and the loop value with each token replaced by its transfer's place in that
+        order. Two iterations that start in equal relative states run alike, shifted in time."""
         s = self.state
+        s.links.advance(s.t)
         order = {token: i for i, token in enumerate(sorted(s.pending))}
-        queues = tuple(sorted((q, end - s.t) for q, end in s.queues.items() if end > s.t))
+        flows = tuple((f.kind, f.name, f.work_ns) for f in s.links.flows)
         pending = tuple((x.kind, x.name, max(x.end_ns - s.t, 0.0)) for _, x in sorted(s.pending.items()))
-        return queues, pending, _relabel(value, order)
+        return flows, pending, _relabel(value, order)
 
     def _advance(self, iterations: int, period_ns: float, before: tuple[Any, ...], now: tuple[Any, ...]) -> None:
         """Run ``iterations`` more iterations of a steady state whose one iteration moved the clock
         ``period_ns`` and the exposed / critical-path totals from ``before``'s to ``now``'s."""
         s, shift = self.state, period_ns * iterations
         s.t += shift
-        s.queues = {q: end + shift for q, end in s.queues.items()}
-        for x in s.pending.values():
+        s.links.t += shift
+        for x in {id(x): x for x in (*s.pending.values(), *s.links.flows)}.values():
             x.issue_ns += shift
             x.end_ns += shift
         for kind, ns in now[2].items():

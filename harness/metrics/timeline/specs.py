@@ -95,6 +95,9 @@ class Topology:
         }
 
 
+LINK_SHARING = ("fair", "fifo")
+
+
 @dataclass(frozen=True)
 class TimelineSpec:
     """A named set of constants (see the module docstring) and the topology they apply to."""
@@ -104,6 +107,14 @@ class TimelineSpec:
     constants: Mapping[str, Constant]
     topology: Topology = field(default_factory=lambda: Topology("memcpy"))
     notes: tuple[str, ...] = ()
+    link_sharing: str = "fair"
+    """How transfers on the same links share them (:mod:`~harness.metrics.timeline.links`): ``fair``
+    (equal shares while they overlap) or ``fifo`` (the earlier-issued one alone, then the next).
+    An assumption either way (no published arbitration policy); the interval covers both."""
+
+    def __post_init__(self) -> None:
+        if self.link_sharing not in LINK_SHARING:
+            raise ValueError(f"spec {self.name!r}: link_sharing {self.link_sharing!r} is not one of {LINK_SHARING}")
 
     def value(self, constant: str) -> float:
         """A constant's value; KeyError naming the spec and the constants it has otherwise."""
@@ -126,6 +137,7 @@ class TimelineSpec:
             "constants": {k: c.to_dict() for k, c in self.constants.items()},
             "topology": self.topology.to_dict(),
             "notes": list(self.notes),
+            "link_sharing": self.link_sharing,
         }
 
 
@@ -384,7 +396,14 @@ def spec_from_dict(raw: Mapping[str, Any], where: str = "spec") -> TimelineSpec:
             tuple(tuple(int(v) for v in c) for c in t.get("device_coords", ())),
             str(t.get("source", "")),
         )
-        spec = TimelineSpec(str(raw["name"]), str(raw["platform"]), constants, topology, tuple(raw.get("notes", ())))
+        spec = TimelineSpec(
+            str(raw["name"]),
+            str(raw["platform"]),
+            constants,
+            topology,
+            tuple(raw.get("notes", ())),
+            str(raw.get("link_sharing", "fair")),
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: not a timeline spec ({type(e).__name__}: {e})") from None
     missing = [k for k in ("peak_flops_per_s", "hbm_bytes_per_s", "op_overhead_s") if k not in constants]

@@ -216,19 +216,19 @@ TWO_IN_FLIGHT = _module(
 
 def test_loop_carried_transfer_is_matched_by_value_not_by_order():
     """Two transfers in flight through the loop tuple, done in the other order than started: each
-    iteration starts a big gather (T_b) then a small one (T_s), queued one after the other on the
-    same links; the next iteration waits for the small one first, computes C, then waits for the big
-    one. Matched by value, the first done waits T_b + T_s, and C runs after it: T_b + T_s + C per
-    iteration. Matched by order, the first done would take the oldest transfer (the big one, T_b)
-    and C would hide under the small one: T_b + T_s per iteration, C less."""
+    iteration starts a big gather (T_b) then a small one (T_s) on the same links, which they share
+    (each at half speed while both run: the small one ends at 2 T_s, the big one at T_b + T_s). The
+    next iteration waits for the small one first, computes C, then waits for the big one. Matched
+    by value, C runs while the big one finishes: T_b + T_s per iteration. Matched by order, the
+    first done would wait for the big one (the oldest) and C would run after it: T_b + T_s + C."""
     spec = _spec()
     tb, ts, c = gather_ns(1000, spec), gather_ns(250, spec), add_ns(100, spec)
-    assert c < ts  # so that by order C would hide, and the two answers differ by 4 C
+    assert 2 * ts + c < tb + ts  # so that by value C hides, and the two answers differ by 4 C
     p = timeline.predict(parse(TWO_IN_FLIGHT), spec)
-    assert p.step_ns == pytest.approx(5 * (tb + ts) + 4 * c, rel=1e-12)
-    assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(5 * (tb + ts), rel=1e-12)
+    assert p.step_ns == pytest.approx(5 * (tb + ts), rel=1e-12)
+    assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(5 * (tb + ts) - 4 * c, rel=1e-12)
     small_dones = [e for e in p.events if e.name.startswith("all-gather-done.s")]
-    assert [e.end_ns - e.start_ns for e in small_dones] == pytest.approx([tb + ts] * 5, rel=1e-12)
+    assert [e.end_ns - e.start_ns for e in small_dones] == pytest.approx([2 * ts] * 5, rel=1e-12)
 
 
 def replica_groups(attributes: str, num_devices: int) -> tuple[tuple[int, ...], ...]:

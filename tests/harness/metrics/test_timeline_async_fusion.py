@@ -128,7 +128,7 @@ def test_continuation_hides_half_and_the_done_waits_for_the_rest():
 
 def test_a_done_waits_for_its_own_chain_not_the_oldest():
     """Chain 1 (started second) is done first: its done follows its state through the continuation,
-    so the wait is chain 1's (queued behind chain 0 on the same links: both end by 2t), and chain 0's
+    so the wait is chain 1's (sharing the links with chain 0: both end at 2t), and chain 0's
     done then has nothing left to wait for. Matching the oldest transfer instead would charge chain 0."""
     spec = _spec()
     t = gather_ns(1000, spec)
