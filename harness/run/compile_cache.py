@@ -7,7 +7,9 @@ JSON dict. The key is a sha256 of everything that can change that dict:
   resolved mesh, compiler options), workload (minus the list of stages) and the stage name;
 * the compilers: versions of jax, jaxlib, flax, libtpu and the CUDA plugin;
 * the code: the source of the ``ltx2`` package (which builds the stages) and of the harness
-  modules that compile and analyse them (:data:`CODE_FILES`).
+  modules that compile and analyse them (:data:`CODE_FILES`), less the code that predicts from the
+  cached program (:data:`PREDICTION_FILES`: a hit simulates the program again, so a change to the
+  simulator re-predicts every variant without compiling it).
 
 Each entry keeps the compiled program's optimized HLO text too (``<key>.hlo.gz``, gzip: a
 full-size step's text is tens of MB, a few MB compressed), so a hit still gives what reads the
@@ -39,6 +41,8 @@ LIBRARIES = ("jax", "jaxlib", "flax", "libtpu", "jax-cuda12-plugin", "jax-cuda12
 _ROOT = Path(__file__).resolve().parents[2]
 # Harness code that decides how a stage is compiled and how its program is read (files or folders).
 CODE_FILES = ("harness/run/jax_stage.py", "harness/metrics", "harness/targets.py", "harness/run/compile_cache.py")
+# What reads the cached program after a hit as after a compile; no static metric comes from it.
+PREDICTION_FILES = ("harness/metrics/timeline", "harness/metrics/predicted_xprof.py", "harness/metrics/xplane_write.py")
 
 
 def _versions() -> dict[str, str | None]:
@@ -47,10 +51,13 @@ def _versions() -> dict[str, str | None]:
 
 @functools.cache
 def code_hash(root: Path = _ROOT) -> str:
-    """sha256 over the model package and :data:`CODE_FILES` (paths and contents, sorted)."""
+    """sha256 over the model package and :data:`CODE_FILES` less :data:`PREDICTION_FILES` (paths and
+    contents, sorted)."""
     files = sorted((root / "ltx2").rglob("*.py"))
     for name in CODE_FILES:
         files += sorted((root / name).rglob("*.py")) if (root / name).is_dir() else [root / name]
+    skip = [root / name for name in PREDICTION_FILES]
+    files = [f for f in files if not any(f == s or s in f.parents for s in skip)]
     h = hashlib.sha256()
     for path in files:
         if path.exists():

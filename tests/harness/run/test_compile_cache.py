@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.plan.manifest import Run, Target, Workload
-from harness.run.compile_cache import CompileCache, cache_key
+from harness.run.compile_cache import CompileCache, cache_key, code_hash
 from harness.run.spec import WorkerSpec
 from harness.run.worker import static_metrics
 
@@ -76,3 +76,32 @@ def test_cache_key_ignores_the_stage_list_only(tmp_path: Path) -> None:
     assert cache.get("missing") is None
     cache.put("k", {"a": 1})
     assert cache.get("k") == {"a": 1}
+
+
+def test_code_hash_follows_the_analysis_code_not_the_prediction_code(tmp_path: Path) -> None:
+    """A change under harness/metrics re-keys every entry; a change to the simulator or the predicted
+    XSpace writer does not (a hit simulates the cached program again)."""
+    files = {
+        "ltx2/model.py": "a = 1\n",
+        "harness/run/jax_stage.py": "b = 1\n",
+        "harness/targets.py": "",
+        "harness/run/compile_cache.py": "",
+        "harness/metrics/static.py": "c = 1\n",
+        "harness/metrics/timeline/simulate.py": "d = 1\n",
+        "harness/metrics/xplane_write.py": "e = 1\n",
+        "harness/metrics/predicted_xprof.py": "f = 1\n",
+    }
+
+    def tree(name: str, **changed: str) -> Path:
+        root = tmp_path / name
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(changed.get(rel.replace("/", "_").removesuffix(".py"), text))
+        return root
+
+    base = code_hash(tree("base"))
+    assert code_hash(tree("sim", harness_metrics_timeline_simulate="d = 2\n")) == base
+    assert code_hash(tree("xs", harness_metrics_xplane_write="e = 2\n")) == base
+    assert code_hash(tree("px", harness_metrics_predicted_xprof="f = 2\n")) == base
+    assert code_hash(tree("static", harness_metrics_static="c = 2\n")) != base
+    assert code_hash(tree("model", ltx2_model="a = 2\n")) != base
