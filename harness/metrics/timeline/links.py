@@ -4,7 +4,8 @@ transfers on it at that moment, and a transfer over several link sets goes at it
 one's share. A transfer alone on its links takes its own time (latency + wire bytes / bandwidth);
 two that overlap each go at half speed while both run. The other policy a spec can name
 (``TimelineSpec.link_sharing = "fifo"``): the earlier-issued transfer has the links alone and the
-later one waits for it.
+later one waits for it. A transfer's timeline event spans its issue to its end (under ``fifo`` its
+wait for the links included).
 
 So a small synchronous collective issued while a large asynchronous one holds the same links ends
 after about twice its own time, not after the large one (a queue would make it wait the whole

@@ -21,16 +21,16 @@ A ``while`` body runs trip-count times (once, with a note, where the count is un
 values carried through the loop tuple keep their transfers in flight across iterations, so a
 collective XLA pipelines (started at the end of iteration i, done in iteration i+1, its prologue
 start before the loop and epilogue done after it) overlaps exactly as scheduled. Where two
-iterations start in the same state relative to the clock (each link's backlog, the transfers not
-yet waited for and their time left, the loop value's tokens), every later one runs alike shifted in
-time: a simulation that records no events (``record=False``: the step time only, as sensitivity and
-intervals need) adds the remaining iterations in one step (clock, links, transfers and exposed /
-critical-path totals), so a 40-step loop of 48-layer scans costs a few iterations, not 1920. Values are
-followed through ``tuple``, ``get-tuple-element``, parameters, loop and call boundaries; a done
-whose start cannot be traced that way waits for the oldest transfer in flight of its kind. A
-``call`` runs its computation; a ``conditional`` runs its most expensive branch (each branch is
-simulated from the same state and the one that ends latest is kept: the slowest device sets the
-pace of an SPMD program whose branches differ by device).
+iterations start in the same state relative to the clock (the transfers on the links and their work
+left, those not yet waited for and their time left, the loop value's tokens), every later one runs
+alike shifted in time: a simulation that records no events (``record=False``: the step time only,
+as sensitivity and intervals need) adds the remaining iterations in one step (clock, links,
+transfers and exposed / critical-path totals), so a 40-step loop of 48-layer scans costs a few
+iterations, not 1920. Values are followed through ``tuple``, ``get-tuple-element``, parameters,
+loop and call boundaries; a done whose start cannot be traced that way waits for the oldest
+transfer in flight of its kind. A ``call`` runs its computation; a ``conditional`` runs its most
+expensive branch (each branch is simulated from the same state and the one that ends latest is
+kept: the slowest device sets the pace of an SPMD program whose branches differ by device).
 
 Every device runs the same SPMD program, so one device's timeline is the step's; where groups of
 one collective differ in their links, the slowest group sets the pace
