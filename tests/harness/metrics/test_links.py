@@ -134,3 +134,33 @@ def test_link_sharing_round_trips_through_a_spec_file_and_a_bad_one_is_refused()
     assert spec_from_dict(raw).link_sharing == "fair"
     with pytest.raises(ValueError, match="link_sharing 'lifo'"):
         spec_from_dict({**raw, "link_sharing": "lifo"}, "cal.json")
+
+
+def _branch(i: int) -> str:
+    return f"""%b{i} (x{i}: f32[1000]) -> f32[4000] {{
+  %x{i} = f32[1000]{{0}} parameter(0)
+  ROOT %g{i} = f32[4000]{{0}} all-gather(f32[1000]{{0}} %x{i}), {GROUPS}
+}}"""
+
+
+OPERANDS = ", ".join(["f32[1000]{0} %p"] * 3)
+THREE_BRANCHES = _module(
+    f"""ENTRY %main (i: s32[], p: f32[1000]) -> f32[4000] {{
+  %i = s32[] parameter(0)
+  %p = f32[1000]{{0}} parameter(1)
+  ROOT %c = f32[4000]{{0}} conditional(s32[] %i, {OPERANDS}), branch_computations={{%b0, %b1, %b2}}
+}}""",
+    *(_branch(i) for i in range(3)),
+)
+
+
+@pytest.mark.parametrize("policy", ["fair", "fifo"])
+def test_each_branch_of_a_conditional_starts_from_the_links_as_they_were(policy: str):
+    """Three branches, each one gather (T) on the same links: every branch is simulated from the
+    state before the conditional, so each takes T and the step is T. (A snapshot whose containers
+    the branches shared let each branch find the links the previous one had left busy: T, T, 2T,
+    and the slowest one run again after 2T: 3T.)"""
+    spec = dataclasses.replace(_spec(), link_sharing=policy)
+    t = gather_ns(1000, spec)
+    assert timeline.predict(parse(THREE_BRANCHES), spec).step_ns == pytest.approx(t, rel=1e-12)
+    assert timeline.step_ns(timeline.build_program(parse(THREE_BRANCHES)), spec) == pytest.approx(t, rel=1e-12)
