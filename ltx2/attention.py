@@ -68,14 +68,17 @@ def dot_product_attention(
     (online softmax over query/key tiles, for CPU), "cudnn" (``jax.nn.dot_product_attention``'s
     fused GPU kernel, 16-bit inputs), "splash" (the Pallas TPU flash kernel, see
     :mod:`ltx2.splash_attention`; key-padding masks only; a sharding ``strategy`` other than
-    "replicated" runs it per shard) or "auto" (see :func:`resolve_attention_impl`; a sharded
+    "replicated" runs it per shard), "splash_ring" (splash with a sequence-sharded layout's keys and
+    values passed around the context ring, each shard's chunk attended while the next one arrives,
+    instead of gathered first) or "auto" (see :func:`resolve_attention_impl`; a sharded
     ``strategy`` keeps the XLA path, whose einsums GSPMD partitions without gathers). Attentions
     with fewer than ``min_tokens`` queries or keys take the XLA path whatever ``impl`` says.
     """
     sharded = strategy != "replicated"
     impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded, min_tokens=min_tokens)
-    if impl == "splash":
-        return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, strategy=strategy if sharded else None)
+    if impl in ("splash", "splash_ring"):
+        exchange = "ring" if impl == "splash_ring" else "gather"
+        return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, strategy=strategy if sharded else None, kv=exchange)
     if impl == "blocked":
         return blocked_attention(q_blnk, k_bsnk, v_bsnk, bias)
     if impl == "cudnn":

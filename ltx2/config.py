@@ -15,7 +15,7 @@ from typing import Any
 from ltx2.sharding import get_strategy
 
 ROPE_TYPES = ("interleaved", "split")
-ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn", "splash")
+ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn", "splash", "splash_ring")
 DTYPES = ("float32", "bfloat16")
 TIMESTEP_EMBED_DIM = 256  # sinusoidal timestep features (diffusers PixArtAlphaCombinedTimestepSizeEmbeddings)
 FF_MULT = 4

@@ -21,13 +21,17 @@ slower. Sharded layouts run the kernel per shard under ``shard_map``: batch and 
 the strategy's rules say (``activation_attention_heads``, by default as the projections' ``heads``;
 over the sequence axes too, the kernel runs head-parallel), and the queries stay split over the
 sequence axes where the strategy shards the tokens (context parallelism), each shard attending to
-the whole, gathered keys and values: no shard computes another's queries.
+the whole, gathered keys and values: no shard computes another's queries. With ``kv="ring"``
+(``attention_impl = "splash_ring"``) the keys and values stay split too and travel around the
+sequence axes one chunk per step while the kernel attends the chunk a shard holds (ring
+attention), the partial outputs merged by their log-sum-exps.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +43,7 @@ from ltx2.sharding import constrain, get_strategy
 LANES = 128
 BLOCK = 512  # largest query/key tile; sequences are padded to a multiple of 128
 KEEP_THRESHOLD = -1.0  # bias entries above keep the key: the transformer's masks are 0 / -10000
+KV_EXCHANGES = ("gather", "ring")
 
 
 def _round_up(n: int, m: int) -> int:
@@ -76,8 +81,10 @@ def _kernel_call(
     bq: int,
     bk: int,
     interpret: bool,
-) -> jax.Array:
-    """The splash kernel over a (local) batch: padded ``[B, N, Lp, Kp]`` in, same out."""
+    residuals: bool = False,
+) -> Any:
+    """The splash kernel over a (local) batch: padded ``[B, N, Lp, Kp]`` in, same out; with
+    ``residuals``, ``(out, (logsumexp [B, N, Lp] float32,))``."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
     _, N, Lp, _ = q_bnlk.shape
@@ -87,6 +94,7 @@ def _kernel_call(
         block_sizes=splash.BlockSizes(block_q=bq, block_kv=bk, block_kv_compute=bk),
         head_shards=1,
         q_seq_shards=1,
+        save_residuals=residuals,
         interpret=interpret,
     )
     if q_ids is None or kv_ids is None:
@@ -105,18 +113,26 @@ def splash_attention(
     interpret: bool | None = None,
     block: int = BLOCK,
     strategy: str | None = None,
+    kv: str = "gather",
 ) -> jax.Array:
     """``softmax(q k^T / sqrt(K) + mask) v`` -> ``[B, L, N, K]`` with the splash kernel.
 
     ``interpret``: None picks by lowering platform (Mosaic on TPU, the interpreter elsewhere);
     True/False force it. ``strategy`` (a sharding strategy name) runs the kernel under ``shard_map``
     over the context mesh, batch and heads split by its activation rules; None runs it on whole
-    arrays."""
+    arrays. ``kv``: how a sequence-sharded layout's shards get the keys and values: ``gather``
+    (all of them, then one kernel call) or ``ring`` (:func:`_ring`: each shard's chunk passed on
+    around the sequence axes while the kernel attends the one it holds; where the keys split into
+    whole 128-token chunks per shard and carry no mask, else gathered)."""
+    if kv not in KV_EXCHANGES:
+        raise ValueError(f"kv must be one of {KV_EXCHANGES}, got {kv!r}")
     B, L, N, K = q_blnk.shape
     S = k_bsnk.shape[1]
     keep_bs = key_keep_mask(bias, B, S)
     batch_heads, seq_axes, shards = _kernel_layout(strategy, B, N, L)
-    (bq, Lq), (bk, Sp), Kp = _tile(-(-L // shards), block), _tile(S, block), _round_up(K, LANES)
+    ring = kv == "ring" and shards > 1 and keep_bs is None and S % (shards * LANES) == 0
+    (bq, Lq), Kp = _tile(-(-L // shards), block), _round_up(K, LANES)
+    bk, Sp = (_tile(S // shards, block)[0], S) if ring else _tile(S, block)
     Lp = Lq * shards  # each sequence shard a whole number of query tiles
     scale = 1.0 / math.sqrt(K)
     q = (q_blnk.astype(jnp.float32) * scale).astype(q_blnk.dtype)
@@ -135,6 +151,8 @@ def splash_attention(
         call = functools.partial(_kernel_call, bq=bq, bk=bk, interpret=interp)
         if strategy is None or jax.sharding.get_abstract_mesh().empty:
             return call(q, k, v, q_ids, kv_ids)
+        if ring:
+            return _sharded(_ring(call, seq_axes, shards), batch_heads, seq_axes, q, k, v, q_ids, kv_ids, ring=True)
         return _sharded(call, batch_heads, seq_axes, q, k, v, q_ids, kv_ids)
 
     args = (q_bnlk, k_bnsk, v_bnsk, q_ids, kv_ids)
@@ -175,12 +193,38 @@ def _kernel_layout(strategy: str | None, batch: int, heads: int, length: int) ->
     return batch_heads, axes, math.prod(sizes[a] for a in axes)
 
 
-def _sharded(call, batch_heads: P, seq_axes: tuple[str, ...], q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
+def _ring(call, seq_axes: tuple[str, ...], shards: int):  # type: ignore[no-untyped-def]
+    """A shard's attention over keys and values split in ``shards`` chunks around ``seq_axes``: at
+    each of ``shards`` steps it passes the chunk it holds on to the next shard and attends its
+    queries to that chunk (the kernel with its log-sum-exp), so the transfer of one chunk runs
+    beside the kernel on the other; the partial outputs are merged by their log-sum-exps (float32),
+    which is the softmax over all keys."""
+    perm = [(i, (i + 1) % shards) for i in range(shards)]
+
+    def attend(q, k, v, q_ids, kv_ids):  # type: ignore[no-untyped-def]
+        outs, lses = [], []
+        for step in range(shards):
+            nxt = jax.lax.ppermute((k, v), seq_axes, perm) if step + 1 < shards else None
+            out, (lse,) = call(q, k, v, q_ids, kv_ids, residuals=True)
+            outs.append(out.astype(jnp.float32))
+            lses.append(lse)
+            if nxt is not None:
+                k, v = nxt
+        top = functools.reduce(jnp.maximum, lses)
+        weights = [jnp.exp(lse - top)[..., None] for lse in lses]
+        total = sum(w * o for w, o in zip(weights, outs, strict=True)) / sum(weights)
+        return total.astype(q.dtype)
+
+    return attend
+
+
+def _sharded(call, batch_heads: P, seq_axes: tuple[str, ...], q, k, v, q_ids, kv_ids, ring: bool = False):  # type: ignore[no-untyped-def]
     """``call`` per shard of ``[B, N, L, K]``: batch and heads as ``batch_heads``, the queries' sequence
-    over ``seq_axes`` (keys and values whole: gathered), head dim whole (:func:`_kernel_layout`)."""
+    over ``seq_axes``, head dim whole (:func:`_kernel_layout`); keys and values whole (gathered), or
+    with ``ring`` split like the queries (``call`` passes them around: :func:`_ring`)."""
     b, n = batch_heads
     seq = None if not seq_axes else seq_axes[0] if len(seq_axes) == 1 else seq_axes
-    q_spec, kv_spec = P(b, n, seq, None), P(b, n, None, None)
+    q_spec, kv_spec = P(b, n, seq, None), P(b, n, seq if ring else None, None)
     in_specs = (
         q_spec,
         kv_spec,
