@@ -16,7 +16,12 @@ Classes of instruction:
   the ``AsyncCollectiveStart`` / ``-Done`` custom call, is a start / done; a ``call-start`` /
   ``call-done`` pair running a collective on another execution thread -- libtpu 0.0.42.1 schedules
   the tpu7x step's all-gathers and all-reduces this way, ``async_execution_thread="sparsecore"``
-  -- is that collective's start / done, and one running a copy there is free like ``copy-start``);
+  -- is that collective's start / done);
+* ``offload`` / ``offload-done``: a ``call-start`` / ``call-done`` pair running a copy on another
+  execution thread (libtpu's ``sparse-core-data-format`` calls re-tile the bf16 weight stacks for
+  the matmuls, once per program run): the bytes its computation reads and writes, moved beside
+  compute at HBM bandwidth (an upper bound on a SparseCore DMA's speed: no published figure); its
+  done waits for them;
 * ``continuation``: a TPU compute fusion that also advances an async collective fusion (libtpu's
   ``xla_tpu_enable_async_collective_fusion_multiple_steps``): compute, priced by its own FLOPs and
   bytes (the collective's state it passes through left out); the transfer runs from start to done;
@@ -35,6 +40,7 @@ from harness.metrics.hlo.model import HloModule, Instruction
 from harness.metrics.hlo.text import aliased_operands, shape_bytes
 from harness.metrics.timeline.groups import Groups, all_devices
 
+OFFLOAD, OFFLOAD_DONE = "offload", "offload-done"
 FREE = frozenset(
     {
         "parameter",
@@ -136,6 +142,14 @@ def _async_fusion(instr: Instruction, kind: str, shapes: dict[str, str], module:
     return Op(instr, "continuation", flops=float(flops), bytes=float(max(instr.traffic - state, 0)), kind=kind)
 
 
+def _offloaded_bytes(instr: Instruction, module: HloModule) -> int:
+    """What an offloaded copy moves: its operands read (tokens aside) and its computation's result
+    written (libtpu's sparse-core-data-format calls re-tile bf16 weights: read and written once)."""
+    read = sum(shape_bytes(s) for s in instr.operand_shapes if s and not s.startswith("token"))
+    roots = (module.computations[c].root_instruction for c in instr.callees if c in module.computations)
+    return read + sum(shape_bytes(r.shape) for r in roots if r is not None)
+
+
 def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devices: int) -> Op:
     """One instruction's :class:`Op` (see the module docstring)."""
     op = instr.opcode
@@ -150,9 +164,9 @@ def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devi
     if op == "call-start":  # TPU work offloaded to another execution thread (v7x: the SparseCore)
         if instr.wraps is not None:
             return _collective(instr, "start", instr.wraps, devices)
-        return Op(instr, "free")  # an offloaded copy: a DMA beside compute, as copy-start
+        return Op(instr, OFFLOAD, bytes=float(_offloaded_bytes(instr, module)), kind=OFFLOAD)
     if op == "call-done":
-        return Op(instr, "done")  # build_program frees the dones of offloaded copies
+        return Op(instr, "done")  # build_program makes the dones of offloaded copies theirs
     if instr.async_role is not None and instr.wraps is not None:
         return _async_fusion(instr, instr.wraps, shapes, module, devices)
     kind = instr.collective
@@ -179,12 +193,20 @@ def build_program(module: HloModule) -> Program:
         shapes = comp.shapes
         ops = [classify(i, shapes, module, program.num_devices) for i in comp.instructions]
         collective_calls = {o.name for o in ops if o.cls == "start" and o.instr.opcode == "call-start"}
-        program.ops[comp.name] = [
-            Op(o.instr, "free") if o.instr.opcode == "call-done" and not set(o.instr.operands) & collective_calls else o
-            for o in ops
-        ]
+        copies = {o.name for o in ops if o.cls == OFFLOAD}
+        program.ops[comp.name] = [_call_done(o, collective_calls, copies) for o in ops]
     program.unknown_trip_counts = list(module.unknown_trip_counts)
     return program
+
+
+def _call_done(op: Op, collective_calls: set[str], copies: set[str]) -> Op:
+    """A ``call-done`` as what its ``call-start`` ran: a collective's done, an offloaded copy's
+    (``offload-done``), or free (a call-start this computation does not hold)."""
+    if op.instr.opcode != "call-done" or set(op.instr.operands) & collective_calls:
+        return op
+    if set(op.instr.operands) & copies:
+        return Op(op.instr, OFFLOAD_DONE, kind=OFFLOAD)
+    return Op(op.instr, "free")
 
 
 def pass_through(op: Op) -> bool:

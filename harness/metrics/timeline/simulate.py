@@ -48,7 +48,7 @@ from harness.metrics.events import COMPUTE
 from harness.metrics.timeline import pricing
 from harness.metrics.timeline.groups import Route, permute_route, slowest_route
 from harness.metrics.timeline.links import Links, Transfer, clone
-from harness.metrics.timeline.program import Op, Program, pass_through
+from harness.metrics.timeline.program import OFFLOAD, OFFLOAD_DONE, Op, Program, pass_through
 from harness.metrics.timeline.specs import TimelineSpec
 
 NS = 1e9
@@ -225,7 +225,7 @@ class Simulator:
         entry = self.state.critical.setdefault((name, category), [0.0, 0])
         entry[0] += ns
         entry[1] += 1
-        if category != COMPUTE:
+        if category not in (COMPUTE, OFFLOAD):  # exposed collective time (an offload's wait is idle)
             self.state.exposed[category] = self.state.exposed.get(category, 0.0) + ns
 
     def _issue(self, op: Op) -> Transfer:
@@ -264,17 +264,31 @@ class Simulator:
         s.pending[token] = transfer
         return token
 
+    def _offload(self, op: Op) -> int:
+        """Start an offloaded copy (:data:`~harness.metrics.timeline.program.OFFLOAD`): its bytes at
+        HBM bandwidth on the offload engine's own queue, beside compute; no event (its wait, at its
+        done, is the stream idling)."""
+        s = self.state
+        ns = op.bytes / self.spec.value("hbm_bytes_per_s") * NS
+        transfer = Transfer(OFFLOAD, op.name, s.t, s.t + ns, (OFFLOAD,), ns)
+        s.links.add(transfer, s.t)
+        token = s.next_token
+        s.next_token += 1
+        s.pending[token] = transfer
+        return token
+
     def _done(self, op: Op, value: Any) -> None:
         s = self.state
         token = next((t for t in _tokens(value) if t in s.pending), None)
         if token is None:  # the start's value did not flow here: the oldest transfer of this kind
-            family = [t for t, x in s.pending.items() if not op.kind or x.kind == op.kind]
+            family = [t for t, x in s.pending.items() if x.kind == op.kind or (not op.kind and x.kind != OFFLOAD)]
             token = min(family, default=None)
         if token is None:
             return
         transfer = s.pending.pop(token)
         end = max(s.t, transfer.end_ns)
-        self._event(transfer.kind, op.name, transfer.kind, s.t, end, op)
+        if transfer.kind != OFFLOAD:
+            self._event(transfer.kind, op.name, transfer.kind, s.t, end, op)
         if end > s.t:
             self._on_path(transfer.name, transfer.kind, end - s.t)
         s.t = end
@@ -320,8 +334,10 @@ class Simulator:
             self._sync(op)
         elif cls == "start":
             return self._start(op)
-        elif cls == "done":
+        elif cls in ("done", OFFLOAD_DONE):
             self._done(op, env.get(operands[0]) if operands else None)
+        elif cls == OFFLOAD:
+            return self._offload(op)
         elif cls == "while":
             return self._while(op, env.get(operands[0]) if operands else None)
         elif cls == "call":

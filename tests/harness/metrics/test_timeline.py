@@ -360,38 +360,57 @@ def test_timeline_and_chrome_reader_import_no_jax():
 # computation holding the collective (async_execution_thread="sparsecore"), copies offloaded the same way.
 SC = 'async_execution_thread="sparsecore"'
 AGC = "((f32[1000]{0}, token[]), f32[4000]{0})"
-CPC = "((f32[8000]{0}), f32[8000]{0})"
-SPARSECORE = _module(
-    "ENTRY %main (p: f32[1000], q: f32[500], c: f32[8000]) -> f32[4000] {\n"
-    "  %p = f32[1000]{0} parameter(0)\n"
-    "  %q = f32[500]{0} parameter(1)\n"
-    "  %c = f32[8000]{0} parameter(2)\n"
-    "  %tok = token[] after-all()\n"
-    f"  %ag.call-start = {AGC} call-start(f32[1000]{{0}} %p, token[] %tok), {SC}, to_apply=%sc_gather\n"
-    f"  %cp.call-start = {CPC} call-start(f32[8000]{{0}} %c), {SC}, to_apply=%sc_copy\n"
-    "  %a = f32[500]{0} add(f32[500]{0} %q, f32[500]{0} %q)\n"
-    f"  %cp.call-done = f32[8000]{{0}} call-done({CPC} %cp.call-start)\n"
-    f"  ROOT %ag.call-done = f32[4000]{{0}} call-done({AGC} %ag.call-start)\n"
-    "}",
-    """%sc_gather (x: f32[1000], t: token[]) -> f32[4000] {
+
+
+def _sparsecore(copy_n: int) -> str:
+    """An offloaded all-gather of f32[1000] and an offloaded copy of f32[copy_n], an add between."""
+    cpc, arr = f"((f32[{copy_n}]{{0}}), f32[{copy_n}]{{0}})", f"f32[{copy_n}]{{0}}"
+    return _module(
+        f"ENTRY %main (p: f32[1000], q: f32[500], c: {arr}) -> f32[4000] {{\n"
+        "  %p = f32[1000]{0} parameter(0)\n"
+        "  %q = f32[500]{0} parameter(1)\n"
+        f"  %c = {arr} parameter(2)\n"
+        "  %tok = token[] after-all()\n"
+        f"  %ag.call-start = {AGC} call-start(f32[1000]{{0}} %p, token[] %tok), {SC}, to_apply=%sc_gather\n"
+        f"  %cp.call-start = {cpc} call-start({arr} %c), {SC}, to_apply=%sc_copy\n"
+        "  %a = f32[500]{0} add(f32[500]{0} %q, f32[500]{0} %q)\n"
+        f"  %cp.call-done = {arr} call-done({cpc} %cp.call-start)\n"
+        f"  ROOT %ag.call-done = f32[4000]{{0}} call-done({AGC} %ag.call-start)\n"
+        "}",
+        """%sc_gather (x: f32[1000], t: token[]) -> f32[4000] {
   %x = f32[1000]{0} parameter(0)
   %t = token[] parameter(1)
   ROOT %ag = f32[4000]{0} all-gather(f32[1000]{0} %x), replica_groups={{0,1,2,3}}, dimensions={0}
 }, execution_thread="sparsecore\"""",
-    """%sc_copy (y: f32[8000]) -> f32[8000] {
-  %y = f32[8000]{0} parameter(0)
-  ROOT %yc = f32[8000]{0} copy(f32[8000]{0} %y)
-}, execution_thread="sparsecore\"""",
-)
+        f"""%sc_copy (y: {arr}) -> {arr} {{
+  %y = {arr} parameter(0)
+  ROOT %yc = {arr} copy({arr} %y)
+}}, execution_thread="sparsecore\"""",
+    )
 
 
-def test_a_collective_offloaded_by_call_start_runs_beside_compute_and_an_offloaded_copy_is_free():
+def test_a_collective_offloaded_by_call_start_runs_beside_compute_and_so_does_a_small_copy():
     spec = _spec()
     t = gather_ns(1000, spec)
     assert add_ns(500, spec) == pytest.approx(t / 2)
-    p = timeline.predict(parse(SPARSECORE), spec)
-    # the all-gather runs from its call-start to its call-done, half hidden by the add; the copy's
-    # call-done waits for nothing (without the fix: no all-gather at all, and the step is the add)
+    p = timeline.predict(parse(_sparsecore(250)), spec)
+    # the all-gather runs from its call-start to its call-done, half hidden by the add; the copy
+    # (8000 bytes at 1 B/ns) ends under the add, so its call-done waits for nothing
     assert p.step_ns == pytest.approx(t, rel=1e-12)
     assert p.device["collective_ns_by_kind"] == {"all-gather": pytest.approx(t, rel=1e-12)}
     assert p.device["exposed_ns_by_kind"] == {"all-gather": pytest.approx(t / 2, rel=1e-12)}
+
+
+def test_an_offloaded_copy_moves_its_bytes_at_hbm_bandwidth_and_its_done_waits():
+    """A copy of f32[8000] (32000 bytes read, 32000 written: 64000 ns at 1 B/ns) started at 0: its
+    call-done, after the add (T/2), waits until 64000 ns. The wait is the stream idling (no
+    collective exposed: the gather ended at T = 12000 ns, before the copy's done), on the critical
+    path as ``offload``."""
+    spec = _spec()
+    t, a = gather_ns(1000, spec), add_ns(500, spec)
+    p = timeline.predict(parse(_sparsecore(8000)), spec)
+    assert p.step_ns == pytest.approx(64000.0, rel=1e-12)
+    assert p.device["exposed_ns_by_kind"] == {}
+    waited = {c["op"]: (c["category"], c["ns"]) for c in p.critical_path}
+    assert waited["cp.call-start"] == ("offload", pytest.approx(64000.0 - a, rel=1e-12))
+    assert t < 64000.0
