@@ -259,6 +259,11 @@ class Simulator:
         s = self.state
         transfer = self._issue(op)
         self._event(op.kind, op.name, op.kind, s.t, s.t, op)
+        return self._pend(transfer)
+
+    def _pend(self, transfer: Transfer) -> int:
+        """Keep ``transfer`` until its done waits for it; return its token (the async value)."""
+        s = self.state
         token = s.next_token
         s.next_token += 1
         s.pending[token] = transfer
@@ -272,10 +277,7 @@ class Simulator:
         ns = op.bytes / self.spec.value("hbm_bytes_per_s") * NS
         transfer = Transfer(OFFLOAD, op.name, s.t, s.t + ns, (OFFLOAD,), ns)
         s.links.add(transfer, s.t)
-        token = s.next_token
-        s.next_token += 1
-        s.pending[token] = transfer
-        return token
+        return self._pend(transfer)
 
     def _done(self, op: Op, value: Any) -> None:
         s = self.state
