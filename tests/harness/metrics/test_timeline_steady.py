@@ -87,6 +87,11 @@ def test_tokens_carried_through_the_loop_are_matched_after_the_skip():
     _same_totals(fast, full)
 
 
+def _condition(name: str, state: str) -> str:
+    """A loop condition over ``state`` (the simulator runs a loop its known trip count times)."""
+    return f"%{name} (cp: {state}) -> pred[] {{\n  %cp = {state} parameter(0)\n  ROOT %k = pred[] constant(true)\n}}"
+
+
 AGS = "(f32[1000]{0}, f32[4000]{0})"
 KNOWN_TRIPS = f'backend_config={{"known_trip_count":{{"n":"{TRIPS}"}}}}'
 PAIR = f"(s32[], f32[1000]{{0}}, f32[100]{{0}}, {AGS})"
@@ -101,10 +106,7 @@ GROWING = _module(
   %g = {AGS} get-tuple-element({PAIR} %loop), index=3
   ROOT %all-gather-done.9 = f32[4000]{{0}} all-gather-done({AGS} %g)
 }}""",
-    f"""%gcond (cp: {PAIR}) -> pred[] {{
-  %cp = {PAIR} parameter(0)
-  ROOT %k = pred[] constant(true)
-}}""",
+    _condition("gcond", PAIR),
     f"""%gbody (bp: {PAIR}) -> {PAIR} {{
   %bp = {PAIR} parameter(0)
   %i = s32[] get-tuple-element({PAIR} %bp), index=0
@@ -143,10 +145,7 @@ LONG = _module(
   %loop = {ONE} while({ONE} %t), condition=%lcond, body=%lbody, {KNOWN_TRIPS}
   ROOT %all-gather-done.0 = f32[16000]{{0}} all-gather-done({BIG} %all-gather-start.0)
 }}""",
-    f"""%lcond (cp: {ONE}) -> pred[] {{
-  %cp = {ONE} parameter(0)
-  ROOT %k = pred[] constant(true)
-}}""",
+    _condition("lcond", ONE),
     f"""%lbody (bp: {ONE}) -> {ONE} {{
   %bp = {ONE} parameter(0)
   %i = s32[] get-tuple-element({ONE} %bp), index=0
