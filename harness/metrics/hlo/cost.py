@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from harness.metrics.hlo.collectives import ASYNC_CONTINUATIONS
 from harness.metrics.hlo.loops import CONTROL_FLOW, callees
 from harness.metrics.hlo.model import HloModule
-from harness.metrics.hlo.text import Line, shape_bytes, shape_dims
+from harness.metrics.hlo.text import Line, shape_bytes, shape_dims, top_level_items
 
 # --------------------------------------------------------------------------- matmul FLOPs
 
@@ -305,7 +305,21 @@ def instruction_traffic(line: Line, shapes: Mapping[str, str], comps: Computatio
         return _fusion_traffic(line, shapes, comps)
     if line.opcode in _NO_TRAFFIC or line.opcode.endswith("-done"):
         return 0
-    return shape_bytes(line.shape) + operand_bytes(line, shapes)
+    read = operand_bytes(line, shapes)
+    return _written_bytes(line, read) + read
+
+
+def _written_bytes(line: Line, read: int) -> int:
+    """Bytes an op writes: its result, less the operands an async ``*-start`` holds in its tuple.
+    A start's result is ``(operands, outputs..., contexts...)`` (``call-start`` and ``async-start``
+    wrap the operands in a tuple of their own; ``all-gather-start``, ``collective-permute-start``
+    name them directly): the first element is the operands kept alive for the op, not written."""
+    if not (line.opcode.endswith("-start") and line.shape.startswith("(")):
+        return shape_bytes(line.shape)
+    items = list(top_level_items(line.shape[1 : line.shape.rindex(")")]))
+    if len(items) > 1 and shape_bytes(items[0]) == read:
+        return sum(shape_bytes(item) for item in items[1:])
+    return shape_bytes(line.shape)
 
 
 def memory_traffic_bytes(module: HloModule) -> int:
