@@ -111,6 +111,7 @@ class Attention(nnx.Module):
     ``2 * sigmoid(to_gate_logits(x))`` (LTX-2.3 ``apply_gated_attention``). ``impl`` and
     ``strategy`` (a sharding strategy name) choose the score/value kernel (:func:`dot_product_attention`),
     for sequences of at least ``min_tokens`` queries and keys (shorter ones: the XLA path).
+    ``partials``: where the projections round their products (:data:`ltx2.layers.LINEAR_PARTIALS`).
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class Attention(nnx.Module):
         strategy: str = "replicated",
         min_tokens: int = 1,
         param_dtype: jnp.dtype = jnp.float32,
+        partials: str = "float32",
         rngs: nnx.Rngs,
     ):
         if heads <= 0 or head_dim <= 0:
@@ -136,7 +138,7 @@ class Attention(nnx.Module):
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
         inner = heads * head_dim
-        kw: dict[str, Any] = dict(dtype=param_dtype, rngs=rngs)
+        kw: dict[str, Any] = dict(dtype=param_dtype, partials=partials, rngs=rngs)
         self.to_q = Linear(query_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_k = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_v = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)

@@ -57,8 +57,8 @@ def take_rows(x: jax.Array, rows: tuple[int, ...] | None) -> jax.Array:
 class FeedForward(nnx.Module):
     """D -> 4D -> D with GELU(tanh) (diffusers ``FeedForward``, ``gelu-approximate``)."""
 
-    def __init__(self, dim: int, *, bias: bool, param_dtype: jnp.dtype, rngs: nnx.Rngs):
-        kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, rngs=rngs)
+    def __init__(self, dim: int, *, bias: bool, param_dtype: jnp.dtype, partials: str = "float32", rngs: nnx.Rngs):
+        kw: dict[str, Any] = dict(use_bias=bias, dtype=param_dtype, partials=partials, rngs=rngs)
         self.proj_in = Linear(dim, FF_MULT * dim, axes=("mlp_in", "mlp"), **kw)
         self.proj_out = Linear(FF_MULT * dim, dim, axes=("mlp", "mlp_out"), **kw)
         scopes.label(self, scopes.FEED_FORWARD_CHILDREN)
@@ -138,6 +138,7 @@ class Block(nnx.Module):
                 min_tokens=cfg.attention_impl_min_tokens,
                 strategy=cfg.sharding,
                 param_dtype=pd,
+                partials=cfg.linear_partials,
                 rngs=rngs,
             )
 
@@ -150,8 +151,8 @@ class Block(nnx.Module):
         self.audio_attn2 = attn(Da, cfg.audio_cross_attention_dim, Na, Ka, cfg.audio_gated_attn)
         self.audio_to_video_attn = attn(D, Da, Na, Ka, cfg.gated_attn)
         self.video_to_audio_attn = attn(Da, D, Na, Ka, cfg.audio_gated_attn)
-        self.ff = FeedForward(D, bias=cfg.ff_bias, param_dtype=pd, rngs=rngs)
-        self.audio_ff = FeedForward(Da, bias=cfg.audio_ff_bias, param_dtype=pd, rngs=rngs)
+        self.ff = FeedForward(D, bias=cfg.ff_bias, param_dtype=pd, partials=cfg.linear_partials, rngs=rngs)
+        self.audio_ff = FeedForward(Da, bias=cfg.audio_ff_bias, param_dtype=pd, partials=cfg.linear_partials, rngs=rngs)
         self.scale_shift_table = table(cfg.video_mod_params, D, D**-0.5)
         self.audio_scale_shift_table = table(cfg.audio_mod_params, Da, Da**-0.5)
         self.prompt_scale_shift_table = table(2, D, 1.0) if cfg.prompt_modulation else None

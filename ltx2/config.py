@@ -2,7 +2,8 @@
 
 ``TransformerConfig`` mirrors the constructor of diffusers' ``LTX2VideoTransformer3DModel``
 (same field names, same defaults) plus our performance knobs (``scan_layers``, ``sharding``,
-``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``). Derived sizes are properties.
+``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``, ``linear_partials``).
+Derived sizes are properties.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ltx2.layers import LINEAR_PARTIALS
 from ltx2.sharding import get_strategy
 
 ROPE_TYPES = ("interleaved", "split")
@@ -28,7 +30,15 @@ _FIXED_DIFFUSERS_FIELDS: dict[str, Any] = {
     "use_keyframes_abs_pos_embedding": False,
 }
 # Our performance knobs: TransformerConfig fields that are not diffusers constructor arguments.
-KNOBS = ("scan_layers", "sharding", "attention_impl", "attention_impl_min_tokens", "dtype", "param_dtype")
+KNOBS = (
+    "scan_layers",
+    "sharding",
+    "attention_impl",
+    "attention_impl_min_tokens",
+    "dtype",
+    "param_dtype",
+    "linear_partials",
+)
 
 
 def _fail(field: str, value: Any, reason: str) -> ValueError:
@@ -93,6 +103,11 @@ class TransformerConfig:
     attention_impl_min_tokens: int = 1
     dtype: str = "float32"
     param_dtype: str = "float32"
+    # Where the blocks' projections round their products to a 16-bit dtype (ltx2.layers.LINEAR_PARTIALS):
+    # "float32" once, after the sum and the bias (diffusers' one rounding; a contraction sharded over
+    # devices all-reduces float32 partial sums); "activation" by the dot, so sharded partial sums are
+    # all-reduced in the activation dtype (half the bytes), the bias added after. No effect in float32.
+    linear_partials: str = "float32"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vae_scale_factors", tuple(self.vae_scale_factors))
@@ -117,6 +132,7 @@ class TransformerConfig:
             ("attention_impl", ATTENTION_IMPLS),
             ("dtype", DTYPES),
             ("param_dtype", DTYPES),
+            ("linear_partials", LINEAR_PARTIALS),
         ):
             if getattr(self, name) not in allowed:
                 raise _fail(name, getattr(self, name), f"must be one of {allowed}")

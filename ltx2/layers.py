@@ -16,6 +16,11 @@ from ltx2 import scopes
 from ltx2.sharding import LogicalAxes, param
 
 Initializer = Callable[..., jax.Array]
+# Where a Linear's product is rounded to a 16-bit activation dtype (TransformerConfig.linear_partials):
+# "float32": summed, biased, then rounded once (a contraction sharded across devices all-reduces its
+# float32 partial sums); "activation": the dot returns the activation dtype, so sharded partial sums
+# are rounded per shard and all-reduced in it (half the bytes), then the bias adds in float32.
+LINEAR_PARTIALS = ("float32", "activation")
 
 
 class Linear(nnx.Module):
@@ -29,22 +34,29 @@ class Linear(nnx.Module):
         axes: tuple[str | None, str | None],
         use_bias: bool = True,
         dtype: jnp.dtype = jnp.float32,
+        partials: str = "float32",
         rngs: nnx.Rngs,
     ):
         if in_features <= 0 or out_features <= 0:
             raise ValueError(f"Linear needs positive sizes, got in={in_features}, out={out_features}")
+        if partials not in LINEAR_PARTIALS:
+            raise ValueError(f"Linear partials must be one of {LINEAR_PARTIALS}, got {partials!r}")
         init = nnx.initializers.lecun_normal()
         self.kernel = param(init(rngs.params(), (in_features, out_features), dtype), axes)
         self.bias = param(jnp.zeros((out_features,), dtype), (axes[1],)) if use_bias else None
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features, self.out_features, self.partials = in_features, out_features, partials
 
     @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
         """``x [..., in]`` -> ``[..., out]`` in ``x``'s dtype; products accumulate (and the bias adds) in
-        float32 before the one rounding to a 16-bit ``x`` dtype (weights are cast to ``x``'s dtype)."""
-        y = jnp.matmul(x, self.kernel[...].astype(x.dtype), preferred_element_type=jnp.float32)
+        float32 before the one rounding to a 16-bit ``x`` dtype (weights are cast to ``x``'s dtype).
+        With ``partials="activation"`` and a 16-bit ``x`` the product is rounded to ``x``'s dtype by
+        the dot itself (where the contraction is sharded: per shard, before the all-reduce), and the
+        bias adds in float32 after it: two roundings instead of one."""
+        rounded = self.partials == "activation" and x.dtype != jnp.float32
+        y = jnp.matmul(x, self.kernel[...].astype(x.dtype), preferred_element_type=x.dtype if rounded else jnp.float32)
         if self.bias is not None:
-            y = y + self.bias[...].astype(jnp.float32)
+            y = y.astype(jnp.float32) + self.bias[...].astype(jnp.float32)
         return y.astype(x.dtype)
 
 

@@ -276,8 +276,11 @@ def test_stacked_params_carry_layer_axis() -> None:
     assert logical_axes(kernel) == ("layers", "qkv_in", "heads")
 
 
-def test_bfloat16_compute_runs_close_to_float32(torch_model: Callable, reference: Callable) -> None:
-    model = from_diffusers(torch_model("ltx2.0"), dtype="bfloat16")
+@pytest.mark.parametrize("partials", ["float32", "activation"])
+def test_bfloat16_compute_runs_close_to_float32(torch_model: Callable, reference: Callable, partials: str) -> None:
+    """Also with the projections rounding their products before the bias (``linear_partials``): one
+    more bfloat16 rounding per projection, inside the same smoke bound."""
+    model = from_diffusers(torch_model("ltx2.0"), dtype="bfloat16", linear_partials=partials)
     forward, state, arrays = _forward(model, CASES["ltx2.0-split"])
     out = jax.jit(forward).lower(state, arrays).compile(FAST_COMPILE)(state, arrays)
     assert out[0].dtype == jnp.bfloat16 and out[1].dtype == jnp.bfloat16
