@@ -178,6 +178,38 @@ def _extract(language_model: Any, strategy: str) -> tuple[dict[str, jax.Array], 
     return weights, apply
 
 
+def abstract_gemma(text_config: Any, strategy: str) -> tuple[dict[str, jax.ShapeDtypeStruct], Callable[..., jax.Array]]:
+    """The torchax ``(weights, apply)`` of :func:`_extract` for a Gemma-3 of ``text_config`` sizes,
+    with no weight made: the module is built on torch's ``meta`` device, and ``weights`` holds each
+    parameter's and buffer's shape and dtype. ``apply`` is the same traced function (what a
+    compile-only analysis lowers); calling it needs real weights of those shapes."""
+    import torch
+    from transformers import Gemma3TextModel
+
+    torchax = import_torchax()
+    with torch.device("meta"):
+        model = Gemma3TextModel(text_config).eval()
+    module = torchax.interop.JittableModule(_stacked_hidden_states_module(model, "eager"))
+    tensors = {**module.buffers, **module.params}
+    dtype = torchax.ops.mappings.t2j_dtype
+    weights = {k: jax.ShapeDtypeStruct(tuple(t.shape), dtype(t.dtype)) for k, t in tensors.items()}
+    env = torchax.default_env()
+
+    def fn(states: dict[str, jax.Array], args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        params = {k: states[k] for k in module.params}
+        buffers = {k: states[k] for k in module.buffers}
+        params, buffers, args = env.j2t_iso((params, buffers, args))
+        with env:
+            out = module.functional_call("forward", params, buffers, *args)
+        return env.t2j_iso(out)
+
+    @scopes.scoped(scopes.TEXT_ENCODER)
+    def apply(weights: dict[str, jax.Array], ids_bs: jax.Array, mask_bs: jax.Array) -> jax.Array:
+        return constrain(fn(weights, (ids_bs, mask_bs)), HIDDEN_AXES, strategy)
+
+    return weights, apply
+
+
 def encode_pair_with(
     encode: Callable[[Any, Any], Any],
     batching: str,

@@ -260,3 +260,23 @@ def test_torchax_shim_is_idempotent_and_narrow() -> None:
         placeholder()
     with pytest.raises(AttributeError):
         torch.ops.aten.prod.no_such_overload  # noqa: B018
+
+
+def test_weightless_gemma_traces_the_same_program(text_config: Any, torchax_encoder: GemmaTextEncoder) -> None:
+    """A Gemma-3 built on torch's meta device gives the same traced function as one with weights:
+    fed the same weights, the same hidden states, bit for bit; its shapes are those weights'."""
+    import jax
+    import jax.numpy as jnp
+
+    from ltx2.text.gemma import abstract_gemma
+
+    shapes, apply = abstract_gemma(text_config, "replicated")
+    weights = torchax_encoder.weights
+    assert weights is not None and torchax_encoder.apply is not None
+    assert {k: (s.shape, s.dtype) for k, s in shapes.items()} == {k: (w.shape, w.dtype) for k, w in weights.items()}
+    rng = np.random.default_rng(1)
+    ids = jnp.asarray(rng.integers(1, 128, (2, SEQ)), jnp.int32)
+    mask = jnp.ones((2, SEQ), jnp.int32).at[:, :3].set(0)
+    got = jax.jit(apply)(weights, ids, mask)
+    want = jax.jit(torchax_encoder.apply)(weights, ids, mask)
+    assert got.shape == (2, SEQ, 32, 5) and np.array_equal(np.asarray(got), np.asarray(want))

@@ -236,3 +236,16 @@ def test_workload_config_applies_the_size_and_lays_out_the_vaes() -> None:
     off = workload_config(ctx.replace(pipeline=ctx.pipeline.replace(vae_replication=False)), WL)
     assert off.audio_vae.sharding == "context+vae-sharded"
     assert workload_config(tiny, WL).video_vae.sharding == "replicated"
+
+
+def test_full_size_text_encode_is_compile_only(mesh: jax.sharding.Mesh) -> None:
+    """Gemma-3 12B is traced without weights: the program's Gemma arguments are shapes (48 GB of
+    float32), and running it is refused with the reason."""
+    cfg = PipelineConfig.ltx2_19b()
+    program = build_stage("text_encode", cfg, Workload(**{**WL.__dict__, "text_tokens": 128}), mesh)
+    gemma = program.abstract_args[0]
+    params = sum(int(np.prod(s.shape)) for k, s in gemma.items() if k.endswith("weight"))
+    assert 11.5e9 < params < 12.5e9 and all(s.dtype == np.float32 for s in gemma.values() if s.ndim == 2)
+    assert any("without weights" in n for n in program.notes)
+    with pytest.raises(StageUnavailable, match="running text_encode at full size"):
+        program.make_args(0)
