@@ -28,7 +28,9 @@ from ltx2.attention import Attention
 from ltx2.config import FF_MULT, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, rms_norm
 from ltx2.rope import RopeTables
-from ltx2.sharding import param
+from ltx2.sharding import constrain, get_strategy, param
+
+RESIDUAL = ("activation_batch", "activation_residual_length", "activation_embed")
 
 
 @scopes.scoped(scopes.NORM_MOD)
@@ -162,6 +164,13 @@ class Block(nnx.Module):
         self.cfg = cfg
         scopes.label(self, scopes.BLOCK_CHILDREN)
 
+    def _residual(self, x: jax.Array) -> jax.Array:
+        """The residual stream after a sub-layer's add, laid out by the strategy's own
+        ``activation_residual_length`` rule where it has one (sequence parallelism: the add's
+        operand comes reduce-scattered); left to the compiler otherwise, as it always was."""
+        strategy = get_strategy(self.cfg.sharding)
+        return constrain(x, RESIDUAL, strategy) if "activation_residual_length" in strategy.rules else x
+
     def _streams(self) -> tuple[_Stream, _Stream]:
         cfg = self.cfg
         video = _Stream(
@@ -252,7 +261,9 @@ class Block(nnx.Module):
         eps = self.cfg.norm_eps
         mods = table_params(s.table[...], inp.temb)  # shift/scale/gate msa, mlp[, text q]
         keep = keep if self.cfg.perturbed_attn else None
-        x = x + s.attn1(modulate(rms_norm(x, eps), mods[0], mods[1]), q_rope=inp.rope, keep=keep) * mods[2]
+        x = self._residual(
+            x + s.attn1(modulate(rms_norm(x, eps), mods[0], mods[1]), q_rope=inp.rope, keep=keep) * mods[2]
+        )
         h = rms_norm(x, eps)
         if s.cross_mod:
             h = modulate(h, mods[6], mods[7])
@@ -260,7 +271,7 @@ class Block(nnx.Module):
             out = s.attn2(h, self._text(s, inp.text, inp.temb_prompt), bias=inp.text_bias)
         else:
             out = s.attn2(h, bias=inp.text_bias, kv=kv)
-        return x + (out * mods[8] if s.cross_mod else out), mods
+        return self._residual(x + (out * mods[8] if s.cross_mod else out)), mods
 
     def _audio_video(
         self, x: jax.Array, a: jax.Array, inp: BlockInputs, first_row: int = 0
@@ -294,11 +305,11 @@ class Block(nnx.Module):
             q_rope=audio.cross_rope,
             k_rope=video.cross_rope,
         )
-        return x + a2v_gate * a2v, a + v2a_gate * v2a
+        return self._residual(x + a2v_gate * a2v), self._residual(a + v2a_gate * v2a)
 
     def _feed_forward(self, s: _Stream, x: jax.Array, mods: list[jax.Array]) -> jax.Array:
         h = modulate(rms_norm(x, self.cfg.norm_eps), mods[3], mods[4])
-        return x + s.ff(h) * mods[5]
+        return self._residual(x + s.ff(h) * mods[5])
 
 
 def _rows_from(inp: StreamInputs, first: int) -> StreamInputs:

@@ -50,6 +50,7 @@ ACTIVATION_AXES: frozenset[str] = frozenset(
     {
         "activation_batch",
         "activation_length",  # video / audio tokens (L, A)
+        "activation_residual_length",  # the residual stream's tokens around a block's sub-layers
         "activation_text_length",  # text tokens S
         "activation_embed",
         "activation_heads",
@@ -78,6 +79,11 @@ FALLBACK_AXES: Mapping[str, str] = {
     # tokens to heads and back, as MaxDiffusion's LTX-2 flash attention with
     # activation_self_attn_heads -> [context, tensor]) instead of gathering K/V.
     "activation_attention_heads": "heads",
+    # The tokens of the residual stream (the block's input, and each sub-layer's output added to it):
+    # by default as every activation's. Over the axis the heads / mlp are on too (Megatron's sequence
+    # parallelism), the output projections reduce-scatter instead of all-reducing, the norms and
+    # modulations run on a shard of the tokens, and the next projections all-gather them.
+    "activation_residual_length": "activation_length",
 }
 
 

@@ -29,6 +29,7 @@ from ltx2.sharding import constrain, param
 __all__ = ["ACTIVATION", "Block", "BlockInputs", "Conditioning", "LTX2Transformer", "StreamInputs", "TextKV"]
 
 ACTIVATION = ("activation_batch", "activation_length", "activation_embed")
+RESIDUAL = ("activation_batch", "activation_residual_length", "activation_embed")  # the stream between blocks
 
 
 class Conditioning(NamedTuple):
@@ -318,9 +319,9 @@ class LTX2Transformer(nnx.Module):
             state_l, stg, kv_l = xs
             block = cast(Block, nnx.merge(graphdef, state_l))
             x, a = block(*carry, inputs, stg, isolate=isolate, kv=kv_l, text_rows=text_rows, cross_from=cross_from)
-            return (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy)), None
+            return (constrain(x, RESIDUAL, strategy), constrain(a, RESIDUAL, strategy)), None
 
-        carry = (constrain(x, ACTIVATION, strategy), constrain(a, ACTIVATION, strategy))
+        carry = (constrain(x, RESIDUAL, strategy), constrain(a, RESIDUAL, strategy))
         if not self.cfg.scan_layers:
             for i in range(first, stop):
                 carry, _ = layer(carry, _layer((state, flags, kv), i))
