@@ -193,7 +193,10 @@ def abstract_gemma(text_config: Any, strategy: str) -> tuple[dict[str, jax.Shape
     tensors = {**module.buffers, **module.params}
     dtype = torchax.ops.mappings.t2j_dtype
     weights = {k: jax.ShapeDtypeStruct(tuple(t.shape), dtype(t.dtype)) for k, t in tensors.items()}
-    env = torchax.default_env()
+    # torchax makes a PRNG key when its environment is first built: under a compile-only mesh of
+    # devices this process cannot address, that key has to be made on a host CPU device.
+    with jax.set_mesh(Mesh(jax.local_devices(backend="cpu")[:1], ("host",))):
+        env = torchax.default_env()
 
     def fn(states: dict[str, jax.Array], args: tuple[jax.Array, jax.Array]) -> jax.Array:
         params = {k: states[k] for k in module.params}
