@@ -334,7 +334,15 @@ def repredict(args: argparse.Namespace) -> list[dict[str, Any]]:
     names = sorted({r["variant"]["name"] for r, _, _ in wanted})
     stages = sorted({stage for _, stage, _ in wanted})
     args.work.mkdir(parents=True, exist_ok=True)
-    info = _child(args.aot_python, ROOT, ["_targets", str(args.manifest), json.dumps(names), json.dumps(stages)])
+    # Compile-only devices are described by the plugins with JAX on the host CPU (a CUDA topology
+    # is "not implemented" otherwise); the keys are this checkout's, so run it from the tree that
+    # compiled the cache.
+    info = _child(
+        args.aot_python,
+        ROOT,
+        ["_targets", str(args.manifest), json.dumps(names), json.dumps(stages)],
+        env={"JAX_PLATFORMS": "cpu"},
+    )
     rows = []
     for record, stage, pred in wanted:
         name = record["variant"]["name"]
