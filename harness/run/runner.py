@@ -166,7 +166,7 @@ def _run_locked(
     eta = Eta(expected_seconds(previous, (v.id for _, v in todo)), together, jobs, {v.id for _, v in todo})
     progress = Progress(len(variants), out, eta)
     result = SweepResult(sweep_id, path)
-    run = _VariantRun(sweep, sweep_id, sweep_dir, path, cache_dir, launcher, result, context(), held, together, jobs)
+    run = _VariantRun(sweep, sweep_id, sweep_dir, path, cache_dir, launcher, result, context(), held)
     for i, variant in enumerate(variants, start=1):
         if variant.id in done or launcher.submitted(variant.id):
             progress.skipped(i, variant.name, variant.id, "ok record exists" if variant.id in done else "submitted")
@@ -205,12 +205,10 @@ def _jobs(
     if asked is not None:
         return max(1, min(asked, len(compile_only)))
     ids = {v.id for _, v in compile_only}
-    mine = [r for r in previous if r.variant.id in ids]
-    peak = parallel.peak_bytes(mine) or parallel.peak_bytes(previous)
-    per_worker = parallel.cores_per_worker(mine) or parallel.cores_per_worker(previous)
+    peak = parallel.peak_bytes(r for r in previous if r.variant.id in ids) or parallel.peak_bytes(previous)
     cpus, memory = parallel.cores(), parallel.available_memory()
-    jobs = parallel.default_jobs(len(compile_only), peak, cpus, memory, per_worker)
-    out.write(parallel.describe(jobs, peak, cpus, memory, per_worker) + "; --jobs N to choose\n")
+    jobs = parallel.default_jobs(len(compile_only), peak, cpus, memory)
+    out.write(parallel.describe(jobs, peak, cpus, memory) + "; --jobs N to choose\n")
     return jobs
 
 
@@ -228,8 +226,6 @@ class _VariantRun:
     result: SweepResult
     where: dict[str, Any]
     held: HeldLock
-    together: frozenset[str] = frozenset()  # the variants run side by side, ``jobs`` at a time
-    jobs: int = 1
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def one(self, variant: Variant, progress: Progress) -> None:
@@ -257,7 +253,7 @@ class _VariantRun:
             variant=variant,
             run=manifest.run,
             outcome=outcome,
-            context=self._where(variant),
+            context=self.where,
             log_path=log_path,
         )
         with self.lock:
@@ -265,12 +261,6 @@ class _VariantRun:
             store.append_record(self.path, record)
             self.result.records.append(record)
         progress.finish(outcome.status, outcome.duration_s, outcome.error)
-
-    def _where(self, variant: Variant) -> dict[str, Any]:
-        """The record's context: the sweep's, and how many compile-only workers ran beside this one
-        (``machine.compile_jobs``; the --jobs default trusts CPU use measured with none beside)."""
-        jobs = self.jobs if variant.id in self.together else 1
-        return {**self.where, "machine": {**self.where.get("machine", {}), "compile_jobs": jobs}}
 
 
 def _side_by_side(run: _VariantRun, todo: Sequence[tuple[int, Variant]], jobs: int, progress: Progress) -> None:

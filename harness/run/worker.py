@@ -313,13 +313,10 @@ def run_spec(spec: WorkerSpec, out_path: str | Path) -> int:
     except Exception as e:
         result["status"], result["error"] = Status.FAILED, error_text(e)
         say(f"failed:\n{error_text(e)}")
-    # What the sweep's --jobs default sizes compile-only workers by: peak memory (ru_maxrss: KiB on
-    # Linux) and the CPU time of all this process's threads (XLA compiles on several).
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # What the sweep's --jobs default sizes compile-only workers by (ru_maxrss: KiB on Linux).
     result["machine"] = {
         **result["machine"],
-        "worker_peak_rss_bytes": usage.ru_maxrss * 1024,
-        "worker_cpu_s": usage.ru_utime + usage.ru_stime,
+        "worker_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
     status("", "done")
     say(f"finished: {result['status']}")

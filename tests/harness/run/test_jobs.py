@@ -100,30 +100,11 @@ def test_a_rerun_shows_an_eta_from_the_last_durations(tmp_path: Path) -> None:
 
 
 def test_default_jobs_from_cores_memory_and_the_recorded_peak() -> None:
-    one = 1.0  # a worker that keeps one core busy
-    assert parallel.default_jobs(21, 2 * GiB, cpus=32, memory=64 * GiB, per_worker=one) == 21  # 25 fit, 21 variants
-    assert parallel.default_jobs(21, 2 * GiB, cpus=8, memory=64 * GiB, per_worker=one) == 8  # one per core
-    assert parallel.default_jobs(21, None, cpus=32, memory=24 * GiB, per_worker=one) == 3  # 6 GiB each, 1.25x
-    assert parallel.default_jobs(21, 30 * GiB, cpus=32, memory=24 * GiB, per_worker=one) == 1  # at least one
-    assert parallel.default_jobs(21, None, cpus=4, memory=None, per_worker=one) == 4
-    # Cores per worker: recorded, else 1.5 assumed (measured on 2 cores: two at once ran slower than one by one).
-    assert parallel.default_jobs(21, 2 * GiB, cpus=2, memory=64 * GiB) == 1
-    assert parallel.default_jobs(21, 2 * GiB, cpus=32, memory=64 * GiB) == 21  # 32 / 1.5 = 21.3
-    assert parallel.default_jobs(21, 2 * GiB, cpus=32, memory=64 * GiB, per_worker=4.0) == 8
-
-
-def test_cores_per_worker_comes_from_workers_that_ran_alone(tmp_path: Path) -> None:
-    """Each record says how many compile-only workers ran beside it and the CPU time its worker used;
-    only a worker with the cores to itself shows what one wants (a shared one shows its share)."""
-    _sweep(tmp_path, "one", jobs=1)
-    _sweep(tmp_path, "three", jobs=3)
-    one = load_records(tmp_path / "reports/one/results.jsonl")
-    three = load_records(tmp_path / "reports/three/results.jsonl")
-    assert {r.variant.name: r.machine["compile_jobs"] for r in three} == {"a": 3, "measured": 1, "b": 3, "c": 3, "d": 3}
-    assert all(r.machine["compile_jobs"] == 1 and r.machine["worker_cpu_s"] > 0 for r in one)
-    assert parallel.cores_per_worker(three) is None  # the measured one ran alone, but it is not compile-only
-    used = max(r.machine["worker_cpu_s"] / r.duration_s for r in one if r.target.mode_used == "compile")
-    assert parallel.cores_per_worker(one) == max(1.0, used)
+    assert parallel.default_jobs(21, 2 * GiB, cpus=32, memory=64 * GiB) == 21  # 25 fit in memory, 21 variants
+    assert parallel.default_jobs(21, 2 * GiB, cpus=8, memory=64 * GiB) == 8  # one per core
+    assert parallel.default_jobs(21, None, cpus=32, memory=24 * GiB) == 3  # 6 GiB each, 1.25x headroom
+    assert parallel.default_jobs(21, 30 * GiB, cpus=32, memory=24 * GiB) == 1  # at least one
+    assert parallel.default_jobs(21, None, cpus=4, memory=None) == 4
 
 
 def test_eta_splits_compile_only_work_over_the_jobs() -> None:
