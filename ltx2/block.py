@@ -30,6 +30,7 @@ from ltx2.layers import Linear, gelu_tanh, rms_norm
 from ltx2.rope import RopeTables
 from ltx2.sharding import constrain, get_strategy, param
 
+# The residual stream, between the sub-layers and between blocks (the layer loop's carry too).
 RESIDUAL = ("activation_batch", "activation_residual_length", "activation_embed")
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from ltx2 import scopes
-from ltx2.block import Block, BlockInputs, StreamInputs, TextKV, modulate
+from ltx2.block import RESIDUAL, Block, BlockInputs, StreamInputs, TextKV, modulate
 from ltx2.config import TIMESTEP_EMBED_DIM, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, layer_norm, stack_layers
 from ltx2.rope import AVRope, av_rope, prepare_audio_coords, prepare_video_coords
@@ -29,7 +29,6 @@ from ltx2.sharding import constrain, param
 __all__ = ["ACTIVATION", "Block", "BlockInputs", "Conditioning", "LTX2Transformer", "StreamInputs", "TextKV"]
 
 ACTIVATION = ("activation_batch", "activation_length", "activation_embed")
-RESIDUAL = ("activation_batch", "activation_residual_length", "activation_embed")  # the stream between blocks
 
 
 class Conditioning(NamedTuple):

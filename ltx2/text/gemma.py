@@ -170,12 +170,18 @@ def _extract(language_model: Any, strategy: str) -> tuple[dict[str, jax.Array], 
     torchax = import_torchax()
     wrapper = _stacked_hidden_states_module(language_model, "eager")
     weights, fn = torchax.extract_jax(wrapper)
+    return weights, _apply(fn, strategy)
+
+
+def _apply(fn: Callable[..., jax.Array], strategy: str) -> Callable[..., jax.Array]:
+    """``apply(weights, ids, mask)`` of a torchax ``fn(weights, (ids, mask))``: scoped as the text
+    encoder, its output constrained to ``strategy``'s text layout under a context mesh."""
 
     @scopes.scoped(scopes.TEXT_ENCODER)
     def apply(weights: dict[str, jax.Array], ids_bs: jax.Array, mask_bs: jax.Array) -> jax.Array:
         return constrain(fn(weights, (ids_bs, mask_bs)), HIDDEN_AXES, strategy)
 
-    return weights, apply
+    return apply
 
 
 def abstract_gemma(text_config: Any, strategy: str) -> tuple[dict[str, jax.ShapeDtypeStruct], Callable[..., jax.Array]]:
@@ -206,11 +212,7 @@ def abstract_gemma(text_config: Any, strategy: str) -> tuple[dict[str, jax.Shape
             out = module.functional_call("forward", params, buffers, *args)
         return env.t2j_iso(out)
 
-    @scopes.scoped(scopes.TEXT_ENCODER)
-    def apply(weights: dict[str, jax.Array], ids_bs: jax.Array, mask_bs: jax.Array) -> jax.Array:
-        return constrain(fn(weights, (ids_bs, mask_bs)), HIDDEN_AXES, strategy)
-
-    return weights, apply
+    return weights, _apply(fn, strategy)
 
 
 def encode_pair_with(
