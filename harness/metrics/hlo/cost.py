@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from harness.metrics.hlo.collectives import ASYNC_CONTINUATIONS
 from harness.metrics.hlo.loops import CONTROL_FLOW, callees
 from harness.metrics.hlo.model import HloModule
-from harness.metrics.hlo.text import Line, shape_bytes, shape_dims, top_level_items
+from harness.metrics.hlo.text import DEVICE_MEMORY, Line, shape_bytes, shape_dims, top_level_items
 
 # --------------------------------------------------------------------------- matmul FLOPs
 
@@ -161,11 +161,25 @@ _NO_TRAFFIC = frozenset(
         "partition-id",
         "replica-id",
         "opt-barrier",
-        "copy-start",
-        "copy-done",
         *ASYNC_CONTINUATIONS,
     }
 )
+# Top-level ops that copy a slice of their first operand (TPU memory-space assignment prefetches a
+# scan's weight slice into VMEM with ``slice-start``): they read the slice, not the whole operand.
+_SLICE_COPIES = ("slice", "dynamic-slice", "slice-start", "dynamic-slice-start")
+
+
+def _hbm(shape: str) -> int:
+    """Bytes of a shape that live in device memory (HBM): what traffic counts. An array in another
+    memory space (``S(1)``, TPU VMEM) is read and written on the chip."""
+    return shape_bytes(shape, DEVICE_MEMORY)
+
+
+def _in_hbm(shape: str, nbytes: int) -> int:
+    """``nbytes`` of a value of ``shape`` (the whole value or a part of it), scaled to the share
+    of it in device memory."""
+    whole = shape_bytes(shape)
+    return nbytes if not whole else nbytes * _hbm(shape) // whole
 
 
 _SLICING = ("dynamic-slice", "slice", "gather")
@@ -277,55 +291,81 @@ def _root_update(fused: Sequence[Line]) -> tuple[Line, str] | None:
 
 
 def _fusion_traffic(instr: Line, shapes: Mapping[str, str], comps: Computations) -> int:
-    """Bytes a fusion reads and writes. An operand the fused code only slices (directly, through
-    per-element maps, or inside a nested fusion) is read as its slices (a scan reading layer i of
-    stacked weights); an in-place dynamic-update-slice root (or a bitcast of one) writes only its
-    update and does not read the buffer it updates (a scan writing step i of its outputs)."""
+    """Bytes a fusion reads and writes in device memory. An operand the fused code only slices
+    (directly, through per-element maps, or inside a nested fusion) is read as its slices (a scan
+    reading layer i of stacked weights); an in-place dynamic-update-slice root (or a bitcast of one)
+    writes only its update and does not read the buffer it updates (a scan writing step i of its
+    outputs). Operands and results in another memory space (TPU VMEM) move no HBM bytes."""
     fused = _fused(instr, comps)
     if fused is None:
-        return shape_bytes(instr.shape) + operand_bytes(instr, shapes)
+        return _hbm(instr.shape) + _hbm_operands(instr, shapes)
     inner = {i.name: i.shape for i in fused}
     params = _params(fused)
     update = _root_update(fused)
-    total = shape_bytes(inner.get(update[0].operands[1], "")) if update is not None else shape_bytes(instr.shape)
+    if update is not None:
+        total = _in_hbm(instr.shape, shape_bytes(inner.get(update[0].operands[1], "")))
+    else:
+        total = _hbm(instr.shape)
     for index, (name, inline) in enumerate(zip(instr.operands, instr.operand_shapes, strict=True)):
         param = params.get(index)
         if update is not None and param == update[1]:
             continue  # the buffer updated in place is not read
+        outer = inline or shapes.get(name, "")
         sliced = _sliced_bytes(param, fused, comps) if param else None
-        total += sliced if sliced is not None else shape_bytes(inline or shapes.get(name, ""))
+        total += _in_hbm(outer, sliced) if sliced is not None else _hbm(outer)
     return total
 
 
+def _hbm_operands(line: Line, shapes: Mapping[str, str]) -> int:
+    return sum(
+        _hbm(inline or shapes.get(name, "")) for name, inline in zip(line.operands, line.operand_shapes, strict=True)
+    )
+
+
+def _slice_traffic(line: Line, shapes: Mapping[str, str]) -> int:
+    """A slice copy: the slice read from its operand's memory, written to its result's."""
+    out = line.shape
+    if line.opcode.endswith("-start") and line.shape.startswith("("):
+        items = list(top_level_items(line.shape[1 : line.shape.rindex(")")]))
+        out = items[1] if len(items) > 1 else line.shape  # ((operand), slice, context)
+    source = (line.operand_shapes[0] or shapes.get(line.operands[0], "")) if line.operands else ""
+    part = shape_bytes(out)
+    return _in_hbm(source, part) + _hbm(out)
+
+
 def instruction_traffic(line: Line, shapes: Mapping[str, str], comps: Computations) -> int:
-    """Bytes one execution of a top-level op reads and writes (each fusion, collective or custom
-    call reads its operands and writes its result; ``comps``: the module's computations, where a
-    fusion's are); 0 for control flow, whose bodies are counted where they run."""
+    """Bytes one execution of a top-level op reads and writes in device memory (each fusion,
+    collective or custom call reads its operands and writes its result; a slice copy reads its
+    slice; ``comps``: the module's computations, where a fusion's are); 0 for control flow, whose
+    bodies are counted where they run."""
     if line.opcode == "fusion":
         return _fusion_traffic(line, shapes, comps)
     if line.opcode in _NO_TRAFFIC or line.opcode.endswith("-done"):
         return 0
-    read = operand_bytes(line, shapes)
-    return _written_bytes(line, read) + read
+    if line.opcode in _SLICE_COPIES:
+        return _slice_traffic(line, shapes)
+    return _written_bytes(line, operand_bytes(line, shapes)) + _hbm_operands(line, shapes)
 
 
-def _written_bytes(line: Line, read: int) -> int:
-    """Bytes an op writes: its result, less the operands an async ``*-start`` holds in its tuple.
-    A start's result is ``(operands, outputs..., contexts...)`` (``call-start`` and ``async-start``
-    wrap the operands in a tuple of their own; ``all-gather-start``, ``collective-permute-start``
-    name them directly): the first element is the operands kept alive for the op, not written."""
+def _written_bytes(line: Line, operands: int) -> int:
+    """Bytes an op writes to device memory: its result, less the operands an async ``*-start``
+    holds in its tuple (``operands``: their bytes). A start's result is ``(operands, outputs...,
+    contexts...)`` (``call-start`` and ``async-start`` wrap the operands in a tuple of their own;
+    ``all-gather-start``, ``collective-permute-start``, ``copy-start`` name them directly): the
+    first element is the operands kept alive for the op, not written."""
     if not (line.opcode.endswith("-start") and line.shape.startswith("(")):
-        return shape_bytes(line.shape)
+        return _hbm(line.shape)
     items = list(top_level_items(line.shape[1 : line.shape.rindex(")")]))
-    if len(items) > 1 and shape_bytes(items[0]) == read:
-        return sum(shape_bytes(item) for item in items[1:])
-    return shape_bytes(line.shape)
+    if len(items) > 1 and shape_bytes(items[0]) == operands:
+        return sum(_hbm(item) for item in items[1:])
+    return _hbm(line.shape)
 
 
 def memory_traffic_bytes(module: HloModule) -> int:
-    """Bytes read and written by the top-level ops of an optimized HLO module
-    (:attr:`~harness.metrics.hlo.model.Line.traffic`), per device and call, with loop bodies
-    multiplied by their trip counts.
+    """Bytes read from and written to device memory (HBM) by the top-level ops of an optimized HLO
+    module (:attr:`~harness.metrics.hlo.model.Line.traffic`), per device and call, with loop bodies
+    multiplied by their trip counts; buffers the compiler placed in on-chip memory (TPU VMEM,
+    ``S(1)``) are not counted.
 
     The model of ``cost_analysis()["bytes accessed"]`` at the granularity of fusions, which XLA
     counts once per loop body; this is the HBM traffic of a scanned model, to within what the

@@ -100,11 +100,24 @@ class Text:
     entry: str | None
 
 
+# XLA's memory spaces (xla/layout.h): 0 the device's own memory (HBM), 1 "generic fast memory" (on TPU
+# the core's VMEM, where memory-space assignment prefetches buffers), 5 host memory; libtpu prints
+# others (2, 6-8) on scalars (SMEM, sync flags). A layout names its space as ``S(n)``; none is 0.
+DEVICE_MEMORY = 0
+_ARRAY_LAYOUT = re.compile(_ARRAY_SHAPE.pattern + r"(\{[^}]*\})?")
+_MEMORY_SPACE = re.compile(r"\bS\((\d+)\)")
+
+
 @functools.lru_cache(maxsize=1 << 16)  # a program repeats its few shapes thousands of times
-def shape_bytes(shape: str) -> int:
-    """Bytes of an HLO shape string; tuples are summed, layouts and `<=` bounds ignored."""
+def shape_bytes(shape: str, memory_space: int | None = None) -> int:
+    """Bytes of an HLO shape string; tuples are summed, `<=` bounds ignored. With ``memory_space``,
+    only the arrays whose layout puts them there (``S(n)``; none printed: :data:`DEVICE_MEMORY`)."""
     total = 0
-    for dtype, dims in _ARRAY_SHAPE.findall(shape):
+    for dtype, dims, layout in _ARRAY_LAYOUT.findall(shape):
+        if memory_space is not None:
+            space = _MEMORY_SPACE.search(layout) if layout else None
+            if (int(space.group(1)) if space else DEVICE_MEMORY) != memory_space:
+                continue
         elements = 1
         for dim in filter(None, (d.strip().removeprefix("<=") for d in dims.split(","))):
             elements *= int(dim) if dim.isdigit() else 1

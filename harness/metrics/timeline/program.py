@@ -4,9 +4,7 @@ order, each classified once (what it costs is independent of the spec's constant
 Classes of instruction:
 
 * ``free``: bookkeeping that moves no data (parameter, constant, tuple, get-tuple-element,
-  bitcast, partition-id, ...) and async DMAs (``copy-start``/``-done``, TPU ``slice-start``/
-  ``-done`` and ``dynamic-slice-start``/``-done``: prefetches run by DMA engines beside compute;
-  their HBM traffic is not priced, the ops that read the result are);
+  bitcast, partition-id, ...), and async DMAs that move no HBM bytes;
 * ``compute``: everything else that runs, priced by its matmul FLOPs (a fusion: those of the
   computations it calls; the splash kernel: its own) and the bytes it reads and writes (both read
   once by :func:`harness.metrics.hlo.parse`: ``Instruction.flops`` and ``traffic``);
@@ -21,7 +19,10 @@ Classes of instruction:
   execution thread (libtpu's ``sparse-core-data-format`` calls re-tile the bf16 weight stacks for
   the matmuls, once per program run): the bytes its computation reads and writes, moved beside
   compute at HBM bandwidth (an upper bound on a SparseCore DMA's speed: no published figure); its
-  done waits for them;
+  done waits for them. The async DMAs (``copy-start``/``-done``, TPU ``slice-start``/``-done``,
+  ``dynamic-slice-start``/``-done``: memory-space assignment prefetching a buffer, or a scan's weight
+  slice, from HBM into VMEM, and evicting one back) are offloads too, priced by their HBM bytes
+  (``Instruction.traffic``); the ops that then read or write the VMEM copy move no HBM bytes;
 * ``continuation``: a TPU compute fusion that also advances an async collective fusion (libtpu's
   ``xla_tpu_enable_async_collective_fusion_multiple_steps``): compute, priced by its own FLOPs and
   bytes (the collective's state it passes through left out); the transfer runs from start to done;
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 
 from harness.metrics.aot import ring_wire_bytes
 from harness.metrics.hlo.model import HloModule, Instruction
-from harness.metrics.hlo.text import aliased_operands, shape_bytes
+from harness.metrics.hlo.text import DEVICE_MEMORY, aliased_operands, shape_bytes
 from harness.metrics.timeline.groups import Groups, all_devices
 
 OFFLOAD, OFFLOAD_DONE = "offload", "offload-done"
@@ -54,17 +55,14 @@ FREE = frozenset(
         "opt-barrier",
         "add-dependency",
         "domain",
-        "copy-start",
-        "copy-done",
         "async-update",
         "get-dimension-size",
         "set-dimension-size",
-        "slice-start",
-        "slice-done",
-        "dynamic-slice-start",
-        "dynamic-slice-done",
     }
 )
+# Async DMAs: offloads where they move HBM bytes, else free (a VMEM-to-VMEM copy); a done waits for its start.
+_DMA_STARTS = frozenset({"copy-start", "slice-start", "dynamic-slice-start"})
+_DMA_DONES = frozenset({"copy-done", "slice-done", "dynamic-slice-done"})
 _PASS_THROUGH = frozenset({"bitcast", "opt-barrier", "copy-start", "copy-done", "async-update", "add-dependency"})
 
 
@@ -136,18 +134,12 @@ def _async_fusion(instr: Instruction, kind: str, shapes: dict[str, str], module:
     if instr.async_role == "done":
         return Op(instr, "done", kind=kind)
     aliased = [i for i in aliased_operands(instr.attributes) if i < len(instr.operands)]
-    size = {i: shape_bytes(instr.operand_shapes[i] or shapes.get(instr.operands[i], "")) for i in aliased}
+    size = {
+        i: shape_bytes(instr.operand_shapes[i] or shapes.get(instr.operands[i], ""), DEVICE_MEMORY) for i in aliased
+    }
     state = sum(size.values()) + sum(size[i] for i in aliased)  # each state operand read, each aliased output written
     flops = _nested_flops(instr, module)
     return Op(instr, "continuation", flops=float(flops), bytes=float(max(instr.traffic - state, 0)), kind=kind)
-
-
-def _offloaded_bytes(instr: Instruction, module: HloModule) -> int:
-    """What an offloaded copy moves: its operands read (tokens aside) and its computation's result
-    written (libtpu's sparse-core-data-format calls re-tile bf16 weights: read and written once)."""
-    read = sum(shape_bytes(s) for s in instr.operand_shapes if s and not s.startswith("token"))
-    roots = (module.computations[c].root_instruction for c in instr.callees if c in module.computations)
-    return read + sum(shape_bytes(r.shape) for r in roots if r is not None)
 
 
 def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devices: int) -> Op:
@@ -157,6 +149,10 @@ def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devi
         return Op(instr, "free", index=instr.index)
     if op in FREE:
         return Op(instr, "free")
+    if op in _DMA_STARTS:
+        return Op(instr, OFFLOAD, bytes=float(instr.traffic), kind=OFFLOAD) if instr.traffic else Op(instr, "free")
+    if op in _DMA_DONES:
+        return Op(instr, "free")  # build_program makes the dones of offloaded DMAs theirs
     if op == "async-start" and instr.wraps is not None:
         return _collective(instr, "start", instr.wraps, devices)
     if op == "async-done":
@@ -164,7 +160,7 @@ def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devi
     if op == "call-start":  # TPU work offloaded to another execution thread (v7x: the SparseCore)
         if instr.wraps is not None:
             return _collective(instr, "start", instr.wraps, devices)
-        return Op(instr, OFFLOAD, bytes=float(_offloaded_bytes(instr, module)), kind=OFFLOAD)
+        return Op(instr, OFFLOAD, bytes=float(instr.traffic), kind=OFFLOAD)  # its operands read, its copy written
     if op == "call-done":
         return Op(instr, "done")  # build_program makes the dones of offloaded copies theirs
     if instr.async_role is not None and instr.wraps is not None:
@@ -200,8 +196,10 @@ def build_program(module: HloModule) -> Program:
 
 
 def _call_done(op: Op, collective_calls: set[str], copies: set[str]) -> Op:
-    """A ``call-done`` as what its ``call-start`` ran: a collective's done, an offloaded copy's
-    (``offload-done``), or free (a call-start this computation does not hold)."""
+    """A ``call-done`` or DMA done as what its start ran: a collective's done, an offloaded copy's
+    (``offload-done``), or free (a start this computation does not hold, a DMA that moved no HBM bytes)."""
+    if op.instr.opcode in _DMA_DONES:
+        return Op(op.instr, OFFLOAD_DONE, kind=OFFLOAD) if set(op.instr.operands) & copies else op
     if op.instr.opcode != "call-done" or set(op.instr.operands) & collective_calls:
         return op
     if set(op.instr.operands) & copies:

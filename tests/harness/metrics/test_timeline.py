@@ -414,3 +414,23 @@ def test_an_offloaded_copy_moves_its_bytes_at_hbm_bandwidth_and_its_done_waits()
     waited = {c["op"]: (c["category"], c["ns"]) for c in p.critical_path}
     assert waited["cp.call-start"] == ("offload", pytest.approx(64000.0 - a, rel=1e-12))
     assert t < 64000.0
+
+
+def test_a_slice_prefetch_into_vmem_is_an_offload_and_its_reader_moves_no_hbm_bytes():
+    """slice-start copies f32[8000] (32000 bytes) of an HBM f32[16000] into VMEM, beside an add of
+    f32[500] (6000 ns); its slice-done waits until 32000 ns; the add reading the VMEM slice moves no
+    HBM bytes (0 ns without overhead). The wait is on the critical path as ``offload``."""
+    spec = _spec()
+    ss = "((f32[16000]{0}), f32[8000]{0:S(1)}, s32[]{:S(2)})"
+    text = _module(f"""ENTRY %main (c: f32[16000], q: f32[500]) -> f32[8000] {{
+  %c = f32[16000]{{0}} parameter(0)
+  %q = f32[500]{{0}} parameter(1)
+  %ss = {ss} slice-start(f32[16000]{{0}} %c), slice={{[0:8000]}}
+  %a = f32[500]{{0}} add(f32[500]{{0}} %q, f32[500]{{0}} %q)
+  %sd = f32[8000]{{0:S(1)}} slice-done({ss} %ss)
+  ROOT %b = f32[8000]{{0:S(1)}} add(f32[8000]{{0:S(1)}} %sd, f32[8000]{{0:S(1)}} %sd)
+}}""")
+    p = timeline.predict(parse(text), spec)
+    assert p.step_ns == pytest.approx(32000.0, rel=1e-12)
+    waited = {c["op"]: (c["category"], c["ns"]) for c in p.critical_path}
+    assert waited["ss"] == ("offload", pytest.approx(32000.0 - add_ns(500, spec), rel=1e-12))
