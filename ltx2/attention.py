@@ -126,6 +126,7 @@ class Attention(nnx.Module):
         gated: bool = False,
         eps: float = 1e-6,
         rope_type: str = "split",
+        rope_form: str = "concat",
         impl: str = "xla",
         strategy: str = "replicated",
         min_tokens: int = 1,
@@ -147,6 +148,7 @@ class Attention(nnx.Module):
         self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
         self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
         self.heads, self.head_dim, self.rope_type, self.impl, self.strategy = heads, head_dim, rope_type, impl, strategy
+        self.rope_form = rope_form
         self.min_tokens = min_tokens
         scopes.label(self, scopes.ATTENTION_CHILDREN)
 
@@ -172,8 +174,8 @@ class Attention(nnx.Module):
         q = self.norm_q(self.to_q(x_bld))
         k, v = self.project_kv(x_bld if context_bsd is None else context_bsd) if kv is None else kv
         if q_rope is not None:
-            q = apply_rope(q, q_rope, self.rope_type)
-            k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type)
+            q = apply_rope(q, q_rope, self.rope_type, self.rope_form)
+            k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type, self.rope_form)
         heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
         out = dot_product_attention(
             heads(q), heads(k), heads(v), bias, impl=self.impl, strategy=self.strategy, min_tokens=self.min_tokens

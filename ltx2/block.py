@@ -137,6 +137,7 @@ class Block(nnx.Module):
                 gated=gated,
                 eps=cfg.norm_eps,
                 rope_type=cfg.rope_type,
+                rope_form=cfg.rope_form,
                 impl=cfg.attention_impl,
                 min_tokens=cfg.attention_impl_min_tokens,
                 strategy=cfg.sharding,

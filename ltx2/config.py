@@ -2,7 +2,8 @@
 
 ``TransformerConfig`` mirrors the constructor of diffusers' ``LTX2VideoTransformer3DModel``
 (same field names, same defaults) plus our performance knobs (``scan_layers``, ``sharding``,
-``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``, ``linear_partials``).
+``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``, ``linear_partials``,
+``rope_form``).
 Derived sizes are properties.
 """
 
@@ -17,6 +18,7 @@ from ltx2.layers import LINEAR_PARTIALS
 from ltx2.sharding import get_strategy
 
 ROPE_TYPES = ("interleaved", "split")
+ROPE_FORMS = ("concat", "fused")  # how a split RoPE is written (ltx2.rope): the same float32 arithmetic
 ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn", "splash", "splash_ring")
 DTYPES = ("float32", "bfloat16")
 TIMESTEP_EMBED_DIM = 256  # sinusoidal timestep features (diffusers PixArtAlphaCombinedTimestepSizeEmbeddings)
@@ -38,6 +40,7 @@ KNOBS = (
     "dtype",
     "param_dtype",
     "linear_partials",
+    "rope_form",
 )
 
 
@@ -108,6 +111,9 @@ class TransformerConfig:
     # devices all-reduces float32 partial sums); "activation" by the dot, so sharded partial sums are
     # all-reduced in the activation dtype (half the bytes), the bias added after. No effect in float32.
     linear_partials: str = "float32"
+    # How the split RoPE is written (ltx2.rope.ROPE_FORMS): "concat" as diffusers (slices, concatenate);
+    # "fused" heads-major tables and one elementwise expression, the same arithmetic. Split RoPE only.
+    rope_form: str = "concat"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vae_scale_factors", tuple(self.vae_scale_factors))
@@ -133,9 +139,12 @@ class TransformerConfig:
             ("dtype", DTYPES),
             ("param_dtype", DTYPES),
             ("linear_partials", LINEAR_PARTIALS),
+            ("rope_form", ROPE_FORMS),
         ):
             if getattr(self, name) not in allowed:
                 raise _fail(name, getattr(self, name), f"must be one of {allowed}")
+        if self.rope_form != "concat" and self.rope_type != "split":
+            raise _fail("rope_form", self.rope_form, f"applies to rope_type 'split', not {self.rope_type!r}")
         try:
             get_strategy(self.sharding)
         except ValueError as e:

@@ -9,8 +9,20 @@ or float32 program (``rope_double_precision``) but independent of the CPU's vect
 :func:`rope_frequencies`); everything downstream is float32, as in the reference.
 
 Table layouts: ``interleaved`` cos/sin ``[B, T, dim]`` (pairs ``(x[2i], x[2i+1])``);
-``split`` cos/sin ``[B, T, N, dim/(2N)]`` (each head rotates its first half against its second).
+``split`` cos/sin ``[B, T, N, dim/(2N)]`` (each head rotates its first half against its second),
+or ``[B, N, T, dim/(2N)]`` in the ``"fused"`` form (:data:`ROPE_FORMS`).
 A table with B = 1 applies to every row of the batch (the transformer's grid coordinates).
+
+Forms of the split rotation (``TransformerConfig.rope_form``), the same float32 arithmetic:
+
+* ``"concat"``: diffusers' ``apply_split_rotary_emb`` as written -- slice each head into halves,
+  rotate, concatenate.
+* ``"fused"``: tables stored heads-major (``[B, N, T, R]``, the order the attention kernels read
+  q and k in), and the rotation written as one elementwise expression over a ``[..., 2, R]`` view,
+  ``x * cos + reverse_pairs(x) * (sign * sin)`` with sign ``(-1, +1)``: no slices or concatenate for
+  the compiler to materialise. Each output is ``a*c + b*(-s)``, which IEEE arithmetic rounds as
+  ``a*c - b*s`` (negation is exact), so both forms give the same numbers where the compiler
+  contracts neither into a fused multiply-add.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltx2 import scopes
-from ltx2.config import ROPE_TYPES, TransformerConfig
+from ltx2.config import ROPE_FORMS, ROPE_TYPES, TransformerConfig
 
 
 class RopeTables(NamedTuple):
@@ -137,10 +149,12 @@ def rope_tables(
     double_precision: bool,
     rope_type: str,
     num_heads: int,
+    heads_major: bool = False,
 ) -> RopeTables:
     """cos/sin for ``coords`` ``[B, n_axes, T, 2]`` bounds (or ``[B, n_axes, T]`` positions) over a
-    ``dim``-wide feature vector; split tables are cut per head into ``num_heads`` slices. Numpy
-    coords (static shapes, the default) give positions computed exactly on the host."""
+    ``dim``-wide feature vector; split tables are cut per head into ``num_heads`` slices, laid out
+    ``[B, N, T, R]`` with ``heads_major`` (the ``"fused"`` form). Numpy coords (static shapes, the
+    default) give positions computed exactly on the host."""
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
     # Host coordinates (numpy) stay on the host up to the grid: XLA:CPU float32 division is not
@@ -165,6 +179,10 @@ def rope_tables(
     sin = jnp.pad(sin, ((0, 0), (0, 0), (pad, 0)), constant_values=0.0)
     if rope_type == "split":
         cos, sin = cos.reshape(batch, tokens, num_heads, -1), sin.reshape(batch, tokens, num_heads, -1)
+        if heads_major:
+            cos, sin = jnp.swapaxes(cos, 1, 2), jnp.swapaxes(sin, 1, 2)
+    elif heads_major:
+        raise ValueError("heads-major RoPE tables are split tables (rope_type 'split')")
     return RopeTables(cos, sin)
 
 
@@ -186,12 +204,31 @@ def apply_split_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
     return out.reshape(x_btd.shape).astype(x_btd.dtype)
 
 
+_PAIR_SIGN = np.array([[-1.0], [1.0]], np.float32)  # (first, second) halves: x1*c - x2*s, x2*c + x1*s
+
+
+def apply_fused_split_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
+    """:func:`apply_split_rope` with heads-major tables ``[B | 1, N, T, R]`` (the ``"fused"`` form):
+    one elementwise expression over the ``[B, T, N, 2, R]`` view of ``x``, the halves swapped by a
+    reverse of the pair axis and the sine signed per half."""
+    cos, sin = jnp.swapaxes(rope.cos, 1, 2)[..., None, :], jnp.swapaxes(rope.sin, 1, 2)[..., None, :]
+    tokens, heads, half = cos.shape[1], cos.shape[2], cos.shape[-1]
+    x = x_btd.astype(jnp.float32).reshape(x_btd.shape[0], tokens, heads, 2, half)
+    out = x * cos + jnp.flip(x, axis=-2) * (sin * _PAIR_SIGN)
+    return out.reshape(x_btd.shape).astype(x_btd.dtype)
+
+
 @scopes.scoped(scopes.ROPE)
-def apply_rope(x_btd: jax.Array, rope: RopeTables, rope_type: str) -> jax.Array:
+def apply_rope(x_btd: jax.Array, rope: RopeTables, rope_type: str, form: str = "concat") -> jax.Array:
+    """Rotate ``x_btd [B, T, D]`` by ``rope`` (tables of ``rope_type``, laid out for ``form``)."""
+    if form not in ROPE_FORMS:
+        raise ValueError(f"rope form must be one of {ROPE_FORMS}, got {form!r}")
     if rope_type == "interleaved":
+        if form != "concat":
+            raise ValueError(f"the {form!r} RoPE form applies to split tables, not interleaved ones")
         return apply_interleaved_rope(x_btd, rope)
     if rope_type == "split":
-        return apply_split_rope(x_btd, rope)
+        return apply_fused_split_rope(x_btd, rope) if form == "fused" else apply_split_rope(x_btd, rope)
     raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
 
 
@@ -213,6 +250,7 @@ def av_rope(
             double_precision=cfg.rope_double_precision,
             rope_type=cfg.rope_type,
             num_heads=heads,
+            heads_major=cfg.rope_form == "fused",
         )
 
     cross_max, cross_dim = (cfg.cross_pos_embed_max_pos,), cfg.audio_cross_attention_dim

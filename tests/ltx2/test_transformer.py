@@ -222,6 +222,18 @@ def test_parity_attention_kernels(
     assert err_video <= TOL and err_audio <= TOL
 
 
+@pytest.mark.parity
+@pytest.mark.parametrize("case_name", ["ltx2.0-split", "per-token-timesteps", "isolate-modalities"])
+def test_parity_fused_rope_form(torch_model: Callable, reference: Callable, case_name: str) -> None:
+    """rope_form="fused" (heads-major tables, one elementwise rotation) at the same fixed tolerance."""
+    case = CASES[case_name]
+    model = from_diffusers(torch_model(case.config), rope_form="fused")
+    video, audio = _run(model, case)
+    err_video, err_audio = (_error(o, r) for o, r in zip((video, audio), reference(case_name), strict=True))
+    print(f"\nfused rope parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
+    assert err_video <= TOL and err_audio <= TOL
+
+
 def test_stg_is_inert_without_perturbed_attn() -> None:
     # diffusers only perturbs in LTX2PerturbedAttnProcessor (perturbed_attn=True): 2.0 ignores STG.
     model = _abstract(TransformerConfig.tiny())
