@@ -328,6 +328,22 @@ def _cached(path: Path, compute: Any) -> Any:
     return value
 
 
+def cached_by_traffic(cache: Path) -> dict[int, Path]:
+    """The cache's programs by the static ``memory_traffic_bytes`` their entries store, which the
+    records of the sweep that compiled them hold too: how a record finds its program when the
+    cache was filled by another checkout (the keys hash the code that compiled and counted)."""
+    out: dict[int, Path] = {}
+    for entry in sorted(cache.glob("*.json")):
+        program = entry.with_suffix(".hlo.gz")
+        try:
+            traffic = (json.loads(entry.read_text()).get("static") or {}).get("memory_traffic_bytes")
+        except (OSError, json.JSONDecodeError):
+            continue
+        if program.exists() and traffic:
+            out[int(traffic)] = program
+    return out
+
+
 def repredict(args: argparse.Namespace) -> list[dict[str, Any]]:
     records = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
     wanted = [(r, stage, pred) for r in records for stage, pred in stages_of(r)]
@@ -344,19 +360,25 @@ def repredict(args: argparse.Namespace) -> list[dict[str, Any]]:
         env={"JAX_PLATFORMS": "cpu"},
     )
     rows = []
+    by_traffic = cached_by_traffic(args.cache)
     for record, stage, pred in wanted:
         name = record["variant"]["name"]
         key = info[name]["keys"][stage]
-        cached = args.cache / f"{key}.hlo.gz"
-        if not cached.exists():
-            print(f"{name} {stage}: no cached program ({cached.name}): skipped", file=sys.stderr, flush=True)
-            continue
+        cached, coords = args.cache / f"{key}.hlo.gz", info[name]["coords"]
+        if not cached.exists():  # compiled by another checkout: the entry holding the record's traffic
+            traffic = ((record["stages"][stage].get("static") or {}).get("memory_traffic_bytes")) or 0
+            recorded = ((pred.get("spec") or {}).get("topology") or {}).get("device_coords")
+            if int(traffic) not in by_traffic or not recorded:
+                print(f"{name} {stage}: no cached program ({cached.name}): skipped", file=sys.stderr, flush=True)
+                continue
+            cached, coords = by_traffic[int(traffic)], recorded
+            key = cached.name.removesuffix(".hlo.gz")
         hlo = args.work / f"{key}.hlo"
         if not hlo.exists():
             meta = {
                 "topology": record["target"]["topology"],
                 "platform": record["target"]["platform"],
-                "device_coords": info[name]["coords"],
+                "device_coords": coords,
                 "variant": name,
                 "stage": stage,
                 "mesh": info[name]["mesh"],

@@ -140,3 +140,13 @@ def test_compose_keeps_the_notes(rep: ModuleType) -> None:
     assert first == f"# H\n| t |\n\n{rep.NOTES_MARK}\n"
     edited = first + "why: slices\n"
     assert rep.compose("# H2", "| u |\n", edited) == f"# H2\n| u |\n\n{rep.NOTES_MARK}\nwhy: slices\n"
+
+
+def test_cached_by_traffic_finds_the_entry_holding_the_records_traffic(rep: ModuleType, tmp_path: Path) -> None:
+    """A cache filled by another checkout: the record's static traffic names its program."""
+    for key, traffic, program in (("a", 123, True), ("b", 456, True), ("c", 789, False)):
+        (tmp_path / f"{key}.json").write_text(json.dumps({"static": {"memory_traffic_bytes": traffic}}))
+        if program:
+            (tmp_path / f"{key}.hlo.gz").write_bytes(b"")
+    (tmp_path / "broken.json").write_text("{")
+    assert rep.cached_by_traffic(tmp_path) == {123: tmp_path / "a.hlo.gz", 456: tmp_path / "b.hlo.gz"}
