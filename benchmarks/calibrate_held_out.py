@@ -12,7 +12,9 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
 2. carries the fit to the held-out sweep's devices without fitting anything to it: each fitted
    rate or time times the contention ratio the held-out sweep's CPU calibration measured (its
    ``<N>``-device value over its one-device value, ``single``, for the same constant); the curve,
-   the collective constants and the topology stay the held-out spec's (:func:`transfer`);
+   the collective constants and the topology stay the held-out spec's (:func:`transfer`). A
+   calibration sweep run with the held-out sweep's device count (its programs' traces already hold
+   the cores' contention) is carried over as fitted, ratio 1 (:func:`transfer` with ``contended``);
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
    reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
    the transferred fit, and scores both against the measured medians exactly as
@@ -159,6 +161,14 @@ def fit_pairs(pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: i
     return fitting.fit(pts, base, min_ops, origin=f"{len(pairs)} calibration trace(s)"), lines
 
 
+def device_count(records: Sequence[Record], path: Path) -> int:
+    """The one device count of a sweep's finished records; InputError naming the file otherwise."""
+    devices = {math.prod(r.target.mesh.values()) if r.target.mesh else 1 for r in records if r.ok}
+    if len(devices) != 1:
+        raise InputError(f"{path}: its records have {sorted(devices)} devices; one count expected")
+    return devices.pop()
+
+
 def contention(held: CpuCalibration, where: str = "held-out calibration") -> dict[str, float]:
     """Each measured constant's ratio, all devices at once over one device alone; InputError if unmeasured."""
     out = {}
@@ -170,23 +180,30 @@ def contention(held: CpuCalibration, where: str = "held-out calibration") -> dic
     return out
 
 
-def transfer(fitted: TimelineSpec, held: CpuCalibration, where: str = "held-out calibration") -> TimelineSpec:
+def transfer(
+    fitted: TimelineSpec, held: CpuCalibration, where: str = "held-out calibration", contended: bool = False
+) -> TimelineSpec:
     """The held-out spec (``held.spec()``: its devices, curve, collective constants) with each
     :data:`TRANSFERRED` constant replaced by the fitted one times the measured contention ratio
     (``held``'s value with its devices at once over its one-device value). Each source names both;
-    the uncertainty stays the fit's."""
-    ratios = contention(held, where)
+    the uncertainty stays the fit's. ``contended``: the fit comes from traces taken with the held-out
+    devices at once, so it already holds the contention: carried over as it is (ratio 1)."""
+    ratios = {m: 1.0 for m in TRANSFERRED.values()} if contended else contention(held, where)
     target = held.spec()
     constants = dict(target.constants)
     for name, measured in TRANSFERRED.items():
         c = fitted.constants[name]
         ratio = ratios[measured]
-        source = (
-            f"{c.source}: {c.value:.4g} {c.unit} on one device, x {ratio:.4g} = {measured} measured with "
-            f"{held.devices} devices at once / alone ({where})"
-        )
+        if contended:
+            source = f"{c.source} (traced with {held.devices} devices at once: no contention ratio)"
+        else:
+            source = (
+                f"{c.source}: {c.value:.4g} {c.unit} on one device, x {ratio:.4g} = {measured} measured with "
+                f"{held.devices} devices at once / alone ({where})"
+            )
         constants[name] = Constant(c.value * ratio, c.unit, source, c.uncertainty)
-    return dataclasses.replace(target, name=f"{target.name}+fit x contention", constants=constants)
+    label = "+fit" if contended else "+fit x contention"
+    return dataclasses.replace(target, name=f"{target.name}{label}", constants=constants)
 
 
 # --------------------------------------------------------------------------- re-predict and score
@@ -315,12 +332,13 @@ def verdict(base: Score | None, fitted: Score | None) -> str:
 
 
 def _constant_rows(
-    fit_base: TimelineSpec, fitted: TimelineSpec, held: CpuCalibration, moved: TimelineSpec
+    fit_base: TimelineSpec, fitted: TimelineSpec, held: CpuCalibration, moved: TimelineSpec, contended: bool = False
 ) -> list[str]:
-    ratios, target = contention(held), held.spec()
+    ratios = {m: 1.0 for m in TRANSFERRED.values()} if contended else contention(held)
+    target, dev = held.spec(), f"{held.devices} dev" if contended else "1 dev"
     rows = [
-        "| constant | calibration base (1 dev) | fitted (1 dev) | measured ratio (N dev / alone) | transferred "
-        "(N dev) | held-out base (N dev) |",
+        f"| constant | calibration base ({dev}) | fitted ({dev}) | ratio applied (N dev / alone; 1: traced at N) | "
+        "transferred (N dev) | held-out base (N dev) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, measured in TRANSFERRED.items():
@@ -419,18 +437,19 @@ def markdown(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cal_sweep, held_sweep = args.calibration.parent, args.held_out.parent
-    base_path = args.base or cal_sweep / "traces" / "cpu-calibration-1dev.json"
     try:
         cal_records, records = read_records(args.calibration), read_records(args.held_out)
-        devices = {math.prod(r.target.mesh.values()) if r.target.mesh else 1 for r in records if r.ok}
-        if len(devices) != 1:
-            raise InputError(f"{args.held_out}: its records have {sorted(devices)} devices; one count expected")
-        n = devices.pop()
+        n, m = device_count(records, args.held_out), device_count(cal_records, args.calibration)
+        base_path = args.base or cal_sweep / "traces" / f"cpu-calibration-{m}dev.json"
         held_path = args.held_out_cpu or held_sweep / "traces" / f"cpu-calibration-{n}dev.json"
         held = read_calibration(held_path)
         if held.devices != n:
             raise InputError(f"{held_path}: measured with {held.devices} devices, the records have {n}")
-        contention(held, str(held_path))
+        contended = m == n  # traced with the held-out devices at once: the fit holds the contention
+        if m != 1 and not contended:
+            raise InputError(f"{args.calibration}: {m} devices; the fit transfers from 1 device or the held-out {n}")
+        if not contended:
+            contention(held, str(held_path))
         if not base_path.is_file():
             raise InputError(f"{base_path}: no such file (the fit's base spec)")
         try:
@@ -447,11 +466,12 @@ def main(argv: list[str] | None = None) -> int:
             fit, pair_lines, refusal = None, [f"{h.parent.parent.name}/{h.parent.name}" for h, _ in pairs], str(e)
             print(f"fit refused: {refusal}", flush=True)
         if fit is not None:
-            moved = transfer(fit.spec, held, str(held_path))
+            moved = transfer(fit.spec, held, str(held_path), contended)
+            how = "as fitted: traced with as many devices" if contended else "nothing fitted to the held-out sweep"
             transfer_rows = [
-                f"## Transfer to {held.devices} devices on {held.cores} cores (nothing fitted to the held-out sweep)",
+                f"## Transfer to {held.devices} devices on {held.cores} cores ({how})",
                 "",
-                *_constant_rows(fit_base, fit.spec, held, moved),
+                *_constant_rows(fit_base, fit.spec, held, moved, contended),
                 "",
                 "Everything else (the matmul curve, collective latency and bandwidth, the topology) is the "
                 "held-out calibration's spec.",
@@ -463,9 +483,16 @@ def main(argv: list[str] | None = None) -> int:
                 cal_sweep,
                 fit_base,
                 fit.spec if fit else None,
-                "fitted (1 device)",
+                f"fitted ({m} device{'s' if m > 1 else ''})",
             ),
-            rescore("held out", records, held_sweep, held.spec(), moved, "fitted x measured contention"),
+            rescore(
+                "held out",
+                records,
+                held_sweep,
+                held.spec(),
+                moved,
+                "fitted" if contended else "fitted x measured contention",
+            ),
         ]
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -91,6 +91,19 @@ def test_transfer_scales_each_fitted_constant_by_the_measured_contention() -> No
     assert moved.topology == target.topology and len(moved.topology.device_coords) == 8
 
 
+def test_a_fit_traced_with_the_held_out_devices_is_carried_over_as_fitted() -> None:
+    """A calibration sweep run with 8 devices at once: its traces hold the contention, so the fitted
+    constants replace the held-out spec's with no ratio (its one-device values are not needed)."""
+    script = _script()
+    held = _held({})
+    moved = script.transfer(_fitted(), held, "cpu-calibration-8dev.json", contended=True)
+    assert moved.value("peak_flops_per_s") == pytest.approx(10e9)
+    assert moved.value("hbm_bytes_per_s") == pytest.approx(4e9)
+    assert moved.value("op_overhead_s") == pytest.approx(1e-6)
+    assert "traced with 8 devices at once: no contention ratio" in moved.constants["hbm_bytes_per_s"].source
+    assert moved.value("matmul_eff_n64") == 0.3 and len(moved.topology.device_coords) == 8
+
+
 def test_transfer_refuses_a_calibration_without_one_device_values() -> None:
     script = _script()
     with pytest.raises(script.InputError, match=r"8dev.json: no one-device value single.copy_bytes_per_s"):
