@@ -9,18 +9,15 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
    :func:`harness.metrics.timeline.calibrate.fit`), starting from that sweep's
    ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
    reported, never lowered here;
-2. carries the fit to the held-out sweep's devices without fitting anything to it: each fitted
-   rate or time times the contention ratio the held-out sweep's CPU calibration measured (its
-   ``<N>``-device value over its one-device value, ``single``, for the same constant); the curve,
-   the collective constants and the topology stay the held-out spec's (:func:`transfer`). A
-   calibration sweep run with the held-out sweep's device count (its programs' traces already hold
-   the cores' contention) is carried over as fitted, ratio 1 (:func:`transfer` with ``contended``);
+2. carries the fit to the held-out sweep's devices without fitting anything to it (:func:`transfer`):
+   each fitted rate or time times the contention ratio the held-out sweep's CPU calibration measured
+   (its ``<N>``-device value over its one-device value ``single``); a calibration sweep traced with
+   the held-out device count holds the contention already: ratio 1. The curve, the collective
+   constants and the topology stay the held-out spec's;
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
    reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
-   the transferred fit, and scores both against the measured medians exactly as
-   :func:`harness.results.calibration.points` does (a host loop: step x calls per video). The
-   calibration sweep's own stages are re-predicted and scored the same way (its base spec against
-   the fit before transfer): the in-sample check beside the held-out one.
+   the transferred fit, and scores both as :func:`harness.results.calibration.points` does (a host
+   loop: step x calls per video); the calibration sweep's own stages likewise (in sample).
 
     python benchmarks/calibrate_held_out.py \\
         --calibration reports/timeline-calibration/results.jsonl --held-out reports/cpu/results.jsonl
@@ -71,18 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration", type=Path, required=True, help="the calibration sweep's results.jsonl")
     p.add_argument("--held-out", type=Path, required=True, help="the held-out sweep's results.jsonl")
     p.add_argument(
-        "--base", type=Path, help="the fit's starting spec (default <calibration>/traces/cpu-calibration-1dev.json)"
+        "--base", type=Path, help="the fit's base (default <calibration>/traces/cpu-calibration-<M>dev.json)"
     )
-    p.add_argument(
-        "--held-out-cpu", type=Path, help="its CPU calibration (default <held-out>/traces/cpu-calibration-<N>dev.json)"
-    )
+    p.add_argument("--held-out-cpu", type=Path, help="its CPU calibration (default <held-out>/traces/...-<N>dev.json)")
     p.add_argument("--min-ops", type=int, default=fitting.MIN_OPS, help="instructions a class needs (the library's)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=ROOT / "benchmarks" / "results" / f"calibrate-held-out-{datetime.date.today().isoformat()}.md",
-        help="the markdown report",
-    )
+    out = ROOT / "benchmarks" / "results" / f"calibrate-held-out-{datetime.date.today().isoformat()}.md"
+    p.add_argument("--out", type=Path, default=out, help="the markdown report")
     return p.parse_args(argv)
 
 
@@ -450,12 +441,10 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{args.calibration}: {m} devices; the fit transfers from 1 device or the held-out {n}")
         if not contended:
             contention(held, str(held_path))
-        if not base_path.is_file():
-            raise InputError(f"{base_path}: no such file (the fit's base spec)")
         try:
             fit_base = base_spec(str(base_path))
-        except ValueError as e:
-            raise InputError(f"{base_path}: {e}") from None
+        except (OSError, ValueError) as e:  # missing, unreadable or not a spec
+            raise InputError(f"{base_path}: the fit's base spec: {e}") from None
         pairs = trace_pairs(cal_sweep)
         print(f"fitting on {len(pairs)} program/trace pairs of {cal_sweep}", flush=True)
         fit: fitting.Fit | None
@@ -476,23 +465,12 @@ def main(argv: list[str] | None = None) -> int:
                 "Everything else (the matmul curve, collective latency and bandwidth, the topology) is the "
                 "held-out calibration's spec.",
             ]
+        labels = f"fitted ({m} device{'s' if m > 1 else ''})", "fitted" if contended else "fitted x measured contention"
         sections = [
             rescore(
-                "in sample (calibration sweep)",
-                cal_records,
-                cal_sweep,
-                fit_base,
-                fit.spec if fit else None,
-                f"fitted ({m} device{'s' if m > 1 else ''})",
+                "in sample (calibration sweep)", cal_records, cal_sweep, fit_base, fit.spec if fit else None, labels[0]
             ),
-            rescore(
-                "held out",
-                records,
-                held_sweep,
-                held.spec(),
-                moved,
-                "fitted" if contended else "fitted x measured contention",
-            ),
+            rescore("held out", records, held_sweep, held.spec(), moved, labels[1]),
         ]
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
