@@ -11,9 +11,8 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
    reported, never lowered here;
 2. carries the fit to the held-out sweep's devices without fitting anything to it (:func:`transfer`):
    each fitted rate or time times the contention ratio the held-out sweep's CPU calibration measured
-   (its ``<N>``-device value over its one-device value ``single``); a calibration sweep traced with
-   the held-out device count holds the contention already: ratio 1. The curve, the collective
-   constants and the topology stay the held-out spec's;
+   (its ``<N>``-device value over its one-device value ``single``); a sweep traced with the held-out
+   device count is carried as fitted, ratio 1 (:func:`transfer`); curve, collectives, topology stay;
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
    reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
    the transferred fit, and scores both as :func:`harness.results.calibration.points` does (a host
@@ -177,8 +176,9 @@ def transfer(
     """The held-out spec (``held.spec()``: its devices, curve, collective constants) with each
     :data:`TRANSFERRED` constant replaced by the fitted one times the measured contention ratio
     (``held``'s value with its devices at once over its one-device value). Each source names both;
-    the uncertainty stays the fit's. ``contended``: the fit comes from traces taken with the held-out
-    devices at once, so it already holds the contention: carried over as it is (ratio 1)."""
+    the uncertainty stays the fit's. ``contended``: traced with the held-out devices at once, carried as
+    fitted (ratio 1). Measured (calibration-cpu-8dev.toml, 2 cores): such a fit gives the one-device
+    per-op speeds, as the devices take turns on the cores, and predicts 4-11x too fast."""
     ratios = {m: 1.0 for m in TRANSFERRED.values()} if contended else contention(held, where)
     target = held.spec()
     constants = dict(target.constants)
