@@ -18,7 +18,7 @@ from flax import nnx
 from ltx2 import scopes
 from ltx2.blocked_attention import blocked_attention
 from ltx2.config import ATTENTION_IMPLS
-from ltx2.layers import Linear, RMSNorm
+from ltx2.layers import Linear, RMSNorm, join_chunks, token_chunks
 from ltx2.rope import RopeTables, apply_rope
 from ltx2.splash_attention import splash_attention
 
@@ -163,6 +163,7 @@ class Attention(nnx.Module):
         k_rope: RopeTables | None = None,
         keep: jax.Array | None = None,
         kv: tuple[jax.Array, jax.Array] | None = None,
+        out_chunks: int = 1,
     ) -> jax.Array:
         """``x_bld [B, L, Dq]`` attends to ``context_bsd [B, S, Dc]`` (itself if None) -> ``[B, L, Dq]``.
 
@@ -170,6 +171,7 @@ class Attention(nnx.Module):
         output with the value projection per row: 1 keeps attention, 0 returns ``to_v(x)``
         (``torch.lerp(value, attention, keep)`` in ``LTX2PerturbedAttnProcessor``). ``kv``: keys and
         values ``[B, S, N*K]`` already projected by :meth:`project_kv` (then ``context_bsd`` is unused).
+        ``out_chunks``: the output projection on that many strided token chunks (``token_chunks``).
         """
         q = self.norm_q(self.to_q(x_bld))
         k, v = self.project_kv(x_bld if context_bsd is None else context_bsd) if kv is None else kv
@@ -187,6 +189,8 @@ class Attention(nnx.Module):
         if self.to_gate_logits is not None:
             gates_bln = 2.0 * jax.nn.sigmoid(self.to_gate_logits(x_bld))
             out = (heads(out) * gates_bln[..., None]).reshape(out.shape)
+        if out_chunks > 1:
+            return join_chunks([self.to_out(o) for o in token_chunks(out, out_chunks, out.shape[1])])
         return self.to_out(out)
 
     def project_kv(self, context_bsd: jax.Array) -> tuple[jax.Array, jax.Array]:

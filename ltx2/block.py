@@ -26,8 +26,8 @@ from flax import nnx
 from ltx2 import scopes
 from ltx2.attention import Attention
 from ltx2.config import FF_MULT, TransformerConfig
-from ltx2.layers import Linear, gelu_tanh, rms_norm
-from ltx2.rope import RopeTables
+from ltx2.layers import Linear, gelu_tanh, join_chunks, rms_norm, token_chunks
+from ltx2.rope import RopeTables, rope_chunks
 from ltx2.sharding import constrain, get_strategy, param
 
 # The residual stream, between the sub-layers and between blocks (the layer loop's carry too).
@@ -215,14 +215,15 @@ class Block(nnx.Module):
         if kv is not None:
             video_kv = (take_rows(kv.video_k, text_rows), take_rows(kv.video_v, text_rows))
             audio_kv = (take_rows(kv.audio_k, text_rows), take_rows(kv.audio_v, text_rows))
-        x_bld, mods = self._self_and_text(video, x_bld, inp.video, keep, video_kv)
+        chunks = self.cfg.token_chunks  # the video stream's per-token sub-layers (audio: a few tokens)
+        x_bld, mods = self._self_and_text(video, x_bld, inp.video, keep, video_kv, chunks)
         a_bad, audio_mods = self._self_and_text(audio, a_bad, inp.audio, keep, audio_kv)
         if not isolate and cross_from:
-            x_c, a_c = self._audio_video(x_bld[cross_from:], a_bad[cross_from:], inp, cross_from)
+            x_c, a_c = self._audio_video(x_bld[cross_from:], a_bad[cross_from:], inp, cross_from, chunks)
             x_bld, a_bad = jnp.concatenate([x_bld[:cross_from], x_c]), jnp.concatenate([a_bad[:cross_from], a_c])
         elif not isolate:
-            x_bld, a_bad = self._audio_video(x_bld, a_bad, inp)
-        return self._feed_forward(video, x_bld, mods), self._feed_forward(audio, a_bad, audio_mods)
+            x_bld, a_bad = self._audio_video(x_bld, a_bad, inp, chunks=chunks)
+        return self._feed_forward(video, x_bld, mods, chunks), self._feed_forward(audio, a_bad, audio_mods)
 
     def text_kv(
         self,
@@ -258,25 +259,43 @@ class Block(nnx.Module):
         inp: StreamInputs,
         keep: jax.Array | None,
         kv: tuple[jax.Array, jax.Array] | None,
+        chunks: int = 1,
     ) -> tuple[jax.Array, list[jax.Array]]:
-        """Self-attention (gated residual) then text cross-attention of one stream."""
+        """Self-attention (gated residual) then text cross-attention of one stream; the self-attention's
+        output projection and the text cross-attention per token chunk (:meth:`_per_chunk`)."""
         eps = self.cfg.norm_eps
         mods = table_params(s.table[...], inp.temb)  # shift/scale/gate msa, mlp[, text q]
         keep = keep if self.cfg.perturbed_attn else None
-        x = self._residual(
-            x + s.attn1(modulate(rms_norm(x, eps), mods[0], mods[1]), q_rope=inp.rope, keep=keep) * mods[2]
-        )
-        h = rms_norm(x, eps)
-        if s.cross_mod:
-            h = modulate(h, mods[6], mods[7])
-        if kv is None:
-            out = s.attn2(h, self._text(s, inp.text, inp.temb_prompt), bias=inp.text_bias)
-        else:
-            out = s.attn2(h, bias=inp.text_bias, kv=kv)
-        return self._residual(x + (out * mods[8] if s.cross_mod else out)), mods
+        out = s.attn1(modulate(rms_norm(x, eps), mods[0], mods[1]), q_rope=inp.rope, keep=keep, out_chunks=chunks)
+        x = self._residual(x + out * mods[2])
+
+        def text(x: jax.Array, mods: list[jax.Array], chunk: int) -> jax.Array:
+            h = rms_norm(x, eps)
+            if s.cross_mod:
+                h = modulate(h, mods[6], mods[7])
+            if kv is None:
+                out = s.attn2(h, self._text(s, inp.text, inp.temb_prompt), bias=inp.text_bias)
+            else:
+                out = s.attn2(h, bias=inp.text_bias, kv=kv)
+            return self._residual(x + (out * mods[8] if s.cross_mod else out))
+
+        return self._per_chunk(text, x, mods, chunks), mods
+
+    def _per_chunk(self, fn: Any, x: jax.Array, mods: list[jax.Array], chunks: int) -> jax.Array:
+        """``fn(x, mods, chunk)`` of a per-token sub-layer, run on ``chunks`` strided token chunks of
+        ``x`` and its per-token modulations (``transformer.token_chunks``): the chunks are independent,
+        so one chunk's output-projection all-reduce can run under the other's matmuls."""
+        if chunks == 1:
+            return fn(x, mods, 0)
+        tokens = x.shape[1]
+        if tokens % chunks:
+            raise ValueError(f"transformer.token_chunks={chunks} does not divide the {tokens} tokens of the stream")
+        parts = token_chunks(x, chunks, tokens)
+        per_mod = [token_chunks(m, chunks, tokens) for m in mods]
+        return join_chunks([fn(parts[c], [m[c] for m in per_mod], c) for c in range(chunks)])
 
     def _audio_video(
-        self, x: jax.Array, a: jax.Array, inp: BlockInputs, first_row: int = 0
+        self, x: jax.Array, a: jax.Array, inp: BlockInputs, first_row: int = 0, chunks: int = 1
     ) -> tuple[jax.Array, jax.Array]:
         """a2v (Q video, K/V audio) and v2a (Q audio, K/V video) cross-attention, both from the
         same normalised inputs; per-layer tables rows: a2v scale, a2v shift, v2a scale, v2a shift, gate.
@@ -295,23 +314,28 @@ class Block(nnx.Module):
         if inp.cross is not None:  # isolated rows: gate 0, their streams pass through unchanged
             a2v_gate = a2v_gate * inp.cross.astype(a2v_gate.dtype)
             v2a_gate = v2a_gate * inp.cross.astype(v2a_gate.dtype)
-        a2v = self.audio_to_video_attn(
-            modulate(nx, v_a2v_shift, v_a2v_scale),
-            modulate(na, a_a2v_shift, a_a2v_scale),
-            q_rope=video.cross_rope,
-            k_rope=audio.cross_rope,
-        )
+        a2v_kv = modulate(na, a_a2v_shift, a_a2v_scale)
+        ropes = rope_chunks(video.cross_rope, chunks, x.shape[1], self.cfg.rope_form == "fused")
+
+        def a2v(x: jax.Array, per_token: list[jax.Array], chunk: int) -> jax.Array:
+            out = self.audio_to_video_attn(per_token[0], a2v_kv, q_rope=ropes[chunk], k_rope=audio.cross_rope)
+            return self._residual(x + per_token[1] * out)
+
+        x_out = self._per_chunk(a2v, x, [modulate(nx, v_a2v_shift, v_a2v_scale), a2v_gate], chunks)
         v2a = self.video_to_audio_attn(
             modulate(na, a_v2a_shift, a_v2a_scale),
             modulate(nx, v_v2a_shift, v_v2a_scale),
             q_rope=audio.cross_rope,
             k_rope=video.cross_rope,
         )
-        return self._residual(x + a2v_gate * a2v), self._residual(a + v2a_gate * v2a)
+        return x_out, self._residual(a + v2a_gate * v2a)
 
-    def _feed_forward(self, s: _Stream, x: jax.Array, mods: list[jax.Array]) -> jax.Array:
-        h = modulate(rms_norm(x, self.cfg.norm_eps), mods[3], mods[4])
-        return self._residual(x + s.ff(h) * mods[5])
+    def _feed_forward(self, s: _Stream, x: jax.Array, mods: list[jax.Array], chunks: int = 1) -> jax.Array:
+        def ff(x: jax.Array, mods: list[jax.Array], chunk: int) -> jax.Array:
+            h = modulate(rms_norm(x, self.cfg.norm_eps), mods[3], mods[4])
+            return self._residual(x + s.ff(h) * mods[5])
+
+        return self._per_chunk(ff, x, mods, chunks)
 
 
 def _rows_from(inp: StreamInputs, first: int) -> StreamInputs:

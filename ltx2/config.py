@@ -3,7 +3,7 @@
 ``TransformerConfig`` mirrors the constructor of diffusers' ``LTX2VideoTransformer3DModel``
 (same field names, same defaults) plus our performance knobs (``scan_layers``, ``sharding``,
 ``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``, ``linear_partials``,
-``rope_form``).
+``rope_form``, ``token_chunks``).
 Derived sizes are properties.
 """
 
@@ -41,6 +41,7 @@ KNOBS = (
     "param_dtype",
     "linear_partials",
     "rope_form",
+    "token_chunks",
 )
 
 
@@ -114,6 +115,11 @@ class TransformerConfig:
     # How the split RoPE is written (ltx2.rope.ROPE_FORMS): "concat" as diffusers (slices, concatenate);
     # "fused" heads-major tables and one elementwise expression, the same arithmetic. Split RoPE only.
     rope_form: str = "concat"
+    # The video stream's per-token work after the self-attention's core (its output projection, the
+    # text cross-attention, a2v, the feed-forward) runs on this many strided token chunks: independent
+    # chains, so one chunk's output-projection all-reduce can run under another chunk's matmuls
+    # (ltx2.block.Block._per_chunk). v2a's keys/values take every token. 1: the whole stream at once.
+    token_chunks: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vae_scale_factors", tuple(self.vae_scale_factors))

@@ -79,6 +79,22 @@ def layer_norm(x: jax.Array, eps: float) -> jax.Array:
     return ((xf - mean) * jax.lax.rsqrt(var + eps)).astype(x.dtype)
 
 
+def token_chunks(t: jax.Array, n: int, tokens: int, axis: int = 1) -> list[jax.Array]:
+    """``n`` strided chunks of an array along its token axis (chunk ``c``: tokens ``c, c + n, ...``),
+    so each chunk keeps every sequence shard's share of the tokens; a size-1 token axis (one value for
+    every token) is every chunk's."""
+    if n == 1 or t.ndim <= axis or t.shape[axis] != tokens:
+        return [t] * n
+    view = t.reshape(*t.shape[:axis], tokens // n, n, *t.shape[axis + 1 :])
+    return [jax.lax.index_in_dim(view, c, axis + 1, keepdims=False) for c in range(n)]
+
+
+def join_chunks(parts: list[jax.Array]) -> jax.Array:
+    """The inverse of :func:`token_chunks` (axis 1): the chunks' tokens interleaved back in order."""
+    b, per = parts[0].shape[:2]
+    return jnp.stack(parts, axis=2).reshape(b, per * len(parts), *parts[0].shape[2:])
+
+
 class RMSNorm(nnx.Module):
     """RMSNorm with an optional learned scale (``weight`` in diffusers)."""
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from ltx2 import scopes
 from ltx2.config import ROPE_FORMS, ROPE_TYPES, TransformerConfig
+from ltx2.layers import token_chunks
 
 
 class RopeTables(NamedTuple):
@@ -216,6 +217,13 @@ def apply_fused_split_rope(x_btd: jax.Array, rope: RopeTables) -> jax.Array:
     x = x_btd.astype(jnp.float32).reshape(x_btd.shape[0], tokens, heads, 2, half)
     out = x * cos + jnp.flip(x, axis=-2) * (sin * _PAIR_SIGN)
     return out.reshape(x_btd.shape).astype(x_btd.dtype)
+
+
+def rope_chunks(rope: RopeTables, n: int, tokens: int, heads_major: bool) -> list[RopeTables]:
+    """:func:`~ltx2.layers.token_chunks` of RoPE tables (tokens on axis 1, or 2 for heads-major split tables)."""
+    axis = 2 if heads_major else 1
+    cos, sin = token_chunks(rope.cos, n, tokens, axis), token_chunks(rope.sin, n, tokens, axis)
+    return [RopeTables(c, s) for c, s in zip(cos, sin, strict=True)]
 
 
 @scopes.scoped(scopes.ROPE)

@@ -234,6 +234,23 @@ def test_parity_fused_rope_form(torch_model: Callable, reference: Callable, case
     assert err_video <= TOL and err_audio <= TOL
 
 
+TOKEN_CHUNK_CASES = [("ltx2.0-split", "concat"), ("per-token-timesteps", "concat"), ("stg-rows", "concat")]
+TOKEN_CHUNK_CASES += [("per-token-timesteps", "fused")]  # per-token modulations, heads-major RoPE chunks
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize(("case_name", "rope_form"), TOKEN_CHUNK_CASES)
+def test_parity_token_chunks(torch_model: Callable, reference: Callable, case_name: str, rope_form: str) -> None:
+    """token_chunks=2: the video stream's attn1 output projection, text cross-attention, a2v and FFN
+    on two strided token chunks."""
+    case = CASES[case_name]
+    model = from_diffusers(torch_model(case.config), token_chunks=2, rope_form=rope_form)
+    video, audio = _run(model, case)
+    err_video, err_audio = (_error(o, r) for o, r in zip((video, audio), reference(case_name), strict=True))
+    print(f"\n2 token chunks {rope_form} parity {case_name:22s}: video {err_video:.2e}  audio {err_audio:.2e}")
+    assert err_video <= TOL and err_audio <= TOL
+
+
 def test_stg_is_inert_without_perturbed_attn() -> None:
     # diffusers only perturbs in LTX2PerturbedAttnProcessor (perturbed_attn=True): 2.0 ignores STG.
     model = _abstract(TransformerConfig.tiny())
