@@ -1,0 +1,55 @@
+"""benchmarks/step_table.py: one row per record, per step for a scanned loop, re-predictions replacing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_table.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("step_table", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["step_table"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record(name: str, stage: str) -> dict:  # type: ignore[type-arg]
+    static = {
+        "matmul_flops": 80e12,
+        "memory_traffic_bytes": 400e9,
+        "memory": {"peak_bytes": 2 * 2**30},
+        "collectives": {"by_kind": {"all-gather": {"operand_bytes": 4e9}, "all-reduce": {"operand_bytes": 8e9}}},
+    }
+    predicted = {"step_s": 4.0, "uncertainty": {"interval_s": [3.0, 6.0]}}
+    return {
+        "variant": {"name": name},
+        "config": {"workload": {"steps": 40}},
+        "stages": {stage: {"static": static, "predicted": predicted}},
+    }
+
+
+def test_a_scanned_loop_reads_per_step_and_a_step_as_it_is() -> None:
+    table = _script()
+    assert (
+        table.row(_record("x-loop", "denoise_loop"))
+        == "| x-loop | 100.0 [75.0-150.0] | 2.0 | 10.0 | 0.1 / 0.2 / 0.0 | 2.0 |"
+    )
+    assert (
+        table.row(_record("x", "denoise_step"))
+        == "| x | 4000.0 [3000.0-6000.0] | 80.0 | 400.0 | 4.0 / 8.0 / 0.0 | 2.0 |"
+    )
+
+
+def test_a_reprediction_replaces_step_interval_and_traffic() -> None:
+    table = _script()
+    new = {"new_ms": 2000.0, "interval_ms": [1800.0, 2500.0], "new_traffic_gb": 300.0}
+    assert (
+        table.row(_record("x", "denoise_step"), new)
+        == "| x | 2000.0 [1800.0-2500.0] | 80.0 | 300.0 | 4.0 / 8.0 / 0.0 | 2.0 |"
+    )
