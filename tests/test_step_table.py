@@ -2,21 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_table.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("step_table", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["step_table"] = module
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import step_table as table
 
 
 def _record(name: str, stage: str) -> dict:  # type: ignore[type-arg]
@@ -35,7 +21,6 @@ def _record(name: str, stage: str) -> dict:  # type: ignore[type-arg]
 
 
 def test_a_scanned_loop_reads_per_step_and_a_step_as_it_is() -> None:
-    table = _script()
     assert (
         table.row(_record("x-loop", "denoise_loop"))
         == "| x-loop | 100.0 [75.0-150.0] | 2.0 | 10.0 | 0.1 / 0.2 / 0.0 | 2.0 |"
@@ -47,7 +32,6 @@ def test_a_scanned_loop_reads_per_step_and_a_step_as_it_is() -> None:
 
 
 def test_a_reprediction_replaces_step_interval_and_traffic() -> None:
-    table = _script()
     new = {"new_ms": 2000.0, "interval_ms": [1800.0, 2500.0], "new_traffic_gb": 300.0}
     assert (
         table.row(_record("x", "denoise_step"), new)

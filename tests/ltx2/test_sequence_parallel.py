@@ -5,14 +5,11 @@ activations; a strategy without the rule compiles the block as before (no new co
 
 from __future__ import annotations
 
-import jax
 import pytest
-from flax import nnx
 from jax.sharding import Mesh
 
 from harness.metrics.hlo import collective_stats, parse
 from ltx2 import sharding
-from ltx2.transformer import LTX2Transformer
 from tests.ltx2 import test_strategies as ts
 
 # The ladder's last layout on this mesh (heads / mlp over tensor, every kernel whole on its model
@@ -33,15 +30,8 @@ def _names() -> tuple[str, str]:
 def test_sequence_parallel_step_equals_replicated(mesh: Mesh) -> None:
     """The tiny step (video tokens 32 over 8 shards, audio 8) within the strategies' tolerance."""
     _, parallel = _names()
-    cfg, grid = ts.PRESETS["tiny"](sharding=parallel), ts.GRIDS["tiny"]
-    weights, *reference = ts._reference_step("tiny")
-    graphdef, state = ts._place(ts._build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights), parallel, mesh)
-    inputs = {
-        k: jax.device_put(v, sharding.input_sharding(ts._INPUT_AXES[k], parallel, mesh))
-        for k, v in ts._step_inputs(cfg, grid).items()
-    }
-    with jax.set_mesh(mesh):
-        (x, a), _ = ts._compiled_and_run(ts._denoise_step(graphdef, grid), state, inputs)
+    _, *reference = ts._reference_step("tiny")
+    (x, a), _ = ts.sharded_tiny_step(parallel, mesh)
     assert max(ts._error(x, reference[0]), ts._error(a, reference[1])) <= ts.TOL
 
 

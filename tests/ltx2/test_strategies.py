@@ -151,6 +151,20 @@ def _reference_step(preset: str) -> tuple[nnx.State, np.ndarray, np.ndarray]:
     return state, np.asarray(out[0]), np.asarray(out[1])
 
 
+def sharded_tiny_step(strategy: str, mesh: Mesh, **overrides: Any) -> tuple[tuple[jax.Array, jax.Array], str]:
+    """The tiny step under ``strategy`` (and config ``overrides``) on ``mesh``, with the replicated
+    reference's weights: ``((x', a'), compiled HLO text)``."""
+    cfg, grid = PRESETS["tiny"](sharding=strategy, **overrides), GRIDS["tiny"]
+    weights, *_ = _reference_step("tiny")
+    graphdef, state = _place(_build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights), strategy, mesh)
+    inputs = {
+        k: jax.device_put(v, sharding.input_sharding(_INPUT_AXES[k], strategy, mesh))
+        for k, v in _step_inputs(cfg, grid).items()
+    }
+    with jax.set_mesh(mesh):
+        return _compiled_and_run(_denoise_step(graphdef, grid), state, inputs)
+
+
 def _check_step(preset: str, strategy: str, mesh: Mesh, attention_impl: str = "xla") -> str:
     """The step under ``strategy`` gives the replicated numbers; returns its compiled HLO."""
     cfg, grid = PRESETS[preset](sharding=strategy, attention_impl=attention_impl), GRIDS[preset]

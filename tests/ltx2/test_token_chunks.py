@@ -5,18 +5,15 @@ tiny step with chunks gives the replicated numbers."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 from jax.sharding import Mesh
 
 from harness.metrics.hlo import collective_stats, parse
 from ltx2 import sharding
 from ltx2.block import join_chunks, token_chunks
 from ltx2.config import TransformerConfig
-from ltx2.transformer import LTX2Transformer
 from tests.ltx2 import test_strategies as ts
 
 OUT_FIXED = {"mlp_in": [], "mlp": ["tensor"], "qkv_in": [], "heads": ["tensor"], "mlp_out": [], "attn_out": []}
@@ -42,28 +39,15 @@ def mesh() -> Mesh:
     return sharding.build_mesh(ts.MESH)
 
 
-def _step(strategy: str, chunks: int, mesh: Mesh) -> tuple[tuple[jax.Array, jax.Array], str]:
-    """The tiny denoising step under ``strategy`` with ``chunks`` token chunks: outputs, compiled HLO."""
-    cfg, grid = ts.PRESETS["tiny"](sharding=strategy, token_chunks=chunks), ts.GRIDS["tiny"]
-    weights, *_ = ts._reference_step("tiny")
-    graphdef, state = ts._place(ts._build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights), strategy, mesh)
-    inputs = {
-        k: jax.device_put(v, sharding.input_sharding(ts._INPUT_AXES[k], strategy, mesh))
-        for k, v in ts._step_inputs(cfg, grid).items()
-    }
-    with jax.set_mesh(mesh):
-        return ts._compiled_and_run(ts._denoise_step(graphdef, grid), state, inputs)
-
-
 def test_sharded_step_with_chunks_gives_the_replicated_numbers(mesh: Mesh) -> None:
     """The tiny step (32 video tokens over 4 sequence shards, 2 chunks) in the out-fixed layout."""
     strategy = sharding.register_overrides("naive", OUT_FIXED).name
     _, *reference = ts._reference_step("tiny")
-    (x, a), hlo = _step(strategy, 2, mesh)
+    (x, a), hlo = ts.sharded_tiny_step(strategy, mesh, token_chunks=2)
     errors = (ts._error(x, reference[0]), ts._error(a, reference[1]))
     print(f"tiny step, 2 token chunks, sharded: video {errors[0]:.2e}, audio {errors[1]:.2e}")
     assert max(errors) <= ts.TOL
     # each chunk's output projections all-reduce on their own
-    one = collective_stats(parse(_step(strategy, 1, mesh)[1]))["all-reduce"]
+    one = collective_stats(parse(ts.sharded_tiny_step(strategy, mesh)[1]))["all-reduce"]
     two = collective_stats(parse(hlo))["all-reduce"]
     assert two.count > one.count
