@@ -216,6 +216,8 @@ class Block(nnx.Module):
             video_kv = (take_rows(kv.video_k, text_rows), take_rows(kv.video_v, text_rows))
             audio_kv = (take_rows(kv.audio_k, text_rows), take_rows(kv.audio_v, text_rows))
         chunks = self.cfg.token_chunks  # the video stream's per-token sub-layers (audio: a few tokens)
+        if x_bld.shape[1] % chunks:  # before the first chunked op (attn1's output projection)
+            raise ValueError(f"transformer.token_chunks={chunks} does not divide the {x_bld.shape[1]} video tokens")
         x_bld, mods = self._self_and_text(video, x_bld, inp.video, keep, video_kv, chunks)
         a_bad, audio_mods = self._self_and_text(audio, a_bad, inp.audio, keep, audio_kv)
         if not isolate and cross_from:
@@ -287,9 +289,7 @@ class Block(nnx.Module):
         so one chunk's output-projection all-reduce can run under the other's matmuls."""
         if chunks == 1:
             return fn(x, mods, 0)
-        tokens = x.shape[1]
-        if tokens % chunks:
-            raise ValueError(f"transformer.token_chunks={chunks} does not divide the {tokens} tokens of the stream")
+        tokens = x.shape[1]  # divisible: checked once per block (__call__)
         parts = token_chunks(x, chunks, tokens)
         per_mod = [token_chunks(m, chunks, tokens) for m in mods]
         return join_chunks([fn(parts[c], [m[c] for m in per_mod], c) for c in range(chunks)])

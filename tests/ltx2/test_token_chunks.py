@@ -34,6 +34,12 @@ def test_config_refuses_zero_chunks() -> None:
         TransformerConfig.tiny(token_chunks=0)
 
 
+def test_chunks_that_do_not_divide_the_video_tokens_are_refused_by_name(mesh: Mesh) -> None:
+    """3 chunks of the tiny step's 32 video tokens: the knob and the token count, before any reshape."""
+    with pytest.raises(ValueError, match=r"transformer.token_chunks=3 does not divide the 32 video tokens"):
+        ts.sharded_tiny_step("replicated", mesh, token_chunks=3)
+
+
 @pytest.fixture(scope="module")
 def mesh() -> Mesh:
     return sharding.build_mesh(ts.MESH)
