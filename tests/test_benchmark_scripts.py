@@ -11,18 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_step.py"
 
 
 def _load():  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_step", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_step"] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load(SCRIPT, "gpu_step")
 
 
 def test_full_size_workload_and_flops() -> None:
@@ -127,14 +122,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _script(name: str):  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load(BENCH / f"{name}.py", name)
 
 
 @pytest.mark.parametrize(

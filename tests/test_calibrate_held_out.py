@@ -7,7 +7,6 @@ import dataclasses
 import gzip
 import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from harness.metrics.hlo import parse
 from harness.metrics.timeline import Constant, cpu_spec, predict
 from harness.metrics.timeline.cpu_calibrate import CpuCalibration
 from harness.results import calibration
+from tests.scripts import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 _fixture = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "harness" / "fixtures" / "synthetic.py")
@@ -35,12 +35,7 @@ rhs_contracting_dims={0}
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("calibrate_held_out", ROOT / "benchmarks" / "calibrate_held_out.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibrate_held_out"] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("calibrate_held_out")
 
 
 def _held(single: dict[str, float] | None = None) -> CpuCalibration:

@@ -3,13 +3,13 @@ per-op times moved, and the markdown tables (no simulation, no subprocess)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.scripts import load
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reprediction.py"
 
@@ -61,12 +61,7 @@ ENTRY %main (w: bf16[48,8,16], i: s32[], x: bf16[4,8], v: bf16[8,16]) -> (bf16[4
 
 @pytest.fixture(scope="module")
 def rep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reprediction", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reprediction"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load(SCRIPT, "reprediction")
 
 
 def test_write_dump_pair(rep: ModuleType, tmp_path: Path) -> None:

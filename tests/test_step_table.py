@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks import step_table as table
+from tests.scripts import benchmark
+
+table = benchmark("step_table")
 
 
 def _record(name: str, stage: str) -> dict:  # type: ignore[type-arg]
