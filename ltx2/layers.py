@@ -53,18 +53,31 @@ class Linear(nnx.Module):
         With ``partials="activation"`` and a 16-bit ``x`` the product is rounded to ``x``'s dtype by
         the dot itself (where the contraction is sharded: per shard, before the all-reduce), and the
         bias adds in float32 after it: two roundings instead of one."""
-        rounded = self.partials == "activation" and x.dtype != jnp.float32
-        y = jnp.matmul(x, self.kernel[...].astype(x.dtype), preferred_element_type=x.dtype if rounded else jnp.float32)
-        if self.bias is not None:
-            y = y.astype(jnp.float32) + self.bias[...].astype(jnp.float32)
-        return y.astype(x.dtype)
+        return linear(x, self.kernel[...], None if self.bias is None else self.bias[...], self.partials)
+
+
+def linear(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, partials: str = "float32") -> jax.Array:
+    """:class:`Linear`'s arithmetic on explicit parameters (``kernel [in, out]``, ``bias [out]``), for
+    code that holds a shard of them (inside ``shard_map``)."""
+    rounded = partials == "activation" and x.dtype != jnp.float32
+    y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=x.dtype if rounded else jnp.float32)
+    if bias is not None:
+        y = y.astype(jnp.float32) + bias.astype(jnp.float32)
+    return y.astype(x.dtype)
 
 
 @scopes.scoped(scopes.NORM_MOD)
-def rms_norm(x: jax.Array, eps: float, scale: jax.Array | None = None) -> jax.Array:
-    """RMSNorm over the last axis, computed in float32 (torch.nn.RMSNorm / diffusers RMSNorm)."""
+def rms_norm(x: jax.Array, eps: float, scale: jax.Array | None = None, shard_axes: tuple[str, ...] = ()) -> jax.Array:
+    """RMSNorm over the last axis, computed in float32 (torch.nn.RMSNorm / diffusers RMSNorm).
+    ``shard_axes``: inside ``shard_map``, the mesh axes the last axis is split over (the mean of
+    squares sums over them)."""
     xf = x.astype(jnp.float32)
-    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    if shard_axes:
+        total = x.shape[-1] * jax.lax.psum(1, shard_axes)
+        mean = jax.lax.psum(jnp.sum(xf * xf, axis=-1, keepdims=True), shard_axes) / total
+    else:
+        mean = jnp.mean(xf * xf, axis=-1, keepdims=True)
+    y = xf * jax.lax.rsqrt(mean + eps)
     if scale is not None:
         y = y * scale.astype(jnp.float32)
     return y.astype(x.dtype)

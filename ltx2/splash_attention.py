@@ -210,12 +210,18 @@ def _ring(call, seq_axes: tuple[str, ...], shards: int):  # type: ignore[no-unty
             lses.append(lse)
             if nxt is not None:
                 k, v = nxt
-        top = functools.reduce(jnp.maximum, lses)
-        weights = [jnp.exp(lse - top)[..., None] for lse in lses]
-        total = sum(w * o for w, o in zip(weights, outs, strict=True)) / sum(weights)
-        return total.astype(q.dtype)
+        return _merge(outs, lses).astype(q.dtype)
 
     return attend
+
+
+def _merge(outs: list[jax.Array], lses: list[jax.Array]) -> jax.Array:
+    """Partial attention outputs ``[..., L, K]`` (float32) over disjoint key chunks, merged by their
+    log-sum-exps ``[..., L]``: the softmax over all the keys."""
+    top = functools.reduce(jnp.maximum, lses)
+    weights = [jnp.exp(lse - top)[..., None] for lse in lses]
+    total = functools.reduce(jnp.add, [w * o for w, o in zip(weights, outs, strict=True)])
+    return total / functools.reduce(jnp.add, weights)
 
 
 def _sharded(call, batch_heads: P, seq_axes: tuple[str, ...], q, k, v, q_ids, kv_ids, ring: bool = False):  # type: ignore[no-untyped-def]

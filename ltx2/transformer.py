@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ltx2 import scopes
+from ltx2 import input_exchange, scopes
 from ltx2.block import RESIDUAL, Block, BlockInputs, StreamInputs, TextKV, modulate
 from ltx2.config import TIMESTEP_EMBED_DIM, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, layer_norm, stack_layers
@@ -221,8 +221,17 @@ class LTX2Transformer(nnx.Module):
             audio_ca_gate,
             prompt,
             audio_prompt,
-            av_rope(self.cfg, video_coords, audio_coords),
+            self._rope(video_coords, audio_coords),
         )
+
+    def _rope(self, video_coords: jax.Array | np.ndarray, audio_coords: jax.Array | np.ndarray) -> AVRope:
+        """The four RoPEs; the video self-attention's unsplit over tokens for the input exchanges,
+        which read every chunk's rows (:func:`ltx2.input_exchange.unsplit_tables`)."""
+        rope = av_rope(self.cfg, video_coords, audio_coords)
+        if not self.cfg.attention_impl.startswith("splash_input"):
+            return rope
+        video = input_exchange.unsplit_tables(rope.video, self.cfg.rope_type, self.cfg.rope_form, self.cfg.sharding)
+        return rope._replace(video=video)
 
     def block_inputs(
         self,
