@@ -27,7 +27,6 @@ from ltx2.splash_attention import splash_attention
 # `small` self-attention), and about even below ~1M logits (text and audio cross-attention).
 AUTO_BLOCKED_MIN_LOGITS = 1 << 21
 _CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
-INPUT_EXCHANGES = {"splash_input": "gather", "splash_input_ring": "ring"}  # impl -> how the inputs travel
 
 
 def resolve_attention_impl(
@@ -71,17 +70,17 @@ def dot_product_attention(
     :mod:`ltx2.splash_attention`; key-padding masks only; a sharding ``strategy`` other than
     "replicated" runs it per shard), "splash_ring" (splash with a sequence-sharded layout's keys and
     values passed around the context ring, each shard's chunk attended while the next one arrives,
-    instead of gathered first), "splash_input" / "splash_input_ring" (for self-attention, run by
-    :class:`Attention`: the layer's input exchanged and each chunk's keys and values projected where
-    it arrives, :mod:`ltx2.input_exchange`; here, as "splash" / "splash_ring") or "auto" (see
+    instead of gathered first), "splash_input" (for self-attention, run by :class:`Attention`: the
+    layer's input exchanged and each chunk's keys and values projected where it arrives,
+    :mod:`ltx2.input_exchange`; here, as "splash") or "auto" (see
     :func:`resolve_attention_impl`; a sharded ``strategy`` keeps the XLA path, whose einsums GSPMD
     partitions without gathers). Attentions with fewer than ``min_tokens`` queries or keys take the
     XLA path whatever ``impl`` says.
     """
     sharded = strategy != "replicated"
     impl = resolve_attention_impl(impl, q_blnk, k_bsnk, sharded=sharded, min_tokens=min_tokens)
-    if impl.startswith("splash"):  # the input exchanges need the module (Attention): here K/V travel
-        exchange = "ring" if impl.endswith("ring") else "gather"
+    if impl in ("splash", "splash_ring", "splash_input"):  # the input exchange needs the module: Attention
+        exchange = "ring" if impl == "splash_ring" else "gather"
         return splash_attention(q_blnk, k_bsnk, v_bsnk, bias, strategy=strategy if sharded else None, kv=exchange)
     if impl == "blocked":
         return blocked_attention(q_blnk, k_bsnk, v_bsnk, bias)
@@ -177,15 +176,31 @@ class Attention(nnx.Module):
         values ``[B, S, N*K]`` already projected by :meth:`project_kv` (then ``context_bsd`` is unused).
         ``out_chunks``: the output projection on that many strided token chunks (``token_chunks``).
         """
-        exchange = self._input_exchange(x_bld, bias, context_bsd, kv)
-        group = input_exchange.scheduling_group() if exchange else None
+        chunks = self._input_exchange(x_bld, bias, context_bsd, kv, k_rope)
+        group = input_exchange.scheduling_group() if chunks else None
         source = x_bld if context_bsd is None else context_bsd
-        heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
         with input_exchange.overlapped(group):  # the local projections run while the input travels
             q, k, v = self.to_q(x_bld), *((self.to_k(source), self.to_v(source)) if kv is None else kv)
         q = self.norm_q(q)
         k = self.norm_k(k) if kv is None else k
-        if exchange:  # RoPE inside, per chunk
+        per_chunk = q_rope if isinstance(q_rope, input_exchange.ChunkTables) else None
+        if per_chunk is not None:
+            q_rope = per_chunk.at(0)  # the tables themselves
+        if q_rope is not None:
+            q = apply_rope(q, q_rope, self.rope_type, self.rope_form)
+            k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type, self.rope_form)
+        heads = lambda t: t.reshape(*t.shape[:-1], self.heads, self.head_dim)  # noqa: E731
+        if chunks:
+            if q_rope is not None and (per_chunk is None or len(per_chunk.cos) != chunks):
+                per_chunk = input_exchange.chunk_tables(
+                    q_rope,
+                    strategy=self.strategy,
+                    batch=x_bld.shape[0],
+                    heads=self.heads,
+                    tokens=x_bld.shape[1],
+                    rope_type=self.rope_type,
+                    rope_form=self.rope_form,
+                )
             params = input_exchange.KVProjection(
                 self.to_k.kernel[...],
                 None if self.to_k.bias is None else self.to_k.bias[...],
@@ -194,25 +209,20 @@ class Attention(nnx.Module):
                 None if self.norm_k.scale is None else self.norm_k.scale[...],
             )
             out = input_exchange.input_exchange_attention(
-                q,
-                k,
-                v,
+                heads(q),
+                heads(k),
+                heads(v),
                 x_bld,
                 params,
-                q_rope if k_rope is None else k_rope,
-                head_dim=self.head_dim,
+                per_chunk if q_rope is not None else None,
                 eps=self.norm_k.eps,
                 partials=self.to_k.partials,
                 rope_type=self.rope_type,
                 rope_form=self.rope_form,
                 strategy=self.strategy,
                 group=group,
-                exchange=INPUT_EXCHANGES[self.impl],
             )
         else:
-            if q_rope is not None:
-                q = apply_rope(q, q_rope, self.rope_type, self.rope_form)
-                k = apply_rope(k, q_rope if k_rope is None else k_rope, self.rope_type, self.rope_form)
             out = dot_product_attention(
                 heads(q), heads(k), heads(v), bias, impl=self.impl, strategy=self.strategy, min_tokens=self.min_tokens
             )
@@ -227,14 +237,17 @@ class Attention(nnx.Module):
             return join_chunks([self.to_out(o) for o in token_chunks(out, out_chunks, out.shape[1])])
         return self.to_out(out)
 
-    def _input_exchange(self, x_bld: jax.Array, bias: jax.Array | None, context: jax.Array | None, kv: object) -> bool:
-        """Whether this call runs :func:`ltx2.input_exchange.input_exchange_attention`: those impls, a
-        self-attention of at least ``min_tokens`` tokens, projected here, where the exchange applies."""
-        if self.impl not in INPUT_EXCHANGES or context is not None or kv is not None:
-            return False
+    def _input_exchange(
+        self, x_bld: jax.Array, bias: jax.Array | None, context: jax.Array | None, kv: object, k_rope: object
+    ) -> int:
+        """How many token chunks :func:`ltx2.input_exchange.input_exchange_attention` exchanges for
+        this call (0: it does not run): the impl, a self-attention of at least ``min_tokens`` tokens
+        projected here (no precomputed keys, no separate key RoPE), where the exchange applies."""
+        if self.impl != "splash_input" or context is not None or kv is not None or k_rope is not None:
+            return 0
         if x_bld.shape[1] < self.min_tokens or self.strategy == "replicated":
-            return False
-        return input_exchange.applies(self.strategy, x_bld.shape[0], self.heads, x_bld.shape[1], bias)
+            return 0
+        return input_exchange.chunk_count(self.strategy, x_bld.shape[0], self.heads, x_bld.shape[1], bias)
 
     def project_kv(self, context_bsd: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Keys (``norm_k`` applied, no RoPE) and values ``[B, S, N*K]`` of ``context_bsd [B, S, Dc]``:

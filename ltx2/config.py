@@ -19,7 +19,7 @@ from ltx2.sharding import get_strategy
 
 ROPE_TYPES = ("interleaved", "split")
 ROPE_FORMS = ("concat", "fused")  # how a split RoPE is written (ltx2.rope): the same float32 arithmetic
-ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn", "splash", "splash_ring", "splash_input", "splash_input_ring")
+ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn", "splash", "splash_ring", "splash_input")
 DTYPES = ("float32", "bfloat16")
 TIMESTEP_EMBED_DIM = 256  # sinusoidal timestep features (diffusers PixArtAlphaCombinedTimestepSizeEmbeddings)
 FF_MULT = 4

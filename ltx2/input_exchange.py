@@ -1,6 +1,5 @@
 """Context-parallel self-attention that exchanges the attention's *input* instead of its keys and
-values (``TransformerConfig.attention_impl``: ``"splash_input"``, all at once; ``"splash_input_ring"``,
-chunk by chunk around the ring).
+values (``TransformerConfig.attention_impl = "splash_input"``).
 
 Why: in a context-parallel layout a shard needs every other shard's keys and values. Gathered
 (``"splash"``) or ringed (``"splash_ring"``), that moves ``2 * (N / head_shards) * K`` features per
@@ -13,16 +12,19 @@ from ``2 * (N / head_shards) * K`` to ``D / head_shards`` per token: 2x for LTX-
 self-attention on v7x-8 (tensor 2, ``N * K = D``), 25 MB per chip per layer instead of 50 MB, for
 one more key/value projection of the remote tokens per shard (+10% of the step's matmul FLOPs).
 
-The exchange starts before the local projections and runs beside them: the projections and the
-input's all-gather carry one XLA scheduling group (:func:`overlapped`). Compiled for v7x without
-the group, libtpu issued the transfer and waited for it at once (0.27 ms per layer, nothing beside
-it). The ring form passes one chunk per step while the kernel attends the one a shard holds.
+The all-gather starts before the local projections and runs beside them: the projections and the
+all-gather carry one XLA scheduling group (:func:`overlapped`). Compiled for v7x without the group,
+libtpu issued the transfer and waited for it at once (0.27 ms per layer with nothing beside it).
+Each remote chunk's keys are rotated by its rows of the RoPE tables, which the transformer hands
+over rolled per chunk offset and split like the tokens (:func:`chunk_tables`, once per forward):
+tables kept whole instead were all-gathered in every layer (2 x 25 MB per device per layer compiled
+for v6e) or sliced per chunk (0.3 GB of copies per layer for v7x).
 
 The arithmetic is the attention module's: ``to_k``/``to_v`` (:func:`ltx2.layers.linear`), ``norm_k``
-across all heads (the head shards' sums of squares added with ``psum``), RoPE from the chunk's rows of
-the full tables, the splash kernel per chunk, and the partial outputs merged by their log-sum-exps.
-Where it does not apply (no sequence-sharded layout, a mask, chunks that are not whole 128-token
-tiles, cross-attention) the attention takes ``"splash_ring"``.
+across all heads (the head shards' sums of squares added with ``psum``), RoPE, the splash kernel per
+chunk, and the partial outputs merged by their log-sum-exps. Where it does not apply (no
+sequence-sharded layout, a mask, chunks that are not whole 128-token tiles, cross-attention) the
+attention takes ``"splash"``.
 """
 
 from __future__ import annotations
@@ -45,8 +47,6 @@ from ltx2.rope import RopeTables, apply_rope
 from ltx2.sharding import constrain
 from ltx2.splash_attention import BLOCK, LANES, _kernel_call, _kernel_layout, _merge, _round_up, _tile
 
-EXCHANGES = ("gather", "ring")
-
 
 class KVProjection(NamedTuple):
     """The parameters that turn an attention's input ``[B, S, D]`` into keys and values ``[B, S, N*K]``."""
@@ -58,14 +58,14 @@ class KVProjection(NamedTuple):
     norm_scale: jax.Array | None  # norm_k's scale [N*K]
 
 
-def applies(strategy: str | None, batch: int, heads: int, tokens: int, bias: jax.Array | None) -> bool:
-    """Whether :func:`input_exchange_attention` runs for a self-attention of ``tokens`` tokens (else the
-    caller takes ``"splash_ring"``): a strategy under a mesh that splits the tokens in more than one
-    chunk of whole 128-token tiles, no mask."""
+def chunk_count(strategy: str | None, batch: int, heads: int, tokens: int, bias: jax.Array | None = None) -> int:
+    """How many token chunks :func:`input_exchange_attention` exchanges for a self-attention of
+    ``tokens`` tokens; 0 where it does not run (the attention takes ``"splash"``): it needs a strategy
+    under a mesh that splits the tokens in more than one chunk of whole 128-token tiles, and no mask."""
     if strategy is None or jax.sharding.get_abstract_mesh().empty or bias is not None:
-        return False
+        return 0
     _, _, shards = _kernel_layout(strategy, batch, heads, tokens)
-    return shards > 1 and tokens % (shards * LANES) == 0
+    return shards if shards > 1 and tokens % (shards * LANES) == 0 else 0
 
 
 _GROUPS = itertools.count(1)
@@ -90,51 +90,53 @@ def _axes(entry: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _ring_position(seq_axes: tuple[str, ...], sizes: dict[str, int], mesh_axes: tuple[str, ...]) -> jax.Array:
-    """This shard's index in ``ppermute``'s numbering of the shards over ``seq_axes``: row-major in the
-    *mesh's* axis order (checked: over ("context", "fsdp") of a (fsdp, context, tensor) mesh, shard
-    (fsdp 0, context 1) passes to (fsdp 1, context 0)), which is not the token order when the
-    layout lists the axes in another order."""
-    pos = jnp.int32(0)
-    for a in (a for a in mesh_axes if a in seq_axes):
-        pos = pos * sizes[a] + jax.lax.axis_index(a)
-    return pos
+class ChunkTables(NamedTuple):
+    """RoPE tables per chunk offset: ``cos[j]``/``sin[j]`` the table rolled by ``j`` token chunks, so
+    that a shard's own rows of entry ``j`` are those of the chunk ``j`` after its own (entry 0: the
+    table itself). Split over the tokens like the activations. Separate arrays, not one stacked
+    array: indexing a stacked one in the layer scan copied the tables in every layer (compiled for
+    v7x: +12 GB of traffic per step)."""
+
+    cos: tuple[jax.Array, ...]
+    sin: tuple[jax.Array, ...]
+
+    def at(self, offset: int) -> RopeTables:
+        return RopeTables(self.cos[offset], self.sin[offset])
 
 
-def _token_shard(
-    pos: jax.Array, seq_axes: tuple[str, ...], sizes: dict[str, int], mesh_axes: tuple[str, ...]
-) -> jax.Array:
-    """The token chunk (row-major over ``seq_axes`` in the layout's order, as ``P(seq_axes)`` splits
-    the tokens) of the shard at ring position ``pos`` (:func:`_ring_position`)."""
-    digits = {}
-    for a in reversed([a for a in mesh_axes if a in seq_axes]):
-        digits[a], pos = pos % sizes[a], pos // sizes[a]
-    index = jnp.int32(0)
-    for a in seq_axes:
-        index = index * sizes[a] + digits[a]
-    return index
-
-
-def _table_spec(t: jax.Array, b: object, n: object, rope_type: str, rope_form: str) -> tuple[P, int]:
-    """(spec, token axis) of a full RoPE table inside the ring: heads split like the kernel's heads,
-    every token; a size-1 batch dimension stays whole."""
-    bb = b if t.shape[0] > 1 else None
+def _table_names(rope_type: str, rope_form: str) -> tuple[str | None, ...]:
+    """Logical names of a table's dims (its batch dim is 1 or B: left whole)."""
     if rope_type == "interleaved":
-        return P(bb, None, n), 1
+        return (None, "activation_length", "heads")
     if rope_form == "fused":
-        return P(bb, n, None, None), 2
-    return P(bb, None, n, None), 1
+        return (None, "activation_attention_heads", "activation_length", None)
+    return (None, "activation_length", "activation_attention_heads", None)
+
+
+def chunk_tables(
+    rope: RopeTables, *, strategy: str, batch: int, heads: int, tokens: int, rope_type: str, rope_form: str
+) -> ChunkTables:
+    """``rope`` (over all ``tokens``) as :class:`ChunkTables` for the chunks the strategy splits the
+    tokens in (the rolls move rows between shards: once per forward, outside the layer scan)."""
+    _, _, shards = _kernel_layout(strategy, batch, heads, tokens)
+    names = _table_names(rope_type, rope_form)
+    axis = names.index("activation_length")
+    per = tokens // shards
+    rolled = [
+        tuple(constrain(jnp.roll(t, -j * per, axis=axis), names, strategy) for j in range(shards))
+        for t in (rope.cos, rope.sin)
+    ]
+    return ChunkTables(*rolled)
 
 
 def input_exchange_attention(
-    q_bld: jax.Array,
-    k_bld: jax.Array,
-    v_bld: jax.Array,
-    x_bld: jax.Array,
+    q_blnk: jax.Array,
+    k_bsnk: jax.Array,
+    v_bsnk: jax.Array,
+    x_bsd: jax.Array,
     params: KVProjection,
-    rope: RopeTables | None,
+    rope: ChunkTables | None,
     *,
-    head_dim: int,
     eps: float,
     partials: str,
     rope_type: str,
@@ -143,23 +145,14 @@ def input_exchange_attention(
     interpret: bool | None = None,
     block: int = BLOCK,
     group: int | None = None,
-    exchange: str = "gather",
 ) -> jax.Array:
-    """Self-attention of the queries ``q_bld [B, L, N*K]`` (normed, not rotated) over the keys of
-    all tokens -> ``[B, L, N, K]``. ``k_bld``/``v_bld`` (keys normed, not rotated) serve each shard's
-    own tokens; the others' are projected from ``x_bld [B, L, D]`` (the input ``to_k``/``to_v`` read)
-    where it arrives. ``rope``: the tables over all ``L`` tokens (the transformer lays them out
-    unsplit for these impls), applied inside to every chunk, the local one included, so that the
-    layer scan holds them unsplit (rotating the local queries outside had GSPMD keep them split
-    and all-gather them in every layer: 2 x 25 MB per device per layer compiled for v6e).
-    ``group``: the scheduling group of the local projections (:func:`overlapped`), which the
-    exchange's first transfer joins. ``exchange``: ``"gather"`` (one all-gather of every shard's
-    input) or ``"ring"`` (one chunk passed on per step). Call only where :func:`applies`."""
-    if exchange not in EXCHANGES:
-        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
-    B, L, _ = q_bld.shape
-    K = head_dim
-    N = q_bld.shape[-1] // K
+    """Self-attention of ``q_blnk [B, L, N, K]`` (normed and rotated) over the keys of all tokens ->
+    ``[B, L, N, K]``. ``k_bsnk``/``v_bsnk`` (normed, rotated) serve each shard's own tokens; the
+    others' are projected from ``x_bsd [B, L, D]`` (the input ``to_k``/``to_v`` read) where it
+    arrives, and rotated by ``rope`` (:func:`chunk_tables`). ``group``: the scheduling group of the
+    local projections (:func:`overlapped`), which the all-gather joins. Call only where
+    :func:`applies`."""
+    B, L, N, K = q_blnk.shape
     (b, n), seq_axes, shards = _kernel_layout(strategy, B, N, L)
     seq = seq_axes[0] if len(seq_axes) == 1 else seq_axes
     head_axes = _axes(n)
@@ -167,75 +160,41 @@ def input_exchange_attention(
     mesh = jax.sharding.get_abstract_mesh()
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
     head_shards = math.prod(sizes[a] for a in head_axes)
-    split = head_shards > 1 and x_bld.shape[-1] % head_shards == 0
+    split = head_shards > 1 and x_bsd.shape[-1] % head_shards == 0
     Kp = _round_up(K, LANES)
-    heads = lambda t: pad_to(jnp.swapaxes(t.reshape(*t.shape[:2], -1, K), 1, 2), 3, Kp)  # noqa: E731
-    perm = [(i, (i + 1) % shards) for i in range(shards)]
-    tables = () if rope is None else (rope.cos, rope.sin)
-    table_specs = [_table_spec(t, b, n, rope_type, rope_form) for t in tables]
+    to_kernel = lambda t: pad_to(jnp.swapaxes(t, 1, 2), 3, Kp)  # noqa: E731
+    names = _table_names(rope_type, rope_form)
+    # the other chunks' tables: (cos, sin) of offset 1, then of offset 2, ...
+    tables: tuple[jax.Array, ...] = (
+        () if rope is None else tuple(t for j in range(1, shards) for t in (rope.cos[j], rope.sin[j]))
+    )
 
-    def rotate(t: jax.Array, src: jax.Array, cos_sin: tuple[jax.Array, ...]) -> jax.Array:
-        """``t [b, s, n*K]`` rotated by the table rows of token chunk ``src``."""
-        if not cos_sin:
-            return t
-        s_loc = t.shape[1]
-        part = [
-            jax.lax.dynamic_slice_in_dim(table, src * s_loc, s_loc, axis=spec[1])
-            for table, spec in zip(cos_sin, table_specs, strict=True)
-        ]
-        return apply_rope(t, RopeTables(*part), rope_type, rope_form)
-
-    def project(chunk: jax.Array, src: jax.Array, kk: KVProjection, cos_sin: tuple[jax.Array, ...]) -> tuple:  # type: ignore[type-arg]
+    def project(chunk: jax.Array, kk: KVProjection, cos_sin: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         with scopes.scope(scopes.QKV):
             k = linear(chunk, kk.k_kernel, kk.k_bias, partials)
             v = linear(chunk, kk.v_kernel, kk.v_bias, partials)
             k = rms_norm(k, eps, kk.norm_scale, shard_axes=head_axes)
-        return heads(rotate(k, src, cos_sin)), heads(v)
+        if cos_sin:
+            k = apply_rope(k, RopeTables(*cos_sin), rope_type, rope_form)
+        heads = lambda t: to_kernel(t.reshape(*t.shape[:2], -1, K))  # noqa: E731
+        return heads(k), heads(v)
 
-    def body(interp: bool, q, k, v, x, kk, *cos_sin):  # type: ignore[no-untyped-def]
+    def body(interp: bool, q, k, v, x, kk, *chunk_cos_sin):  # type: ignore[no-untyped-def]
         call = functools.partial(_kernel_call, bq=tile, bk=tile, interpret=interp)
-        own = jax.lax.axis_index(seq_axes)  # this shard's token chunk (row-major over seq_axes)
-        q = rotate(q, own, cos_sin)
-        q = heads((q.astype(jnp.float32) / math.sqrt(K)).astype(q.dtype))  # the kernel does not scale
-        k, v = heads(rotate(k, own, cos_sin)), heads(v)
         if split:  # each head shard sends its share of the features; its peers' shares come on-chip
             width = x.shape[-1] // head_shards
             x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(head_axes) * width, width, axis=2)
-        if exchange == "gather":
-            return _gathered(call, q, k, v, x, own, lambda chunk, r: project(chunk, r, kk, cos_sin))
-        pos = _ring_position(seq_axes, sizes, mesh.axis_names)
-        outs, lses = [], []
-        for step in range(shards):
-            with scopes.scope(scopes.CORE):
-                with overlapped(group if step == 0 else None):
-                    nxt = jax.lax.ppermute(x, seq_axes, perm) if step + 1 < shards else None
-                out, (lse,) = call(q, k, v, None, None, residuals=True)
-            outs.append(out.astype(jnp.float32))
-            lses.append(lse)
-            if nxt is not None:
-                x = nxt
-                with scopes.scope(scopes.CORE):
-                    chunk = jax.lax.all_gather(x, head_axes, axis=2, tiled=True) if split else x
-                src = _token_shard((pos - step - 1) % shards, seq_axes, sizes, mesh.axis_names)
-                k, v = project(chunk, src, kk, cos_sin)
-        with scopes.scope(scopes.CORE):
-            return _merge(outs, lses).astype(q.dtype)
-
-    def _gathered(call, q, k, v, x, own, project_at):  # type: ignore[no-untyped-def]
-        """Every shard's input at once (one all-gather, which libtpu runs asynchronously beside the
-        local projections; it numbers the shards as the tokens), the local chunk attended, then each
-        other chunk projected and attended."""
+        own = jax.lax.axis_index(seq_axes)  # all_gather numbers the shards as the tokens: row-major over seq_axes
         with scopes.scope(scopes.CORE):
             with overlapped(group):
                 every = jax.lax.all_gather(x, seq_axes, axis=0)
             out, (lse,) = call(q, k, v, None, None, residuals=True)
         outs, lses = [out.astype(jnp.float32)], [lse]
         for j in range(1, shards):
-            r = (own + j) % shards
             with scopes.scope(scopes.CORE):
-                piece = jax.lax.dynamic_index_in_dim(every, r, 0, keepdims=False)
+                piece = jax.lax.dynamic_index_in_dim(every, (own + j) % shards, 0, keepdims=False)
                 chunk = jax.lax.all_gather(piece, head_axes, axis=2, tiled=True) if split else piece
-            k, v = project_at(chunk, r)
+            k, v = project(chunk, kk, tuple(chunk_cos_sin[2 * j - 2 : 2 * j]))  # its rows: chunk own + j's
             with scopes.scope(scopes.CORE):
                 out, (lse,) = call(q, k, v, None, None, residuals=True)
             outs.append(out.astype(jnp.float32))
@@ -243,19 +202,23 @@ def input_exchange_attention(
         with scopes.scope(scopes.CORE):
             return _merge(outs, lses).astype(q.dtype)
 
-    token_spec, out_spec = P(b, seq, n), P(b, n, seq, None)
+    q_spec = P(b, n, seq, None)
     w_spec, v_spec = P(None, n), P(n)
     kk_spec = KVProjection._make(  # the parameters' specs, in the parameters' pytree
         None if value is None else spec
         for value, spec in zip(params, (w_spec, v_spec, w_spec, v_spec, v_spec), strict=True)
     )
-    in_specs = (token_spec, token_spec, token_spec, P(b, seq, None), kk_spec, *(spec for spec, _ in table_specs))
+    mesh_names = {"activation_length": seq, "activation_attention_heads": n, "heads": n}
+    table_spec = P(None, *(mesh_names.get(name) if name else None for name in names[1:]))
+    in_specs = (q_spec, q_spec, q_spec, P(b, seq, None), kk_spec, *(table_spec for _ in tables))
 
     def run(interp: bool, *args: jax.Array | KVProjection) -> jax.Array:
         fn = functools.partial(body, interp)
-        return jax.shard_map(fn, in_specs=in_specs, out_specs=out_spec, check_vma=False)(*args)
+        return jax.shard_map(fn, in_specs=in_specs, out_specs=q_spec, check_vma=False)(*args)
 
-    args = (q_bld, k_bld, v_bld, x_bld, params, *tables)
+    q = (q_blnk.astype(jnp.float32) / math.sqrt(K)).astype(q_blnk.dtype)  # the kernel does not scale
+    args: tuple[jax.Array | KVProjection, ...] = (to_kernel(q), to_kernel(k_bsnk), to_kernel(v_bsnk), x_bsd, params)
+    args += tables
     device = jax.sharding.get_abstract_mesh().abstract_device
     if interpret is None and device is not None:  # the mesh says where it runs: no platform switch
         interpret = device.platform != "tpu"
@@ -263,17 +226,5 @@ def input_exchange_attention(
         out = jax.lax.platform_dependent(*args, tpu=functools.partial(run, False), default=functools.partial(run, True))
     else:
         out = run(interpret, *args)
-    out_blnk = jnp.swapaxes(out[..., :K], 1, 2).astype(q_bld.dtype)
+    out_blnk = jnp.swapaxes(out[..., :K], 1, 2).astype(q_blnk.dtype)
     return constrain(out_blnk, ("activation_batch", "activation_length", "heads", None), strategy)
-
-
-def unsplit_tables(rope: RopeTables, rope_type: str, rope_form: str, strategy: str) -> RopeTables:
-    """``rope`` laid out with every token on every shard (heads split as the kernel's): the ring reads
-    any chunk's rows. The tables are built from the grid once per forward, before the layer scan."""
-    if rope_type == "interleaved":
-        names: tuple[str | None, ...] = (None, None, "heads")
-    elif rope_form == "fused":
-        names = (None, "activation_attention_heads", None, None)
-    else:
-        names = (None, None, "activation_attention_heads", None)
-    return RopeTables(*(constrain(t, names, strategy) for t in (rope.cos, rope.sin)))

@@ -221,17 +221,28 @@ class LTX2Transformer(nnx.Module):
             audio_ca_gate,
             prompt,
             audio_prompt,
-            self._rope(video_coords, audio_coords),
+            self._rope(video_coords, audio_coords, int(np.shape(timestep)[0]) if np.ndim(timestep) else 1),
         )
 
-    def _rope(self, video_coords: jax.Array | np.ndarray, audio_coords: jax.Array | np.ndarray) -> AVRope:
-        """The four RoPEs; the video self-attention's unsplit over tokens for the input exchanges,
-        which read every chunk's rows (:func:`ltx2.input_exchange.unsplit_tables`)."""
+    def _rope(self, video_coords: jax.Array | np.ndarray, audio_coords: jax.Array | np.ndarray, batch: int) -> AVRope:
+        """The four RoPEs; the video self-attention's per token chunk where it exchanges its input
+        (:func:`ltx2.input_exchange.chunk_tables`: rolled once here, outside the layer scan)."""
         rope = av_rope(self.cfg, video_coords, audio_coords)
-        if not self.cfg.attention_impl.startswith("splash_input"):
+        tokens, cfg = rope.video.cos.shape[2 if self.cfg.rope_form == "fused" else 1], self.cfg
+        if cfg.attention_impl != "splash_input" or tokens < cfg.attention_impl_min_tokens:
             return rope
-        video = input_exchange.unsplit_tables(rope.video, self.cfg.rope_type, self.cfg.rope_form, self.cfg.sharding)
-        return rope._replace(video=video)
+        if not input_exchange.chunk_count(cfg.sharding, batch, cfg.num_attention_heads, tokens):
+            return rope
+        video = input_exchange.chunk_tables(
+            rope.video,
+            strategy=cfg.sharding,
+            batch=batch,
+            heads=cfg.num_attention_heads,
+            tokens=tokens,
+            rope_type=cfg.rope_type,
+            rope_form=cfg.rope_form,
+        )
+        return rope._replace(video=video)  # type: ignore[arg-type]
 
     def block_inputs(
         self,

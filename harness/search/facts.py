@@ -35,6 +35,11 @@ class ArraySig:
     count: int = 1  # parameters with this signature
     kernel: str | None = None  # laid out only under this attention_impl (None: always)
 
+    def laid_out(self, attention: str) -> bool:
+        """Whether this array is laid out under ``attention``: always without a kernel, and under every
+        impl of the kernel's family (``splash`` covers ``splash_ring``, ``splash_input``, ...)."""
+        return self.kernel is None or attention == self.kernel or attention.startswith(f"{self.kernel}_")
+
 
 @dataclass(frozen=True)
 class ModelFacts:

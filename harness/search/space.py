@@ -114,7 +114,7 @@ def as_candidate(
         same = all(
             strategy_axes(strategy, mesh, a.names) == dim_axes(facts, c, a.names)
             for a in facts.arrays
-            if a.kernel in (None, attention)
+            if a.laid_out(attention)
         )
     except ValueError:
         return None
@@ -135,7 +135,7 @@ NOT_DIVISIBLE, WEIGHTS, SAME = "dim does not divide", "weights exceed memory", "
 
 def layout_key(facts: ModelFacts, c: Candidate) -> tuple[object, ...]:
     """What the compiled step depends on: mesh, kernel and the mesh axes of every array it lays out."""
-    arrays = tuple(tuple(dim_axes(facts, c, a.names)) for a in facts.arrays if a.kernel in (None, c.attention))
+    arrays = tuple(tuple(dim_axes(facts, c, a.names)) for a in facts.arrays if a.laid_out(c.attention))
     return (c.mesh, c.attention, arrays)
 
 
@@ -149,7 +149,7 @@ def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> Pruned | None
     except ValueError as e:
         return Pruned(STRATEGY, str(e))
     for array in facts.arrays:
-        if array.kernel not in (None, c.attention):
+        if not array.laid_out(c.attention):
             continue
         axes = dim_axes(facts, c, array.names)
         flat = [a for dim in axes for a in dim]

@@ -1,6 +1,5 @@
-"""``attention_impl = "splash_input"`` / ``"splash_input_ring"``: the self-attention's input exchanged
-(all-gathered, or passed around the context ring) and each chunk's keys and values projected where it
-arrives (ltx2/input_exchange.py), on 8 simulated devices (fsdp 2 x context 2 x
+"""``attention_impl = "splash_input"``: the self-attention's input all-gathered and each chunk's keys
+and values projected where it arrives (ltx2/input_exchange.py), on 8 simulated devices (fsdp 2 x context 2 x
 tensor 2; the "context" strategy puts the tokens over context x fsdp = 4 shards, heads over tensor).
 It gives the replicated XLA attention's numbers and moves the input's bytes instead of the keys'
 and values'. Tolerance: FP32_KERNEL (one splash kernel per chunk whose partial softmaxes merge by
@@ -24,7 +23,7 @@ from harness.vocabulary import Collective
 from ltx2 import input_exchange, sharding
 from ltx2.attention import Attention
 from ltx2.config import TransformerConfig
-from ltx2.input_exchange import input_exchange_attention, unsplit_tables
+from ltx2.input_exchange import ChunkTables, chunk_tables
 from ltx2.rope import rope_tables
 from ltx2.transformer import LTX2Transformer
 from tests.ltx2 import test_strategies as ts
@@ -65,12 +64,14 @@ def _run(mesh: Mesh, impl: str, rope_form: str, x: jax.Array) -> tuple[jax.Array
     x = jax.device_put(x, NamedSharding(mesh, P(None, ("context", "fsdp"), None)))
 
     def call(state, x, rope):  # type: ignore[no-untyped-def]
-        if impl.startswith("splash_input"):
-            rope = unsplit_tables(rope, "split", rope_form, "context")
         return nnx.merge(graphdef, state)(x, q_rope=rope)
 
-    rope = _tables(rope_form)  # computed outside the program: no collectives of its own there
+    # computed outside the program (as the transformer does, once per forward): no collectives here
+    rope = _tables(rope_form)
     with jax.set_mesh(mesh):
+        if impl == "splash_input":
+            kw = dict(strategy="context", batch=B, heads=N, tokens=L, rope_type="split", rope_form=rope_form)
+            rope = jax.jit(lambda r: chunk_tables(r, **kw))(rope)
         compiled = jax.jit(call).lower(state, x, rope).compile()
         return compiled(state, x, rope), compiled.as_text()
 
@@ -80,36 +81,43 @@ def _error(ours: jax.Array, ref: jax.Array) -> float:
     return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
 
 
-# impl -> (all-gathers, their result bytes, collective-permutes, their bytes), in units of one shard's
-# piece of the input: [B, 256 tokens, D/2 features] float32 (each tensor shard sends half its features)
+# (all-gathers, their result bytes, collective-permutes), bytes in units of one shard's piece of the
+# input, [B, 256 tokens, D/2 features] float32 (each tensor shard sends half its features): one
+# all-gather of every shard's piece over the 4 token shards, then each of the 3 other chunks' two
+# halves gathered across tensor; nothing passed around.
 PIECE = B * (L // 4) * (D // 2) * 4
-EXPECTED = {
-    # one all-gather of every shard's piece over the 4 token shards, then each of the 3 other chunks'
-    # two halves gathered across tensor
-    "splash_input": (1 + 3, 4 + 3 * 2, 0, 0),
-    # the piece passed on 3 times, each arriving chunk's halves gathered across tensor
-    "splash_input_ring": (3, 3 * 2, 3, 3),
-}
+EXPECTED = (1 + 3, 4 + 3 * 2, 0)
 
 
 @pytest.mark.parametrize("rope_form", ["concat", "fused"])
-@pytest.mark.parametrize("impl", list(EXPECTED))
-def test_input_exchange_gives_the_replicated_numbers_and_moves_the_input(mesh: Mesh, impl: str, rope_form: str) -> None:
+def test_input_exchange_gives_the_replicated_numbers_and_moves_the_input(mesh: Mesh, rope_form: str) -> None:
     """Against the replicated XLA path with the same weights; the collectives move the input's
     pieces, never the keys and values (:data:`EXPECTED`). The RoPE tables make the chunk order
-    matter: a chunk projected with another chunk's rows would fail the tolerance by far (0.18)."""
+    matter: a chunk rotated by another chunk's rows fails the tolerance by far (0.18, seen)."""
     x = jax.random.normal(jax.random.key(1), (B, L, D), jnp.float32)
     reference = _attention("xla", "replicated", rope_form)
     reference.to_k.bias[...] = jax.random.normal(jax.random.key(5), (N * K,)) * 0.1
     expected = reference(x, q_rope=_tables(rope_form))
-    out, hlo = _run(mesh, impl, rope_form, x)
+    out, hlo = _run(mesh, "splash_input", rope_form, x)
     error = _error(out, expected)
-    print(f"{impl} ({rope_form} RoPE) against replicated: {error:.2e}")
+    print(f"splash_input ({rope_form} RoPE) against replicated: {error:.2e}")
     assert error <= FP32_KERNEL
     stats = collective_stats(parse(hlo)).by_kind
     gathers, permutes = stats[Collective.ALL_GATHER], stats[Collective.COLLECTIVE_PERMUTE]
-    counts = (gathers.count, gathers.result_bytes / PIECE, permutes.count, permutes.result_bytes / PIECE)
-    assert counts == EXPECTED[impl]
+    assert (gathers.count, gathers.result_bytes / PIECE, permutes.count) == EXPECTED
+
+
+def test_chunk_tables_hold_each_chunks_rows_where_its_offset_says() -> None:
+    """Entry j of the chunk tables is the table rolled by j chunks of L/4 tokens: token t of entry j
+    is token (t + j L/4) mod L of the table (no mesh: the rolls alone)."""
+    mesh = sharding.build_mesh(MESH)
+    rope = _tables("concat")
+    with jax.set_mesh(mesh):
+        kw = dict(strategy="context", batch=B, heads=N, tokens=L, rope_type="split", rope_form="concat")
+        per = chunk_tables(rope, **kw)
+    assert isinstance(per, ChunkTables) and len(per.cos) == 4 and per.cos[1].shape == rope.cos.shape
+    for j in range(4):
+        assert np.array_equal(np.asarray(per.at(j).sin), np.roll(np.asarray(rope.sin), -j * (L // 4), axis=1))
 
 
 def test_the_ring_of_keys_and_values_moves_more(mesh: Mesh) -> None:
@@ -121,20 +129,11 @@ def test_the_ring_of_keys_and_values_moves_more(mesh: Mesh) -> None:
     assert permutes.count == 6 and permutes.result_bytes == 6 * B * (N // 2) * (L // 4) * 128 * 4
 
 
-def test_unknown_exchange_is_refused() -> None:
-    x = jnp.zeros((1, 128, 64))
-    with pytest.raises(ValueError, match="exchange must be one of"):
-        input_exchange_attention(
-            x, x, x, x, None, None, head_dim=64, eps=1e-6, partials="float32", rope_type="split",  # type: ignore[arg-type]
-            rope_form="concat", strategy="context", exchange="broadcast",
-        )  # fmt: skip
-
-
 def test_the_transformer_step_with_the_input_exchange_gives_the_replicated_numbers(mesh: Mesh) -> None:
     """The tiny denoising step at 2x16x16 latents (512 video tokens: 4 token shards of one 128-token
     tile) under "context", the video self-attention on "splash_input" (the others below its
     min_tokens on XLA's path): the replicated step's numbers (tolerance: test_strategies' step TOL),
-    with the exchange traced for the video self-attention, its tables unsplit by the transformer."""
+    with the exchange traced for the video self-attention, its tables rolled once by the transformer."""
     grid = dict(batch=2, frames=2, height=16, width=16, audio=8, text=16)
     ref_cfg = TransformerConfig.tiny()
     graphdef, weights = ts._place(ts._build(lambda: LTX2Transformer(ref_cfg, rngs=nnx.Rngs(0))), "replicated", None)
@@ -144,12 +143,15 @@ def test_the_transformer_step_with_the_input_exchange_gives_the_replicated_numbe
     graphdef, state = ts._place(ts._build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights), "context", mesh)
     place = lambda k, v: jax.device_put(v, sharding.input_sharding(ts._INPUT_AXES[k], "context", mesh))  # noqa: E731
     inputs = {k: place(k, v) for k, v in host.items()}
+    attend = input_exchange.input_exchange_attention
     with (
-        mock.patch.object(input_exchange, "input_exchange_attention", wraps=input_exchange_attention) as spy,
+        mock.patch.object(input_exchange, "chunk_tables", wraps=input_exchange.chunk_tables) as tables,
+        mock.patch.object(input_exchange, "input_exchange_attention", wraps=attend) as spy,
         jax.set_mesh(mesh),
     ):
         (x, a), _ = ts._compiled_and_run(ts._denoise_step(graphdef, grid), state, inputs)
     errors = (_error(x, expected[0]), _error(a, expected[1]))
     print(f"tiny step, 512 video tokens, splash_input under context: video {errors[0]:.2e}, audio {errors[1]:.2e}")
     assert max(errors) <= ts.TOL
-    assert spy.call_count >= 1 and all(c.kwargs["exchange"] == "gather" for c in spy.call_args_list)
+    assert spy.call_count >= 1  # the video self-attention exchanged its input
+    assert tables.call_count == 1  # its tables rolled once, by the transformer

@@ -129,6 +129,18 @@ def test_rules_the_step_does_not_use_give_the_same_layout() -> None:
     )
 
 
+def test_every_splash_impl_lays_out_the_kernels_heads() -> None:
+    """The ring and input-exchange impls run the splash kernel: its heads rule matters to them as to
+    "splash" (two layouts), and not to XLA's path (one)."""
+    facts = tiny_facts()
+    for attention, layouts in (("splash_input", 2), ("splash_ring", 2), ("xla", 1)):
+        keys = {
+            layout_key(facts, _c(attention=attention, heads=["tensor"], kv=[], activation_heads=h))
+            for h in ([], ["tensor"])
+        }
+        assert len(keys) == layouts, attention
+
+
 def test_the_search_compiles_one_layout_once() -> None:
     space = SearchSpace(rules=(("heads", (("tensor",), ())), ("kv", (("tensor",), ()))), meshes=(MESH,))
     result = SearchResult()
