@@ -1,8 +1,8 @@
 """One markdown row per (record, variant) of a compile-only sweep: the predicted step [interval],
 matmul FLOPs, HBM traffic, collective operand bytes by kind and peak memory, per device and step.
 
-A ``denoise_loop`` variant whose name ends in ``-loop`` (one scanned program of the workload's steps)
-is divided by the workload's steps, so it reads per step. With ``--repredicted`` (JSON lines of
+A ``denoise_loop`` variant named ``...-loop`` or ``...-loop-<suffix>`` (one scanned program of the
+workload's steps) is divided by the workload's steps, so it reads per step. With ``--repredicted`` (JSON lines of
 ``variant``, ``new_ms``, ``interval_ms``, ``new_traffic_gb``: a re-prediction of older records from
 their cached programs), those replace the record's step, interval and traffic.
 
@@ -23,7 +23,8 @@ def row(record: dict[str, Any], replaced: dict[str, Any] | None = None) -> str:
     name = record["variant"]["name"]
     stage, entry = next(iter(record["stages"].items()))
     static, predicted = entry["static"], entry["predicted"]
-    per = record["config"]["workload"]["steps"] if stage == "denoise_loop" and name.endswith("-loop") else 1
+    looped = name.endswith("-loop") or "-loop-" in name
+    per = record["config"]["workload"]["steps"] if stage == "denoise_loop" and looped else 1
     if replaced:
         step, (lo, hi), traffic = replaced["new_ms"], replaced["interval_ms"], replaced["new_traffic_gb"]
     else:

@@ -31,6 +31,9 @@ def test_a_scanned_loop_reads_per_step_and_a_step_as_it_is() -> None:
         table.row(_record("x", "denoise_step"))
         == "| x | 4000.0 [3000.0-6000.0] | 80.0 | 400.0 | 4.0 / 8.0 / 0.0 | 2.0 |"
     )
+    # a loop variant with a suffix is still a loop; a guided loop (no "-loop") reads per video
+    assert table.row(_record("x-loop-async", "denoise_loop")).startswith("| x-loop-async | 100.0 [75.0-150.0] |")
+    assert table.row(_record("x-guided", "denoise_loop")).startswith("| x-guided | 4000.0 [3000.0-6000.0] |")
 
 
 def test_a_reprediction_replaces_step_interval_and_traffic() -> None:
