@@ -75,7 +75,8 @@ def estimate(facts: ModelFacts, c: Candidate, hw: Hardware) -> Estimate:
     reduced = 4 * act / _size(mesh, data) * 2 * (t - 1) / t * facts.num_layers
     kv = 2 * act / _size(mesh, data | model) * (s - 1) * facts.num_layers
     collective = gathered + reduced + kv
-    logits = 0.0 if c.attention.startswith("splash") else _logits_bytes(facts) / _size(mesh, data | model) * facts.num_layers
+    per_device = _logits_bytes(facts) / _size(mesh, data | model) * facts.num_layers
+    logits = 0.0 if c.attention.startswith("splash") else per_device  # the splash kernels keep them in VMEM
     step = compute_s + collective / hw.link_bytes_per_s + logits / hw.hbm_bytes_per_s
     return Estimate(compute_s, collective, logits, step, weights)
 
