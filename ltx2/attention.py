@@ -196,12 +196,11 @@ class Attention(nnx.Module):
             if q_rope is not None and (per_chunk is None or len(per_chunk.cos) != chunks):
                 per_chunk = input_exchange.chunk_tables(
                     q_rope,
-                    strategy=self.strategy,
-                    batch=x_bld.shape[0],
-                    heads=self.heads,
+                    chunks=chunks,
                     tokens=x_bld.shape[1],
                     rope_type=self.rope_type,
                     rope_form=self.rope_form,
+                    strategy=self.strategy,
                 )
             params = input_exchange.KVProjection(
                 self.to_k.kernel[...],
@@ -245,11 +244,12 @@ class Attention(nnx.Module):
         """How many token chunks :func:`ltx2.input_exchange.input_exchange_attention` exchanges for
         this call (0: it does not run): the impl, a self-attention of at least ``min_tokens`` tokens
         projected here (no precomputed keys, no separate key RoPE), where the exchange applies."""
-        if self.impl != "splash_input" or context is not None or kv is not None or k_rope is not None:
+        if context is not None or kv is not None or k_rope is not None:
             return 0
-        if x_bld.shape[1] < self.min_tokens or self.strategy == "replicated":
-            return 0
-        return input_exchange.chunk_count(self.strategy, x_bld.shape[0], self.heads, x_bld.shape[1], bias)
+        B, L = x_bld.shape[:2]
+        return input_exchange.chunk_count(
+            self.impl, self.strategy, batch=B, heads=self.heads, tokens=L, min_tokens=self.min_tokens, bias=bias
+        )
 
     def project_kv(self, context_bsd: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Keys (``norm_k`` applied, no RoPE) and values ``[B, S, N*K]`` of ``context_bsd [B, S, Dc]``:

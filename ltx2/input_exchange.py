@@ -58,11 +58,16 @@ class KVProjection(NamedTuple):
     norm_scale: jax.Array | None  # norm_k's scale [N*K]
 
 
-def chunk_count(strategy: str | None, batch: int, heads: int, tokens: int, bias: jax.Array | None = None) -> int:
+def chunk_count(
+    impl: str, strategy: str | None, *, batch: int, heads: int, tokens: int, min_tokens: int = 1, bias: object = None
+) -> int:
     """How many token chunks :func:`input_exchange_attention` exchanges for a self-attention of
-    ``tokens`` tokens; 0 where it does not run (the attention takes ``"splash"``): it needs a strategy
-    under a mesh that splits the tokens in more than one chunk of whole 128-token tiles, and no mask."""
-    if strategy is None or jax.sharding.get_abstract_mesh().empty or bias is not None:
+    ``tokens`` tokens under ``impl``; 0 where it does not run (the attention takes ``"splash"``): it
+    needs ``"splash_input"``, at least ``min_tokens`` tokens, no mask, and a strategy under a mesh
+    that splits the tokens in more than one chunk of whole 128-token tiles."""
+    if impl != "splash_input" or tokens < min_tokens or bias is not None:
+        return 0
+    if strategy is None or jax.sharding.get_abstract_mesh().empty:
         return 0
     _, _, shards = _kernel_layout(strategy, batch, heads, tokens)
     return shards if shards > 1 and tokens % (shards * LANES) == 0 else 0
@@ -78,9 +83,11 @@ def scheduling_group() -> int:
 
 def overlapped(group: int | None) -> contextlib.AbstractContextManager[Any]:
     """Ops traced inside carry XLA's ``_scheduling_group_id`` ``group``: the latency-hiding scheduler
-    runs a group's async collective (the input's first hop) beside the group's other ops (the local
-    chunk's projections and kernel). Without it libtpu issued the hop and waited for it at once
-    (compiled for v7x: 0.27 ms per layer with nothing beside it). Nothing for ``None``."""
+    runs a group's async collective (the input's all-gather) beside the group's other ops (the local
+    Q/K/V projections). Without it libtpu issued the transfer and waited for it at once (compiled
+    for v7x: 0.27 ms per layer with nothing beside it). libtpu refuses a group whose ops are joined
+    through ops outside it ("annotation groups with gaps"), so the kernel on the local chunk, which
+    reads the projections through the norms, stays out. Nothing for ``None``."""
     if group is None:
         return contextlib.nullcontext()
     return set_xla_metadata(_scheduling_group_id=str(group))
@@ -114,16 +121,15 @@ def _table_names(rope_type: str, rope_form: str) -> tuple[str | None, ...]:
 
 
 def chunk_tables(
-    rope: RopeTables, *, strategy: str, batch: int, heads: int, tokens: int, rope_type: str, rope_form: str
+    rope: RopeTables, *, chunks: int, tokens: int, rope_type: str, rope_form: str, strategy: str
 ) -> ChunkTables:
-    """``rope`` (over all ``tokens``) as :class:`ChunkTables` for the chunks the strategy splits the
-    tokens in (the rolls move rows between shards: once per forward, outside the layer scan)."""
-    _, _, shards = _kernel_layout(strategy, batch, heads, tokens)
+    """``rope`` (over all ``tokens``) as :class:`ChunkTables` for ``chunks`` token chunks
+    (:func:`chunk_count`; the rolls move rows between shards: once per forward, outside the layer scan)."""
     names = _table_names(rope_type, rope_form)
     axis = names.index("activation_length")
-    per = tokens // shards
+    per = tokens // chunks
     rolled = [
-        tuple(constrain(jnp.roll(t, -j * per, axis=axis), names, strategy) for j in range(shards))
+        tuple(constrain(jnp.roll(t, -j * per, axis=axis), names, strategy) for j in range(chunks))
         for t in (rope.cos, rope.sin)
     ]
     return ChunkTables(*rolled)
@@ -151,7 +157,7 @@ def input_exchange_attention(
     others' are projected from ``x_bsd [B, L, D]`` (the input ``to_k``/``to_v`` read) where it
     arrives, and rotated by ``rope`` (:func:`chunk_tables`). ``group``: the scheduling group of the
     local projections (:func:`overlapped`), which the all-gather joins. Call only where
-    :func:`applies`."""
+    :func:`chunk_count` is not 0."""
     B, L, N, K = q_blnk.shape
     (b, n), seq_axes, shards = _kernel_layout(strategy, B, N, L)
     seq = seq_axes[0] if len(seq_axes) == 1 else seq_axes
@@ -219,7 +225,7 @@ def input_exchange_attention(
     q = (q_blnk.astype(jnp.float32) / math.sqrt(K)).astype(q_blnk.dtype)  # the kernel does not scale
     args: tuple[jax.Array | KVProjection, ...] = (to_kernel(q), to_kernel(k_bsnk), to_kernel(v_bsnk), x_bsd, params)
     args += tables
-    device = jax.sharding.get_abstract_mesh().abstract_device
+    device = mesh.abstract_device
     if interpret is None and device is not None:  # the mesh says where it runs: no platform switch
         interpret = device.platform != "tpu"
     if interpret is None:

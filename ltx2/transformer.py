@@ -229,18 +229,23 @@ class LTX2Transformer(nnx.Module):
         (:func:`ltx2.input_exchange.chunk_tables`: rolled once here, outside the layer scan)."""
         rope = av_rope(self.cfg, video_coords, audio_coords)
         tokens, cfg = rope.video.cos.shape[2 if self.cfg.rope_form == "fused" else 1], self.cfg
-        if cfg.attention_impl != "splash_input" or tokens < cfg.attention_impl_min_tokens:
-            return rope
-        if not input_exchange.chunk_count(cfg.sharding, batch, cfg.num_attention_heads, tokens):
-            return rope
-        video = input_exchange.chunk_tables(
-            rope.video,
-            strategy=cfg.sharding,
+        chunks = input_exchange.chunk_count(
+            cfg.attention_impl,
+            cfg.sharding,
             batch=batch,
             heads=cfg.num_attention_heads,
             tokens=tokens,
+            min_tokens=cfg.attention_impl_min_tokens,
+        )
+        if not chunks:
+            return rope
+        video = input_exchange.chunk_tables(
+            rope.video,
+            chunks=chunks,
+            tokens=tokens,
             rope_type=cfg.rope_type,
             rope_form=cfg.rope_form,
+            strategy=cfg.sharding,
         )
         return rope._replace(video=video)  # type: ignore[arg-type]
 

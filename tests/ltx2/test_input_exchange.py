@@ -70,15 +70,10 @@ def _run(mesh: Mesh, impl: str, rope_form: str, x: jax.Array) -> tuple[jax.Array
     rope = _tables(rope_form)
     with jax.set_mesh(mesh):
         if impl == "splash_input":
-            kw = dict(strategy="context", batch=B, heads=N, tokens=L, rope_type="split", rope_form=rope_form)
+            kw = dict(chunks=4, tokens=L, rope_type="split", rope_form=rope_form, strategy="context")
             rope = jax.jit(lambda r: chunk_tables(r, **kw))(rope)
         compiled = jax.jit(call).lower(state, x, rope).compile()
         return compiled(state, x, rope), compiled.as_text()
-
-
-def _error(ours: jax.Array, ref: jax.Array) -> float:
-    a, b = np.asarray(ours, np.float32), np.asarray(ref, np.float32)
-    return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
 
 
 # (all-gathers, their result bytes, collective-permutes), bytes in units of one shard's piece of the
@@ -99,7 +94,7 @@ def test_input_exchange_gives_the_replicated_numbers_and_moves_the_input(mesh: M
     reference.to_k.bias[...] = jax.random.normal(jax.random.key(5), (N * K,)) * 0.1
     expected = reference(x, q_rope=_tables(rope_form))
     out, hlo = _run(mesh, "splash_input", rope_form, x)
-    error = _error(out, expected)
+    error = ts._error(out, expected)
     print(f"splash_input ({rope_form} RoPE) against replicated: {error:.2e}")
     assert error <= FP32_KERNEL
     stats = collective_stats(parse(hlo)).by_kind
@@ -113,7 +108,7 @@ def test_chunk_tables_hold_each_chunks_rows_where_its_offset_says() -> None:
     mesh = sharding.build_mesh(MESH)
     rope = _tables("concat")
     with jax.set_mesh(mesh):
-        kw = dict(strategy="context", batch=B, heads=N, tokens=L, rope_type="split", rope_form="concat")
+        kw = dict(chunks=4, tokens=L, rope_type="split", rope_form="concat", strategy="context")
         per = chunk_tables(rope, **kw)
     assert isinstance(per, ChunkTables) and len(per.cos) == 4 and per.cos[1].shape == rope.cos.shape
     for j in range(4):
@@ -150,7 +145,7 @@ def test_the_transformer_step_with_the_input_exchange_gives_the_replicated_numbe
         jax.set_mesh(mesh),
     ):
         (x, a), _ = ts._compiled_and_run(ts._denoise_step(graphdef, grid), state, inputs)
-    errors = (_error(x, expected[0]), _error(a, expected[1]))
+    errors = (ts._error(x, expected[0]), ts._error(a, expected[1]))
     print(f"tiny step, 512 video tokens, splash_input under context: video {errors[0]:.2e}, audio {errors[1]:.2e}")
     assert max(errors) <= ts.TOL
     assert spy.call_count >= 1  # the video self-attention exchanged its input
