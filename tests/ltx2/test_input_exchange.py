@@ -150,3 +150,18 @@ def test_the_transformer_step_with_the_input_exchange_gives_the_replicated_numbe
     assert max(errors) <= ts.TOL
     assert spy.call_count >= 1  # the video self-attention exchanged its input
     assert tables.call_count == 1  # its tables rolled once, by the transformer
+
+
+def test_chunk_count_says_where_the_exchange_runs(mesh: Mesh) -> None:
+    """4 chunks for the test's self-attention under "context" (1024 tokens over 4 token shards, two
+    128-token tiles each); 0 for another impl, fewer tokens than min_tokens, a mask, chunks that are
+    not whole tiles (32 tokens), a strategy that does not split the tokens, or no mesh."""
+    kw = dict(batch=B, heads=N, tokens=L)
+    assert input_exchange.chunk_count("splash_input", "context", **kw) == 0  # no mesh
+    with jax.set_mesh(mesh):
+        assert input_exchange.chunk_count("splash_input", "context", **kw) == 4
+        assert input_exchange.chunk_count("splash", "context", **kw) == 0
+        assert input_exchange.chunk_count("splash_input", "context", **kw, min_tokens=2 * L) == 0
+        assert input_exchange.chunk_count("splash_input", "context", **kw, bias=jnp.zeros((1, 1, 1, L))) == 0
+        assert input_exchange.chunk_count("splash_input", "context", batch=B, heads=N, tokens=32) == 0
+        assert input_exchange.chunk_count("splash_input", "replicated", **kw) == 0
