@@ -10,7 +10,10 @@ in pairs, and the spec to start from:
 ``--base``: a compile-only target (``v6e:2x4``, ``tpu7x:2x2x1``, ``h100:1x1x8``), a CPU calibration
 (``<sweep>/traces/cpu-calibration-<N>dev.json``) or an earlier spec file. Every traced op is
 matched by name to the program's instructions (median duration over its executions, one device);
-a trace whose ops are not the program's is refused. The matmul, memory and collective classes
+a trace whose ops are not the program's is refused. A CPU calibration measured with several
+devices sharing the host's cores (``devices`` > 1) turns the fitted per-op speeds (a trace times
+each op's own run) into shared ones by its measured ratios
+(:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`). The matmul, memory and collective classes
 are fitted by robust regression (:mod:`harness.metrics.timeline.calibrate`); a class with fewer
 than ``--min-ops`` instructions is refused, by name. The spec file holds the fitted spec, each
 class's residuals and the programs and traces it came from; ``target.spec = "<file>"`` in a
@@ -24,13 +27,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import statistics
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import targets
-from harness.metrics.hlo import parse
-from harness.metrics.timeline import TimelineSpec, build_program, spec_for
+from harness.metrics.hlo import HloModule, parse
+from harness.metrics.timeline import TimelineSpec, build_program, predict, spec_for
 from harness.metrics.timeline import calibrate as fitting
 from harness.metrics.timeline.cpu_calibrate import CpuCalibration
 from harness.metrics.timeline.specs import spec_from_dict
@@ -49,12 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def base_spec(base: str) -> TimelineSpec:
     """The starting spec: a target's table, a CPU calibration file or a spec file; ValueError otherwise."""
+    cpu = cpu_base(base)
+    if cpu is not None:
+        return cpu.spec()
     path = Path(base)
     if path.exists():
         raw = json.loads(path.read_text())
         if isinstance(raw, dict) and "spec" in raw:
             return spec_from_dict(raw["spec"], base)
-        return CpuCalibration.from_dict(raw, base).spec()
     for platform in ("tpu", "gpu"):
         try:
             targets.check_topology(base, platform)
@@ -62,6 +70,18 @@ def base_spec(base: str) -> TimelineSpec:
             continue
         return spec_for(base, platform)
     raise ValueError(f"--base {base!r}: neither a file nor a known target (e.g. v6e:2x4, h100:1x1x8)")
+
+
+def cpu_base(base: str) -> CpuCalibration | None:
+    """``base`` as a CPU calibration file; None for a target name or a spec file; ValueError for a
+    file that is neither."""
+    path = Path(base)
+    if not path.exists():
+        return None
+    raw = json.loads(path.read_text())
+    if isinstance(raw, dict) and "spec" in raw:
+        return None
+    return CpuCalibration.from_dict(raw, base)
 
 
 def read_program(path: Path) -> str:
@@ -72,14 +92,16 @@ def read_program(path: Path) -> str:
 
 def program_samples(
     hlo: Path, trace: Path, base: TimelineSpec, device: int | None
-) -> tuple[list[fitting.Sample], dict[str, Any]]:
-    """The matched samples of one (program, trace) pair and what the spec file records of it."""
+) -> tuple[list[fitting.Sample], dict[str, Any], HloModule]:
+    """The matched samples of one (program, trace) pair, what the spec file records of it (with the
+    traced step's wall and busy time where the trace has step windows) and the parsed program."""
     from harness.metrics.xspace import read_trace  # JAX's profiler reads the trace
 
     parsed = parse(read_program(hlo))
     program = build_program(parsed)
     module = parsed.name or None
-    events = read_trace(trace, modules={module} if module else None).events
+    table = read_trace(trace, modules={module} if module else None)
+    events = table.events
     devices = sorted({e.device for e in events})
     if not devices:
         raise fitting.CalibrationError(f"{trace}: no ops of module {module!r} in the trace")
@@ -87,6 +109,7 @@ def program_samples(
     measured = fitting.durations(events, device=chosen)
     fitting.check_program(program, measured, str(trace))
     pts = fitting.samples(program, measured, base, source=str(trace))
+    step = fitting.busy(events, table.steps, chosen, str(trace))
     about = {
         "program": str(hlo),
         "trace": str(trace),
@@ -94,8 +117,31 @@ def program_samples(
         "device": chosen,
         "fingerprint": fitting.fingerprint(program),
         "matched": len(pts),
+        "step": None if step is None else {"wall_ns": step.wall_ns, "busy_ns": step.busy_ns, "steps": step.steps},
     }
-    return pts, about
+    return pts, about, parsed
+
+
+def traced_sharing(
+    programs: Sequence[tuple[HloModule, Mapping[str, Any]]], fitted: TimelineSpec
+) -> tuple[float, str] | None:
+    """How much of a traced step one device's ops, priced at the fitted per-op speeds, account for:
+    the median over the traces with step windows of ``fitted``'s predicted step over the traced
+    step's wall (:func:`program_samples`'s ``step``), with what it is; None when no trace has steps.
+
+    Why not the ops' own traced times: with 8 devices on 2 cores, a robust fit to them finds the
+    typical op at its one-device speed, while device 0's traced op times add up to 0.6-0.9 of the
+    step (calibration-cpu-8dev.toml, 2026-11-27): the long ops are stretched by the turns they
+    share, the short ones are not. The whole-program ratio carries both."""
+    ratios = []
+    for module, about in programs:
+        if about.get("step"):
+            ratios.append(predict(module, fitted).step_ns / about["step"]["wall_ns"])
+            about["step"]["fitted_pred_ns"] = ratios[-1] * about["step"]["wall_ns"]
+    if not ratios:
+        return None
+    how = f"the fitted spec's predicted step / the traced step's wall, median over {len(ratios)} traced program(s)"
+    return statistics.median(ratios), how
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,14 +153,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         base = base_spec(args.base)
-        pts, about = [], []
+        pts, about, modules = [], [], []
         for hlo, trace in zip(args.program, args.trace, strict=True):
-            one, info = program_samples(hlo, trace, base, args.device)
+            one, info, module = program_samples(hlo, trace, base, args.device)
             print(f"{trace}: {info['matched']} instructions matched ({hlo})")
             pts += one
             about.append(info)
+            modules.append(module)
         origin = ", ".join(str(t) for t in args.trace)
         result = fitting.fit(pts, base, args.min_ops, origin=f"{len(args.trace)} trace(s) ({origin[:200]})")
+        cpu = cpu_base(args.base)
+        if cpu is not None and cpu.devices > 1:  # the fit holds each op's own run: the devices share the cores
+            traced = traced_sharing(list(zip(modules, about, strict=True)), result.spec)
+            shared = cpu.shared_spec(result.spec, args.base, traced)
+            how = f"the traces' steps ({traced[0]:.4g})" if traced else "the base's micro-benchmarks (no traced steps)"
+            note = f"per-op speeds shared by {cpu.devices} devices on {cpu.cores} cores: the ratio from {how}"
+            result = replace(result, spec=shared, notes=(*result.notes, note))
     except (OSError, ValueError) as e:  # CalibrationError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2

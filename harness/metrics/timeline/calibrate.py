@@ -22,6 +22,7 @@ instruction's price is off. :func:`check_program` refuses a trace whose ops are 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 import statistics
@@ -119,6 +120,42 @@ def check_program(program: Program, durations: Mapping[str, float], where: str) 
             f"{where}: the trace shows {seen} of the program's {len(compute)} compute ops (need "
             f"{MIN_COVERAGE:.0%}): not a trace of this program"
         )
+
+
+@dataclass(frozen=True)
+class Busy:
+    """One trace's step: ``wall_ns``, the median step window, and ``busy_ns``, one device's op time
+    per step (the self times of its ops inside the windows, rendezvous waits taken off, over the
+    step count). ``ratio`` (busy / wall) can pass 1 where XLA:CPU runs independent ops at once; with
+    8 simulated devices on 2 cores it was 0.61-0.93 (calibration-cpu-8dev.toml, 2026-11-27)."""
+
+    wall_ns: float
+    busy_ns: float
+    steps: int
+    source: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.busy_ns / self.wall_ns
+
+
+def busy(events: Sequence[Any], steps: Sequence[tuple[float, float]], device: int, source: str = "") -> Busy | None:
+    """:class:`Busy` of ``device``'s ``OpEvent``s over the step windows ``steps``; None without steps
+    (a trace not captured by the harness's step annotations) or ops in them."""
+    windows = [(a, b) for a, b in steps if b > a]
+    if not windows:
+        return None
+    starts = [a for a, _ in windows]
+    total = 0.0
+    for e in events:
+        if e.device != device:
+            continue
+        i = bisect.bisect_right(starts, e.start_ns) - 1
+        if i >= 0 and e.start_ns < windows[i][1]:
+            total += max(e.exclusive_ns - e.rendezvous_wait_ns, 0.0)
+    if total <= 0:
+        return None
+    return Busy(statistics.median(b - a for a, b in windows), total / len(windows), len(windows), source)
 
 
 def durations(events: Sequence[Any], module: str | None = None, device: int | None = None) -> dict[str, float]:

@@ -35,11 +35,11 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.timeline.specs import TimelineSpec, cpu_spec
+from harness.metrics.timeline.specs import Constant, TimelineSpec, cpu_spec
 
 MATMUL_N = 1024
 COPY_BYTES = 64 * 2**20
@@ -51,6 +51,12 @@ COLLECTIVE_SMALL = 32  # bytes per device of the latency chain's all-gathers
 COLLECTIVE_CHAIN = 16
 COLLECTIVE_BYTES = 8 * 2**20
 REPEATS = 9
+# the spec constants a per-op fit sets -> the measurement of each (per device, and ``single``: alone)
+SHARED = {
+    "peak_flops_per_s": "matmul_flops_per_s",
+    "hbm_bytes_per_s": "copy_bytes_per_s",
+    "op_overhead_s": "op_overhead_s",
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,51 @@ class CpuCalibration:
             collective_latency_s=self.collective_latency_s,
             collective_bytes_per_s=self.collective_bytes_per_s,
         )
+
+    def sharing(self, where: str = "calibration") -> dict[str, float]:
+        """Each :data:`SHARED` spec constant's measured ratio, ``devices`` devices at once over one
+        device alone (1.0 for everything when ``devices`` is 1); ValueError naming ``where`` when the
+        one-device value was not measured."""
+        out = {}
+        for name, key in SHARED.items():
+            alone = self.single.get(key)
+            if self.devices == 1:
+                out[name] = 1.0
+            elif alone is None or not alone > 0:
+                raise ValueError(f"{where}: no one-device value single.{key} to take the sharing ratio against")
+            else:
+                out[name] = float(getattr(self, key)) / alone
+        return out
+
+    def shared_spec(
+        self, alone: TimelineSpec, where: str = "calibration", traced: tuple[float, str] | None = None
+    ) -> TimelineSpec:
+        """This calibration's spec (its devices, curve, collectives, topology) with each :data:`SHARED`
+        constant taken from ``alone`` (per-op speeds: a fit to traced op durations) and shared among
+        the devices: the rates times a sharing ratio, the op overhead over it. The ratio is
+        ``traced`` = ``(ratio, how it was measured)`` where the fit's own traces measured it (the
+        ``calibrate`` command: the fitted spec's predicted step over the traced step's wall), else
+        each constant's :meth:`sharing` ratio from the micro-benchmarks.
+
+        Why a ratio, measured (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a fit
+        to the per-op durations traced with 8 devices at once gives 1.10e11 FLOP/s and 13.6 GB/s,
+        near this host's one-device 1.26e11 and 25.8 GB/s and far from its 8-at-once 1.25e10 and
+        2.9e9: the trace times each op's own run, not the turns it waits for the cores. Each source
+        names the fit and the ratio; the uncertainty stays the fit's."""
+        if self.devices == 1 or traced is None:
+            ratios = self.sharing(where)
+            how = f"its {self.devices}-devices-at-once / one-device ratio measured on {self.cores} cores ({where})"
+        else:
+            ratios = {name: traced[0] if name != "op_overhead_s" else 1 / traced[0] for name in SHARED}
+            how = f"{traced[1]} ({self.devices} devices on {self.cores} cores)"
+        target = self.spec()
+        constants = dict(target.constants)
+        for name in SHARED:
+            c = alone.constants[name]
+            source = c.source if self.devices == 1 else f"{c.source}; x {ratios[name]:.4g}, {how}"
+            constants[name] = Constant(c.value * ratios[name], c.unit, source, c.uncertainty)
+        label = "+fit" if self.devices == 1 else f"+fit x sharing({self.devices})"
+        return replace(target, name=f"{target.name}{label}", constants=constants)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "calibration") -> CpuCalibration:

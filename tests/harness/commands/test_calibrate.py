@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from harness.cli import main
+from harness.metrics.trace import capture_trace
 from harness.plan.manifest import ManifestError, Run, Target, Workload, load_manifest
 from harness.run.predicted import timeline_spec
 from harness.run.spec import WorkerSpec
@@ -111,3 +112,61 @@ def test_a_manifest_names_a_spec_file_and_the_worker_prices_on_it(
     manifest.write_text(BASE.replace("devices = 8", f"devices = 8\nspec = {json.dumps(str(tmp_path / 'bad.json'))}"))
     with pytest.raises(ManifestError, match="not a calibrated spec file"):
         load_manifest(manifest)
+
+
+def test_a_shared_cpu_base_turns_the_fitted_per_op_speeds_into_shared_ones(
+    traced: tuple[Path, Path, Path], tmp_path: Path, capsys
+) -> None:
+    """A base measured with 8 devices on 2 cores (per-device rates the same as the one-device base's,
+    so the same instructions fall in each class): the written spec is the one-device fit times the
+    base's measured sharing (rates x 0.5, the overhead x 2), on 8 devices."""
+    hlo, trace, base = traced
+    alone_out, shared_out, shared_base = tmp_path / "alone.json", tmp_path / "shared.json", tmp_path / "8dev.json"
+    raw = json.loads(base.read_text())
+    single = {"matmul_flops_per_s": 2e10, "copy_bytes_per_s": 6e9, "op_overhead_s": 2.5e-6}
+    shared_base.write_text(json.dumps({**raw, "devices": 8, "cores": 2, "single": single}))
+    argv = ["calibrate", "--program", str(hlo), "--trace", str(trace), "--min-ops", "5"]
+    assert main([*argv, "--base", str(base), "--out", str(alone_out)]) == 0
+    assert main([*argv, "--base", str(shared_base), "--out", str(shared_out)]) == 0
+    alone = json.loads(alone_out.read_text())["spec"]["constants"]
+    written = json.loads(shared_out.read_text())
+    shared = written["spec"]["constants"]
+    for name, ratio in (("peak_flops_per_s", 0.5), ("hbm_bytes_per_s", 0.5), ("op_overhead_s", 2.0)):
+        assert shared[name]["value"] == pytest.approx(alone[name]["value"] * ratio, rel=1e-12)
+        assert f"x {ratio:.4g}, its 8-devices-at-once / one-device ratio measured on 2 cores" in shared[name]["source"]
+    assert len(written["spec"]["topology"]["device_coords"]) == 8
+    assert "shared by 8 devices on 2 cores: the ratio from the base's micro-benchmarks" in written["notes"][-1]
+    # a shared base without its one-device values cannot be turned: refused, naming the file
+    shared_base.write_text(json.dumps({**raw, "devices": 8, "cores": 2}))
+    assert main([*argv, "--base", str(shared_base), "--out", str(tmp_path / "x.json")]) == 2
+    assert f"{shared_base}: no one-device value single.matmul_flops_per_s" in capsys.readouterr().err
+
+
+def test_traces_with_step_windows_give_the_sharing_ratio(
+    traced: tuple[Path, Path, Path], tmp_path: Path, capsys
+) -> None:
+    """A trace captured as the sweep captures it (step annotations): the written spec shares the fitted
+    per-op speeds by the fitted spec's predicted step over the traced step's wall (both recorded in
+    the file), not by the micro-benchmarks."""
+    hlo, _, base = traced
+    _, jf, xs, ws = _program()
+    jax.block_until_ready(jf(xs, ws))
+    trace = capture_trace(lambda: jf(xs, ws), tmp_path / "steps", steps=3)
+    raw = json.loads(base.read_text())
+    single = {"matmul_flops_per_s": 2e10, "copy_bytes_per_s": 6e9, "op_overhead_s": 2.5e-6}
+    (tmp_path / "8dev.json").write_text(json.dumps({**raw, "devices": 8, "cores": 2, "single": single}))
+    argv = ["calibrate", "--program", str(hlo), "--trace", str(trace), "--min-ops", "5"]
+    assert main([*argv, "--base", str(base), "--out", str(tmp_path / "alone.json")]) == 0
+    assert main([*argv, "--base", str(tmp_path / "8dev.json"), "--out", str(tmp_path / "shared.json")]) == 0
+    alone = json.loads((tmp_path / "alone.json").read_text())["spec"]["constants"]
+    written = json.loads((tmp_path / "shared.json").read_text())
+    step = written["traces"][0]["step"]
+    assert step["steps"] == 3 and step["busy_ns"] > 0 and step["wall_ns"] > 0  # independent ops may overlap
+    ratio = step["fitted_pred_ns"] / step["wall_ns"]
+    assert ratio > 0
+    constants = written["spec"]["constants"]
+    assert constants["peak_flops_per_s"]["value"] == pytest.approx(alone["peak_flops_per_s"]["value"] * ratio)
+    assert constants["op_overhead_s"]["value"] == pytest.approx(alone["op_overhead_s"]["value"] / ratio)
+    how = "the fitted spec's predicted step / the traced step's wall, median over 1 traced program(s)"
+    assert f"{how} (8 devices on 2 cores)" in constants["hbm_bytes_per_s"]["source"]
+    assert f"the ratio from the traces' steps ({ratio:.4g})" in written["notes"][-1]

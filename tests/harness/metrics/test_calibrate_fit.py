@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.metrics import timeline
+from harness.metrics.events import OpEvent
 from harness.metrics.hlo import parse
 from harness.metrics.timeline import calibrate
 from harness.metrics.timeline.program import build_program
@@ -112,3 +113,24 @@ def test_a_trace_of_another_compile_is_refused() -> None:
         calibrate.check_program(program, sparse, "sparse.xplane.pb")
     assert calibrate.fingerprint(program) == calibrate.fingerprint(build_program(parse(_program_text())))
     assert calibrate.fingerprint(program) != calibrate.fingerprint(build_program(parse(_program_text(adds=14))))
+
+
+def test_busy_is_one_devices_op_time_per_step_over_the_median_step_window() -> None:
+    """Two steps of 100 and 140 ns (median 120); device 0 runs 30 + 20 ns in the first (a while of 20
+    ns whose body op of 15 ns leaves 5 ns of its own) and 40 ns, 10 of them a rendezvous wait, in the
+    second; an op outside the windows and device 1's ops are not counted: (50 + 30) / 2 = 40 ns per
+    step, a ratio of 1/3."""
+    ev = OpEvent
+    events = [
+        ev(0, "m", "a", "compute", 0, 30),
+        ev(0, "m", "loop", "compute", 40, 60, self_ns=5),
+        ev(0, "m", "body", "compute", 42, 57),
+        ev(0, "m", "ar", "all-reduce", 200, 240, rendezvous_wait_ns=10),
+        ev(0, "m", "late", "compute", 400, 450),
+        ev(1, "m", "a", "compute", 0, 90),
+    ]
+    got = calibrate.busy(events, [(0, 100), (200, 340)], device=0, source="t.xplane.pb")
+    assert got is not None and (got.wall_ns, got.busy_ns, got.steps) == (120, 40, 2)
+    assert got.ratio == pytest.approx(1 / 3) and got.source == "t.xplane.pb"
+    assert calibrate.busy(events, [], device=0) is None  # no step annotations
+    assert calibrate.busy(events, [(1000, 1100)], device=0) is None  # no ops in the windows
