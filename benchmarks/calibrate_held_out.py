@@ -9,10 +9,15 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
    :func:`harness.metrics.timeline.calibrate.fit`), starting from that sweep's
    ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
    reported, never lowered here;
-2. carries the fit to the held-out sweep's devices without fitting anything to it (:func:`transfer`):
-   each fitted rate or time times the contention ratio the held-out sweep's CPU calibration measured
-   (its ``<N>``-device value over its one-device value ``single``); a sweep traced with the held-out
-   device count is carried as fitted, ratio 1 (:func:`transfer`); curve, collectives, topology stay;
+2. carries the fit to the held-out sweep's devices without fitting anything to it
+   (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`): the fit holds each
+   op's own speed (traced with one device, or with several, whose trace times each op's own run),
+   so each fitted rate is multiplied by a sharing ratio (the op overhead divided): with
+   ``--sharing traced`` (default) and calibration traces of the held-out device count, the fitted
+   spec's predicted step over the traced step's wall (median over the calibration programs,
+   :func:`harness.commands.calibrate.traced_sharing`); otherwise the held-out
+   sweep's CPU calibration's micro-benchmark ratio (its ``<N>``-device value over its one-device
+   value ``single``), the in-sample stages by their own sweep's; curve, collectives, topology stay;
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
    reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
    the transferred fit, and scores both as :func:`harness.results.calibration.points` does (a host
@@ -40,22 +45,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.commands.calibrate import base_spec, program_samples, read_program  # noqa: E402 - after the path
+from harness.commands.calibrate import program_samples, read_program, traced_sharing  # noqa: E402
 from harness.metrics.hlo import parse  # noqa: E402
-from harness.metrics.timeline import Constant, TimelineSpec, predict  # noqa: E402
+from harness.metrics.timeline import TimelineSpec, predict  # noqa: E402
 from harness.metrics.timeline import calibrate as fitting  # noqa: E402
-from harness.metrics.timeline.cpu_calibrate import CpuCalibration  # noqa: E402
+from harness.metrics.timeline.cpu_calibrate import SHARED, CpuCalibration  # noqa: E402
 from harness.results import calibration  # noqa: E402
 from harness.results.record import Record  # noqa: E402
 from harness.results.store import load_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# the spec constant a fit sets -> the CPU calibration's measurement of it
-TRANSFERRED = {
-    "peak_flops_per_s": "matmul_flops_per_s",
-    "hbm_bytes_per_s": "copy_bytes_per_s",
-    "op_overhead_s": "op_overhead_s",
-}
 
 
 class InputError(ValueError):
@@ -71,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--held-out-cpu", type=Path, help="its CPU calibration (default <held-out>/traces/...-<N>dev.json)")
     p.add_argument("--min-ops", type=int, default=fitting.MIN_OPS, help="instructions a class needs (the library's)")
+    p.add_argument(
+        "--sharing",
+        choices=("traced", "micro"),
+        default="traced",
+        help="how the devices share the cores: the calibration traces' busy / wall (where traced with the held-out "
+        "device count) or the CPU calibrations' micro-benchmark ratios",
+    )
     out = ROOT / "benchmarks" / "results" / f"calibrate-held-out-{datetime.date.today().isoformat()}.md"
     p.add_argument("--out", type=Path, default=out, help="the markdown report")
     return p.parse_args(argv)
@@ -135,20 +141,34 @@ def read_text(path: Path) -> str:
 # --------------------------------------------------------------------------- fit and transfer
 
 
-def fit_pairs(pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int) -> tuple[fitting.Fit, list[str]]:
-    """The library's fit over every pair (CalibrationError: too few ops of a class, named) and one line per pair."""
+def fit_pairs(
+    pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int
+) -> tuple[fitting.Fit, list[str], tuple[float, str] | None]:
+    """The library's fit over every pair (CalibrationError: too few ops of a class, named), one line
+    per pair, and the traces' sharing ratio (:func:`harness.commands.calibrate.traced_sharing`)."""
     pts: list[fitting.Sample] = []
-    lines = []
+    lines, programs = [], []
     for hlo, trace in pairs:
         try:
-            one, info = program_samples(hlo, trace, base, None)
+            one, info, module = program_samples(hlo, trace, base, None)
         except (OSError, ValueError) as e:  # unreadable, or a trace of another program (CalibrationError)
             raise InputError(f"{hlo} with {trace}: {e}") from None
         counts = {c: sum(p.cls == c for p in one) for c in fitting.CLASSES}
-        lines.append(f"{hlo.parent.parent.name}/{hlo.parent.name}: {info['matched']} matched ({counts})")
+        step = info["step"]
+        busy = "no step windows" if step is None else f"busy / wall {step['busy_ns'] / step['wall_ns']:.3f}"
+        lines.append(f"{hlo.parent.parent.name}/{hlo.parent.name}: {info['matched']} matched ({counts}); {busy}")
         print(lines[-1], flush=True)
         pts += one
-    return fitting.fit(pts, base, min_ops, origin=f"{len(pairs)} calibration trace(s)"), lines
+        programs.append((module, info))
+    fit = fitting.fit(pts, base, min_ops, origin=f"{len(pairs)} calibration trace(s)")
+    traced = traced_sharing(programs, fit.spec)
+    lines = [  # the fitted step against the traced wall
+        f"{line}, fitted pred / wall {info['step']['fitted_pred_ns'] / info['step']['wall_ns']:.3f}"
+        if info["step"]
+        else line
+        for line, (_, info) in zip(lines, programs, strict=True)
+    ]
+    return fit, lines, traced
 
 
 def device_count(records: Sequence[Record], path: Path) -> int:
@@ -159,42 +179,17 @@ def device_count(records: Sequence[Record], path: Path) -> int:
     return devices.pop()
 
 
-def contention(held: CpuCalibration, where: str = "held-out calibration") -> dict[str, float]:
-    """Each measured constant's ratio, all devices at once over one device alone; InputError if unmeasured."""
-    out = {}
-    for key in TRANSFERRED.values():
-        alone = held.single.get(key)
-        if alone is None or not alone > 0:
-            raise InputError(f"{where}: no one-device value single.{key} to take the contention ratio against")
-        out[key] = float(getattr(held, key)) / alone
-    return out
-
-
-def transfer(
-    fitted: TimelineSpec, held: CpuCalibration, where: str = "held-out calibration", contended: bool = False
+def shared(
+    fitted: TimelineSpec, cal: CpuCalibration, where: str, traced: tuple[float, str] | None = None
 ) -> TimelineSpec:
-    """The held-out spec (``held.spec()``: its devices, curve, collective constants) with each
-    :data:`TRANSFERRED` constant replaced by the fitted one times the measured contention ratio
-    (``held``'s value with its devices at once over its one-device value). Each source names both;
-    the uncertainty stays the fit's. ``contended``: traced with the held-out devices at once, carried as
-    fitted (ratio 1). Measured (calibration-cpu-8dev.toml, 2 cores): such a fit gives the one-device
-    per-op speeds, as the devices take turns on the cores, and predicts 4-11x too fast."""
-    ratios = {m: 1.0 for m in TRANSFERRED.values()} if contended else contention(held, where)
-    target = held.spec()
-    constants = dict(target.constants)
-    for name, measured in TRANSFERRED.items():
-        c = fitted.constants[name]
-        ratio = ratios[measured]
-        if contended:
-            source = f"{c.source} (traced with {held.devices} devices at once: no contention ratio)"
-        else:
-            source = (
-                f"{c.source}: {c.value:.4g} {c.unit} on one device, x {ratio:.4g} = {measured} measured with "
-                f"{held.devices} devices at once / alone ({where})"
-            )
-        constants[name] = Constant(c.value * ratio, c.unit, source, c.uncertainty)
-    label = "+fit" if contended else "+fit x contention"
-    return dataclasses.replace(target, name=f"{target.name}{label}", constants=constants)
+    """``cal``'s spec with the fit's per-op speeds shared by its devices
+    (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`: the ``traced``
+    ratio, else ``cal``'s micro-benchmark ratios); InputError naming ``where`` when ``cal`` lacks a
+    one-device value."""
+    try:
+        return cal.shared_spec(fitted, where, traced)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- re-predict and score
@@ -323,20 +318,21 @@ def verdict(base: Score | None, fitted: Score | None) -> str:
 
 
 def _constant_rows(
-    fit_base: TimelineSpec, fitted: TimelineSpec, held: CpuCalibration, moved: TimelineSpec, contended: bool = False
+    fit_base: TimelineSpec, fitted: TimelineSpec, held: CpuCalibration, moved: TimelineSpec
 ) -> list[str]:
-    ratios = {m: 1.0 for m in TRANSFERRED.values()} if contended else contention(held)
-    target, dev = held.spec(), f"{held.devices} dev" if contended else "1 dev"
+    micro, target = held.sharing(), held.spec()
     rows = [
-        f"| constant | calibration base ({dev}) | fitted ({dev}) | ratio applied (N dev / alone; 1: traced at N) | "
-        "transferred (N dev) | held-out base (N dev) |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| constant | calibration base | fitted (each op's own run) | held-out micro-benchmark ratio "
+        f"({held.devices} dev at once / alone) | ratio applied | transferred ({held.devices} dev) | "
+        f"held-out base ({held.devices} dev) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, measured in TRANSFERRED.items():
-        cells = (fit_base.value(name), fitted.value(name), ratios[measured], moved.value(name), target.value(name))
+    for name in SHARED:
+        applied = moved.value(name) / fitted.value(name)
+        cells = (fit_base.value(name), fitted.value(name), micro[name], applied, moved.value(name), target.value(name))
         rows.append(f"| {name} ({fitted.constants[name].unit}) | {' | '.join(f'{v:.4g}' for v in cells)} |")
     return [*rows, "", "Sources of the transferred constants:", ""] + [
-        f"- `{name}`: {moved.constants[name].source}" for name in TRANSFERRED
+        f"- `{name}`: {moved.constants[name].source}" for name in SHARED
     ]
 
 
@@ -436,40 +432,35 @@ def main(argv: list[str] | None = None) -> int:
         held = read_calibration(held_path)
         if held.devices != n:
             raise InputError(f"{held_path}: measured with {held.devices} devices, the records have {n}")
-        contended = m == n  # traced with the held-out devices at once: the fit holds the contention
-        if m != 1 and not contended:
-            raise InputError(f"{args.calibration}: {m} devices; the fit transfers from 1 device or the held-out {n}")
-        if not contended:
-            contention(held, str(held_path))
-        try:
-            fit_base = base_spec(str(base_path))
-        except (OSError, ValueError) as e:  # missing, unreadable or not a spec
-            raise InputError(f"{base_path}: the fit's base spec: {e}") from None
+        shared(held.spec(), held, str(held_path))  # refused early when the held-out ratio is unmeasured
+        cal = read_calibration(base_path)
+        fit_base = cal.spec()
         pairs = trace_pairs(cal_sweep)
         print(f"fitting on {len(pairs)} program/trace pairs of {cal_sweep}", flush=True)
         fit: fitting.Fit | None
         refusal, moved, transfer_rows = None, None, []
         try:
-            fit, pair_lines = fit_pairs(pairs, fit_base, args.min_ops)
+            fit, pair_lines, traced = fit_pairs(pairs, fit_base, args.min_ops)
         except fitting.CalibrationError as e:  # too few ops of a class: the library names it
-            fit, pair_lines, refusal = None, [f"{h.parent.parent.name}/{h.parent.name}" for h, _ in pairs], str(e)
+            fit, pair_lines, traced = None, [f"{h.parent.parent.name}/{h.parent.name}" for h, _ in pairs], None
+            refusal = str(e)
             print(f"fit refused: {refusal}", flush=True)
+        # the traces' own ratio where they ran as many devices at once as the held-out sweep
+        traced = traced if args.sharing == "traced" and 1 < m == n else None
         if fit is not None:
-            moved = transfer(fit.spec, held, str(held_path), contended)
-            how = "as fitted: traced with as many devices" if contended else "nothing fitted to the held-out sweep"
+            moved = shared(fit.spec, held, str(held_path), traced)
             transfer_rows = [
-                f"## Transfer to {held.devices} devices on {held.cores} cores ({how})",
+                f"## Transfer to {held.devices} devices on {held.cores} cores (nothing fitted to the held-out sweep)",
                 "",
-                *_constant_rows(fit_base, fit.spec, held, moved, contended),
+                *_constant_rows(fit_base, fit.spec, held, moved),
                 "",
                 "Everything else (the matmul curve, collective latency and bandwidth, the topology) is the "
                 "held-out calibration's spec.",
             ]
-        labels = f"fitted ({m} device{'s' if m > 1 else ''})", "fitted" if contended else "fitted x measured contention"
+        labels = f"fitted x sharing ({m} dev)", f"fitted x sharing ({n} dev)"
+        in_sample = shared(fit.spec, cal, str(base_path), traced) if fit else None
         sections = [
-            rescore(
-                "in sample (calibration sweep)", cal_records, cal_sweep, fit_base, fit.spec if fit else None, labels[0]
-            ),
+            rescore("in sample (calibration sweep)", cal_records, cal_sweep, fit_base, in_sample, labels[0]),
             rescore("held out", records, held_sweep, held.spec(), moved, labels[1]),
         ]
     except InputError as e:

@@ -1,4 +1,4 @@
-"""benchmarks/calibrate_held_out.py: the transfer of fitted constants by a measured contention ratio,
+"""benchmarks/calibrate_held_out.py: the transfer of fitted constants by a measured sharing ratio,
 the re-prediction of saved programs and the scoring, on known numbers (no JAX, no traces: seconds)."""
 
 from __future__ import annotations
@@ -66,17 +66,18 @@ def _fitted():  # type: ignore[no-untyped-def]
     return dataclasses.replace(base, constants={**base.constants, **fitted})
 
 
-def test_transfer_scales_each_fitted_constant_by_the_measured_contention() -> None:
+def test_shared_scales_each_fitted_constant_by_the_measured_sharing() -> None:
     script = _script()
     held = _held()
-    moved = script.transfer(_fitted(), held, "cpu-calibration-8dev.json")
+    moved = script.shared(_fitted(), held, "cpu-calibration-8dev.json")
     # fitted 10 GFLOP/s x (2 / 20) = 1 GFLOP/s; 4 GB/s x (0.5 / 2) = 1 GB/s; 1 us x (6 / 2) = 3 us
     assert moved.value("peak_flops_per_s") == pytest.approx(1e9)
     assert moved.value("hbm_bytes_per_s") == pytest.approx(1e9)
     assert moved.value("op_overhead_s") == pytest.approx(3e-6)
+    assert held.sharing() == pytest.approx({"peak_flops_per_s": 0.1, "hbm_bytes_per_s": 0.25, "op_overhead_s": 3.0})
     source = moved.constants["peak_flops_per_s"].source
-    assert "fitted: 9 traces 1 / slope of the matmul class" in source and "x 0.1 = matmul_flops_per_s" in source
-    assert "cpu-calibration-8dev.json" in source and "8 devices at once / alone" in source
+    assert source.startswith("fitted: 9 traces 1 / slope of the matmul class; x 0.1, its 8-devices-at-once")
+    assert "measured on 2 cores (cpu-calibration-8dev.json)" in source
     assert moved.constants["op_overhead_s"].uncertainty == 0.4  # the fit's, carried
     # everything else is the held-out spec's: its curve, collective constants and 8 devices
     target = held.spec()
@@ -84,25 +85,34 @@ def test_transfer_scales_each_fitted_constant_by_the_measured_contention() -> No
         assert moved.constants[name] == target.constants[name]
     assert moved.value("matmul_eff_n64") == 0.3 and moved.value("link_bytes_per_s") == 2e8
     assert moved.topology == target.topology and len(moved.topology.device_coords) == 8
+    assert moved.name == "cpu+fit x sharing(8)"
 
 
-def test_a_fit_traced_with_the_held_out_devices_is_carried_over_as_fitted() -> None:
-    """A calibration sweep run with 8 devices at once: its traces hold the contention, so the fitted
-    constants replace the held-out spec's with no ratio (its one-device values are not needed)."""
-    script = _script()
-    held = _held({})
-    moved = script.transfer(_fitted(), held, "cpu-calibration-8dev.json", contended=True)
-    assert moved.value("peak_flops_per_s") == pytest.approx(10e9)
-    assert moved.value("hbm_bytes_per_s") == pytest.approx(4e9)
-    assert moved.value("op_overhead_s") == pytest.approx(1e-6)
-    assert "traced with 8 devices at once: no contention ratio" in moved.constants["hbm_bytes_per_s"].source
-    assert moved.value("matmul_eff_n64") == 0.3 and len(moved.topology.device_coords) == 8
+def test_a_traced_ratio_replaces_the_micro_benchmark_ones() -> None:
+    """A ratio the calibration traces measured (0.2): every rate x 0.2, the overhead / 0.2, the source says so."""
+    moved = _script().shared(_fitted(), _held(), "8dev.json", (0.2, "measured on 3 traced program(s)"))
+    assert moved.value("peak_flops_per_s") == pytest.approx(2e9)
+    assert moved.value("hbm_bytes_per_s") == pytest.approx(0.8e9)
+    assert moved.value("op_overhead_s") == pytest.approx(5e-6)
+    assert moved.constants["hbm_bytes_per_s"].source.endswith(
+        "; x 0.2, measured on 3 traced program(s) (8 devices on 2 cores)"
+    )
 
 
-def test_transfer_refuses_a_calibration_without_one_device_values() -> None:
+def test_a_one_device_calibration_keeps_the_fitted_speeds() -> None:
+    """One device has the cores to itself: ratio 1, no one-device values needed, the sources as fitted."""
+    one = CpuCalibration(20e9, 2e9, 2e-6, "measured: one device", devices=1, cores=2)
+    moved = _script().shared(_fitted(), one, "cpu-calibration-1dev.json")
+    assert one.sharing() == {"peak_flops_per_s": 1.0, "hbm_bytes_per_s": 1.0, "op_overhead_s": 1.0}
+    assert moved.value("peak_flops_per_s") == 10e9 and moved.value("op_overhead_s") == 1e-6
+    assert moved.constants["hbm_bytes_per_s"].source == "fitted: 9 traces 1 / slope of the memory class"
+    assert len(moved.topology.device_coords) == 1
+
+
+def test_shared_refuses_a_calibration_without_one_device_values() -> None:
     script = _script()
     with pytest.raises(script.InputError, match=r"8dev.json: no one-device value single.copy_bytes_per_s"):
-        script.transfer(_fitted(), _held({"matmul_flops_per_s": 20e9}), "8dev.json")
+        script.shared(_fitted(), _held({"matmul_flops_per_s": 20e9}), "8dev.json")
 
 
 def test_score_two_points() -> None:
