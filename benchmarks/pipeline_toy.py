@@ -15,7 +15,7 @@ without the hardware and priced by the harness's simulator:
   (one collective-permute across the data pair); 49 steps, one idle layer per stage.
 
     JAX_PLATFORMS=cpu TPU_ACCELERATOR_TYPE=v6e-8 TPU_WORKER_HOSTNAMES=localhost ALLOW_MULTIPLE_LIBTPU_LOAD=1 \\
-        PYTHONPATH=$PWD .nox/aot/bin/python benchmarks/pipeline_toy.py v6e:2x4
+        PYTHONPATH=$PWD .nox/aot/bin/python benchmarks/pipeline_toy.py v6e:2x4   # or tpu7x:2x2x1 (v7x-8)
 
 Compiled here (2026-11-27, libtpu 0.0.42.1, v6e:2x4, the async-collective flags), per step:
 
@@ -24,8 +24,10 @@ Compiled here (2026-11-27, libtpu 0.0.42.1, v6e:2x4, the async-collective flags)
     pipeline:  79.0 ms, 2.44x; compute 38.9 ms, exposed collectives 40.1 ms (the K/V all-gathers over
               context 4: 34.0, nothing in the toy's layer to run beside them; the stage swap: 6.1)
 
-both with 9.1 GiB of arguments and temporaries. A toy: no attention kernel, no audio stream, no
-modulation; the model has no stage axis yet.
+both with 9.1 GiB of arguments and temporaries. On v7x (``tpu7x:2x2x1``, where the tensor pair
+is the two cores of one chip) the order flips: tensor 62.1 ms (2.41x the 25.7 ms floor), pipeline
+117.5 ms (the K/V all-gathers over 4 devices cross chips: 74.1 ms exposed). A toy: no attention
+kernel, no audio stream, no modulation; the model has no stage axis yet.
 
 Prints per layout: the simulated step, the matmul floor (matmul FLOPs per device at the spec's
 peak), the device's compute time and exposed collective time (ms), collective counts and operand
