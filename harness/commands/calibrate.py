@@ -10,12 +10,12 @@ in pairs, and the spec to start from:
 ``--base``: a compile-only target (``v6e:2x4``, ``tpu7x:2x2x1``, ``h100:1x1x8``), a CPU calibration
 (``<sweep>/traces/cpu-calibration-<N>dev.json``) or an earlier spec file. Every traced op is
 matched by name to the program's instructions (median duration over its executions, one device);
-a trace whose ops are not the program's is refused. A CPU calibration measured with several
-devices sharing the host's cores (``devices`` > 1) turns the fitted per-op speeds (a trace times
-each op's own run) into shared ones by its measured ratios
-(:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`). The matmul, memory and collective classes
-are fitted by robust regression (:mod:`harness.metrics.timeline.calibrate`); a class with fewer
-than ``--min-ops`` instructions is refused, by name. The spec file holds the fitted spec, each
+a trace whose ops are not the program's is refused. With a CPU calibration measured for several
+devices sharing the host's cores (``devices`` > 1), the fitted per-op speeds are shared among them
+before they are written (:func:`traced_sharing`,
+:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`). The matmul, memory
+and collective classes are fitted by robust regression (:mod:`harness.metrics.timeline.calibrate`);
+a class with fewer than ``--min-ops`` instructions is refused, by name. The spec file holds the fitted spec, each
 class's residuals and the programs and traces it came from; ``target.spec = "<file>"`` in a
 manifest makes later predictions use (and cite) it.
 
@@ -129,10 +129,12 @@ def traced_sharing(
     the median over the traces with step windows of ``fitted``'s predicted step over the traced
     step's wall (:func:`program_samples`'s ``step``), with what it is; None when no trace has steps.
 
-    Why not the ops' own traced times: with 8 devices on 2 cores, a robust fit to them finds the
-    typical op at its one-device speed, while device 0's traced op times add up to 0.6-0.9 of the
-    step (calibration-cpu-8dev.toml, 2026-11-27): the long ops are stretched by the turns they
-    share, the short ones are not. The whole-program ratio carries both."""
+    Why the whole program (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a robust
+    fit to the traced op durations prices the typical op near its one-device speed, and those prices
+    add up to 0.09-0.23 of the traced step's wall, while the traced op times themselves add up to
+    0.61-0.93 of it (:func:`~harness.metrics.timeline.calibrate.busy`). That suggests the sharing
+    stretches the long ops more than the many short ones the fit follows; taking busy / wall as the
+    ratio instead scored 3.7x on cpu.toml held out, this ratio 1.27x."""
     ratios = []
     for module, about in programs:
         if about.get("step"):
