@@ -124,7 +124,7 @@ class CpuCalibration:
         Why a ratio, measured (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a fit
         to the per-op durations traced with 8 devices at once gives 1.10e11 FLOP/s and 13.6 GB/s,
         near this host's one-device 1.26e11 and 25.8 GB/s and far from its 8-at-once 1.25e10 and
-        2.9e9: the trace times each op's own run, not the turns it waits for the cores. Each source
+        2.9e9; carried over unshared, it predicted cpu.toml 5.9x too fast in median. Each source
         names the fit and the ratio; the uncertainty stays the fit's."""
         if self.devices == 1 or traced is None:
             ratios = self.sharing(where)
