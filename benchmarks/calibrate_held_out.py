@@ -10,8 +10,8 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
    ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
    reported, never lowered here;
 2. carries the fit to the held-out sweep's devices without fitting anything to it
-   (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`): the fit holds each
-   op's own speed (traced with one device, or with several, whose trace times each op's own run),
+   (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`): the fit prices
+   the typical op near its one-device speed (traced with one device, or with several: measured),
    so each fitted rate is multiplied by a sharing ratio (the op overhead divided): with
    ``--sharing traced`` (default) and calibration traces of the held-out device count, the fitted
    spec's predicted step over the traced step's wall (median over the calibration programs,
@@ -322,7 +322,7 @@ def _constant_rows(
 ) -> list[str]:
     micro, target = held.sharing(), held.spec()
     rows = [
-        f"| constant | calibration base | fitted (each op's own run) | held-out micro-benchmark ratio "
+        f"| constant | calibration base | fitted (per op) | held-out micro-benchmark ratio "
         f"({held.devices} dev at once / alone) | ratio applied | transferred ({held.devices} dev) | "
         f"held-out base ({held.devices} dev) |",
         "|---|---:|---:|---:|---:|---:|---:|",

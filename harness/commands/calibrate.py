@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         origin = ", ".join(str(t) for t in args.trace)
         result = fitting.fit(pts, base, args.min_ops, origin=f"{len(args.trace)} trace(s) ({origin[:200]})")
         cpu = cpu_base(args.base)
-        if cpu is not None and cpu.devices > 1:  # the fit holds each op's own run: the devices share the cores
+        if cpu is not None and cpu.devices > 1:  # per-op prices near one device's: share them among the devices
             traced = traced_sharing(list(zip(modules, about, strict=True)), result.spec)
             shared = cpu.shared_spec(result.spec, args.base, traced)
             how = f"the traces' steps ({traced[0]:.4g})" if traced else "the base's micro-benchmarks (no traced steps)"
