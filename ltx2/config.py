@@ -3,7 +3,7 @@
 ``TransformerConfig`` mirrors the constructor of diffusers' ``LTX2VideoTransformer3DModel``
 (same field names, same defaults) plus our performance knobs (``scan_layers``, ``sharding``,
 ``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``, ``linear_partials``,
-``rope_form``, ``token_chunks``).
+``rope_form``, ``token_chunks``, ``pipeline_stages``).
 Derived sizes are properties.
 """
 
@@ -42,6 +42,7 @@ KNOBS = (
     "linear_partials",
     "rope_form",
     "token_chunks",
+    "pipeline_stages",
 )
 
 
@@ -120,6 +121,10 @@ class TransformerConfig:
     # chains, so one chunk's output-projection all-reduce can run under another chunk's matmuls
     # (ltx2.block.Block._per_chunk). v2a's keys/values take every token. 1: the whole stream at once.
     token_chunks: int = 1
+    # The blocks as an interleaved pipeline over the "layers" rule's mesh axes (ltx2.pipeline_parallel):
+    # stage s holds layers s, s + S, ... (stored stage-major), the batch rows split into S microbatches
+    # that pass from stage to stage layer by layer. 1: every device runs every layer.
+    pipeline_stages: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vae_scale_factors", tuple(self.vae_scale_factors))
@@ -157,6 +162,8 @@ class TransformerConfig:
             raise _fail("sharding", self.sharding, str(e)) from None
 
     def _check_dims(self) -> None:
+        if self.num_layers % self.pipeline_stages:
+            raise _fail("pipeline_stages", self.pipeline_stages, f"must divide num_layers ({self.num_layers})")
         # Text K/V come out of the caption projection (inner width) and the prompt tables are inner wide.
         text_at_inner = self.use_prompt_embeddings or self.prompt_modulation
         for prefix, inner in (("", self.inner_dim), ("audio_", self.audio_inner_dim)):

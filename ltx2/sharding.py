@@ -51,6 +51,7 @@ ACTIVATION_AXES: frozenset[str] = frozenset(
         "activation_batch",
         "activation_length",  # video / audio tokens (L, A)
         "activation_residual_length",  # the residual stream's tokens around a block's sub-layers
+        "activation_audio_length",  # the audio stream's tokens where a strategy names them apart (audio_names)
         "activation_text_length",  # text tokens S
         "activation_embed",
         "activation_heads",
@@ -84,6 +85,8 @@ FALLBACK_AXES: Mapping[str, str] = {
     # parallelism), the output projections reduce-scatter instead of all-reducing, the norms and
     # modulations run on a shard of the tokens, and the next projections all-gather them.
     "activation_residual_length": "activation_length",
+    # The audio stream's tokens (:func:`audio_names`): as the video's unless a strategy names them.
+    "activation_audio_length": "activation_length",
 }
 
 
@@ -351,6 +354,17 @@ def component_strategies(strategy: str | Strategy, vae_replication: bool) -> dic
 def _context_mesh_axis_names() -> tuple[str, ...]:
     mesh = jax.sharding.get_abstract_mesh()
     return () if mesh.empty else tuple(mesh.axis_names)
+
+
+def audio_names(names: LogicalAxes, strategy: str | Strategy) -> LogicalAxes:
+    """``names`` of a stream activation as the audio stream's: its token name becomes
+    ``activation_audio_length`` where the strategy has a rule for that name (the audio's tokens,
+    126 for 121 frames, split fewer ways than the video's), else ``names`` unchanged."""
+    strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    if "activation_audio_length" not in strat.rules:
+        return names
+    tokens = ("activation_length", "activation_residual_length")
+    return tuple("activation_audio_length" if n in tokens else n for n in names)
 
 
 def constrain(x: jax.Array, names: LogicalAxes, strategy: str | Strategy) -> jax.Array:

@@ -12,6 +12,7 @@ from flax import nnx
 
 from ltx2.config import TransformerConfig
 from ltx2.convert.keymap import Rule, linear, load_state_dict
+from ltx2.pipeline_parallel import store_stage_major
 from ltx2.transformer import LTX2Transformer
 
 _ADALN = (
@@ -75,4 +76,6 @@ def from_diffusers(module: Any, **overrides: Any) -> LTX2Transformer:
     # Shapes only: every parameter is then filled from the state dict (missing ones raise).
     model = nnx.eval_shape(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)))
     load_state_dict(model, module.state_dict(), transformer_rules())
+    if cfg.pipeline_stages > 1:  # the stack stage-major: stage s's slice holds layers s, s + S, ...
+        store_stage_major(model.transformer_blocks, cfg.pipeline_stages)
     return model

@@ -27,7 +27,7 @@ from ltx2.denoise import denoise_step as guided_denoise_step
 from ltx2.pipeline_config import PipelineConfig
 from ltx2.scheduler import sigma_schedule, timesteps
 from ltx2.scheduler import step as euler_step
-from ltx2.sharding import input_sharding, place
+from ltx2.sharding import audio_names, input_sharding, place
 from ltx2.stages.program import (
     Setup,
     StageProgram,
@@ -59,7 +59,7 @@ def _step_inputs(t: TransformerConfig, B: int, L: int, A: int, S: int) -> list[t
     rows = ("activation_batch",)
     return [
         ((B, L, t.in_channels), dt, SEQ),
-        ((B, A, t.audio_in_channels), dt, SEQ),  # latents
+        ((B, A, t.audio_in_channels), dt, audio_names(SEQ, t.sharding)),  # latents
         ((B, S, text_c), dt, TEXT),
         ((B, S, audio_text_c), dt, TEXT),  # prompt embeddings
         ((B, S), f32, ("activation_batch", None)),  # text keep-mask
@@ -199,7 +199,7 @@ def _loop(cfg: PipelineConfig, wl: Workload, mesh: Mesh) -> _Loop:
     f32 = jnp.float32
     latents = Latents(
         sds((s.videos, plan.video_tokens, t.in_channels), f32, SEQ, strategy, mesh),
-        sds((s.videos, plan.audio_frames, t.audio_in_channels), f32, SEQ, strategy, mesh),
+        sds((s.videos, plan.audio_frames, t.audio_in_channels), f32, audio_names(SEQ, strategy), strategy, mesh),
     )
     rows, S = s.videos * (2 if plan.passes.cfg else 1), wl.text_tokens
     dv, da = _text_widths(t)

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from ltx2.components import vae_configs
 from ltx2.latents import Plan
 from ltx2.pipeline_config import PipelineConfig
-from ltx2.sharding import get_strategy, input_sharding, place
+from ltx2.sharding import audio_names, get_strategy, input_sharding, place
 
 # Stages whose inputs are sequence-sharded under the transformer's strategy: their sharded dims
 # must divide their mesh axes. Decoders and the text encoder place inputs by shape (indivisible
@@ -166,7 +166,12 @@ def check_workload(cfg: PipelineConfig, wl: Workload, mesh_shape: Mapping[str, i
     dims = (
         ("batch", wl.batch, "activation_batch", ("batch",)),
         ("video tokens", plan.video_tokens, "activation_length", ("height", "width", "num_frames")),
-        ("audio tokens", plan.audio_frames, "activation_length", ("num_frames", "frame_rate")),
+        (
+            "audio tokens",
+            plan.audio_frames,
+            audio_names(("activation_length",), strategy)[0],
+            ("num_frames", "frame_rate"),
+        ),
         ("text tokens", wl.text_tokens, "activation_text_length", ("text_tokens",)),
     )
     for what, size, logical, fields in dims:

@@ -1,0 +1,111 @@
+"""The interleaved pipeline (``pipeline_stages``): the tiny denoising step with the blocks as two
+stages over the fsdp axis (tokens over context x tensor within each stage) gives the replicated
+step's numbers (test_strategies' tolerance), the weights stored stage-major; the order and the
+refusals have known answers."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import jax
+import pytest
+from flax import nnx
+from jax.sharding import Mesh
+
+from harness.metrics.hlo import collective_stats, parse
+from harness.vocabulary import Collective
+from ltx2 import pipeline_parallel, sharding
+from ltx2.config import TransformerConfig
+from ltx2.transformer import LTX2Transformer
+from tests.ltx2 import test_strategies as ts
+
+STAGES = {"layers": ["fsdp"], "activation_length": ["context", "tensor"]}
+
+
+@pytest.fixture(scope="module")
+def mesh() -> Mesh:
+    return sharding.build_mesh(ts.MESH)
+
+
+def test_stored_order_is_stage_major() -> None:
+    assert pipeline_parallel.stored_order(8, 2).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert pipeline_parallel.stored_order(6, 3).tolist() == [0, 3, 1, 4, 2, 5]
+    assert pipeline_parallel.stored_order(4, 1).tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="3 pipeline stages do not divide 4 layers"):
+        pipeline_parallel.stored_order(4, 3)
+    with pytest.raises(ValueError, match=r"TransformerConfig.pipeline_stages=3: must divide num_layers \(2\)"):
+        TransformerConfig.tiny(pipeline_stages=3)
+
+
+def _pipelined_step(mesh: Mesh, strategy: str, stages: int) -> tuple[tuple[jax.Array, jax.Array], str]:
+    grid = ts.GRIDS["tiny"]
+    cfg = TransformerConfig.tiny(sharding=strategy, pipeline_stages=stages)
+    weights, *_ = ts._reference_step("tiny")
+    model = ts._build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights)
+    pipeline_parallel.store_stage_major(model.transformer_blocks, stages)
+    graphdef, state = ts._place(model, strategy, mesh)
+    inputs = {
+        k: jax.device_put(v, sharding.input_sharding(ts._INPUT_AXES[k], strategy, mesh))
+        for k, v in ts._step_inputs(cfg, grid).items()
+    }
+    with jax.set_mesh(mesh), mock.patch.object(pipeline_parallel, "run", wraps=pipeline_parallel.run) as spy:
+        out, hlo = ts._compiled_and_run(ts._denoise_step(graphdef, grid), state, inputs)
+    assert spy.call_count == 1  # the blocks ran as the pipeline
+    return out, hlo
+
+
+@pytest.mark.parametrize("audio", [None, []], ids=["audio-as-video", "audio-whole"])
+def test_two_stages_give_the_replicated_step(audio: list[str] | None, mesh: Mesh) -> None:
+    """tiny has 2 layers: stage 0 runs layer 0, stage 1 layer 1, the two CFG rows one after the other;
+    the audio tokens split like the video's, or (activation_audio_length = []) whole in each stage."""
+    rules = STAGES if audio is None else {**STAGES, "activation_audio_length": audio}
+    strategy = sharding.register_overrides("replicated", rules).name
+    _, x_ref, a_ref = ts._reference_step("tiny")
+    (x, a), hlo = _pipelined_step(mesh, strategy, 2)
+    errors = ts._error(x, x_ref), ts._error(a, a_ref)
+    permutes = collective_stats(parse(hlo))[Collective.COLLECTIVE_PERMUTE].count
+    print(f"tiny step, 2 pipeline stages over fsdp: video {errors[0]:.2e}, audio {errors[1]:.2e}; {permutes} permutes")
+    assert max(errors) <= ts.TOL
+    assert permutes >= 2  # the stages hand both streams on
+
+
+def test_a_layers_rule_that_is_not_the_stages_is_refused(mesh: Mesh) -> None:
+    wrong = sharding.register_overrides("replicated", {"layers": ["fsdp", "context"]}).name
+    with pytest.raises(
+        ValueError, match=r"pipeline_stages=2: the strategy's 'layers' rule \('fsdp', 'context'\) spans 4"
+    ):
+        _pipelined_step(mesh, wrong, 2)
+
+
+def test_audio_names_follow_an_audio_rule_only_where_the_strategy_has_one() -> None:
+    names = ("activation_batch", "activation_residual_length", "activation_embed")
+    assert sharding.audio_names(names, "context") == names
+    apart = sharding.register_overrides("context", {"activation_audio_length": ["context"]})
+    assert sharding.audio_names(names, apart) == ("activation_batch", "activation_audio_length", "activation_embed")
+    assert apart.mesh_axes("activation_audio_length") == ("context",)
+    assert sharding.get_strategy("context").mesh_axes("activation_audio_length") == sharding.get_strategy(
+        "context"
+    ).mesh_axes("activation_length")  # unnamed: as the video's tokens
+
+
+def test_what_the_pipeline_cannot_run_is_refused_by_name() -> None:
+    cfg = TransformerConfig.tiny(pipeline_stages=2)
+    x = jax.numpy.zeros((2, 4, 8))
+    with pytest.raises(ValueError, match=r"runs every layer on every row: got layers \(0, 1\), cross_from 0"):
+        pipeline_parallel.run_blocks(cfg, None, None, x, x, None, None, False, (0, 1), None, None, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"got layers \(0, 2\), cross_from 1"):
+        pipeline_parallel.run_blocks(cfg, None, None, x, x, None, None, False, (0, 2), None, None, 1)  # type: ignore[arg-type]
+    odd = jax.numpy.zeros((3, 4, 8))
+    with pytest.raises(ValueError, match=r"pipeline_stages=2 must divide the batch \(3 rows\)"):
+        pipeline_parallel.run(
+            None,
+            {"w": jax.numpy.zeros((2, 1))},
+            odd,
+            odd,
+            None,
+            None,
+            None,
+            stages=2,
+            strategy="replicated",
+            residual=(),
+        )  # type: ignore[arg-type]
