@@ -109,3 +109,44 @@ def test_what_the_pipeline_cannot_run_is_refused_by_name() -> None:
             strategy="replicated",
             residual=(),
         )  # type: ignore[arg-type]
+
+
+def _blocks_with_text_kv(graphdef: nnx.GraphDef, grid: dict[str, int]):  # type: ignore[no-untyped-def]
+    """The blocks over precomputed text K/V (the loop's path), prompt rows swapped by ``text_rows``."""
+
+    def run(state: nnx.State, inp: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        model = nnx.merge(graphdef, state)
+        coords = model._video_coords(1, grid["frames"], grid["height"], grid["width"], 24.0)
+        audio_coords = model._audio_coords(1, grid["audio"])
+        cond = model.conditioning(
+            inp["sigma"] * 1000.0, None, None, None, coords, audio_coords, use_cross_timestep=False
+        )
+        kv = model.text_kv(*model.project_text(inp["text"], inp["audio_text"]))
+        x, a = model.project_in(inp["x"], inp["a"])
+        inputs = model.block_inputs(cond, None, None, None, None)
+        return model.run_blocks(x, a, inputs, None, isolate=False, kv=kv, text_rows=(1, 0))
+
+    return run
+
+
+def test_two_stages_over_precomputed_text_kv_give_the_unpipelined_numbers(mesh: Mesh) -> None:
+    """The loop's path: text K/V computed once (in stored order by the pipelined model), gathered to
+    the batch rows through text_rows, the same numbers as the unpipelined blocks without a mesh."""
+    grid = ts.GRIDS["tiny"]
+    weights, *_ = ts._reference_step("tiny")
+    host = ts._step_inputs(TransformerConfig.tiny(), grid)
+    ref_graphdef, ref_state = ts._place(
+        ts._build(lambda: LTX2Transformer(TransformerConfig.tiny(), rngs=nnx.Rngs(0)), weights), "replicated", None
+    )
+    expected = ts._compile_and_run(_blocks_with_text_kv(ref_graphdef, grid), ref_state, host)
+    strategy = sharding.register_overrides("replicated", STAGES).name
+    cfg = TransformerConfig.tiny(sharding=strategy, pipeline_stages=2)
+    model = ts._build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights)
+    pipeline_parallel.store_stage_major(model.transformer_blocks, 2)
+    graphdef, state = ts._place(model, strategy, mesh)
+    inputs = {k: jax.device_put(v, sharding.input_sharding(ts._INPUT_AXES[k], strategy, mesh)) for k, v in host.items()}
+    with jax.set_mesh(mesh):
+        x, a = ts._compile_and_run(_blocks_with_text_kv(graphdef, grid), state, inputs)
+    errors = ts._error(x, expected[0]), ts._error(a, expected[1])
+    print(f"tiny blocks over text K/V, 2 pipeline stages: video {errors[0]:.2e}, audio {errors[1]:.2e}")
+    assert max(errors) <= ts.TOL
