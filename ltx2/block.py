@@ -28,10 +28,16 @@ from ltx2.attention import Attention
 from ltx2.config import FF_MULT, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, join_chunks, rms_norm, token_chunks
 from ltx2.rope import RopeTables, rope_chunks
-from ltx2.sharding import constrain, get_strategy, param
+from ltx2.sharding import audio_names, constrain, get_strategy, param
 
 # The residual stream, between the sub-layers and between blocks (the layer loop's carry too).
 RESIDUAL = ("activation_batch", "activation_residual_length", "activation_embed")
+
+
+def constrain_streams(x: jax.Array, a: jax.Array, strategy: str) -> tuple[jax.Array, jax.Array]:
+    """The video and audio residual streams in their layouts between blocks (the audio's tokens by
+    :func:`ltx2.sharding.audio_names`)."""
+    return constrain(x, RESIDUAL, strategy), constrain(a, audio_names(RESIDUAL, strategy), strategy)
 
 
 @scopes.scoped(scopes.NORM_MOD)

@@ -29,7 +29,6 @@ computed once, broadcast. Shapes: B videos, L video tokens, A audio tokens, S te
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
@@ -38,7 +37,7 @@ import numpy as np
 
 from ltx2 import scopes
 from ltx2.block import TextKV, take_rows
-from ltx2.sharding import get_strategy
+from ltx2.sharding import shards
 from ltx2.transformer import Conditioning, LTX2Transformer
 
 if TYPE_CHECKING:
@@ -130,11 +129,7 @@ def _fork_pays(groups_before: int, videos: int, strategy: str) -> bool:
 
 def batch_shards(strategy: str) -> int:
     """How many ways the context mesh splits ``activation_batch`` under ``strategy`` (1 without a mesh)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-        return 1
-    axes = get_strategy(strategy).mesh_axes("activation_batch")
-    return math.prod(mesh.shape[a] for a in axes if a in mesh.shape)
+    return shards(strategy, "activation_batch")
 
 
 def _sequential(groups: tuple[str, ...]) -> list[tuple[str, ...]]:

@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ltx2.block import RESIDUAL, Block, BlockInputs, TextKV
+from ltx2.block import RESIDUAL, Block, BlockInputs, TextKV, constrain_streams
 from ltx2.config import TransformerConfig
-from ltx2.sharding import audio_names, constrain, get_strategy
+from ltx2.sharding import audio_names, constrain, mesh_axes_in_context, shards
 
 # A block over one layer: (layer state, x, a, block inputs, STG flag, text K/V) -> (x, a)
 BlockFn = Callable[[Any, jax.Array, jax.Array, Any, Any, Any], tuple[jax.Array, jax.Array]]
@@ -52,18 +52,15 @@ def store_stage_major(blocks: nnx.Module, stages: int) -> None:
 def stage_axes(strategy: str, stages: int) -> tuple[str, ...]:
     """The mesh axes the "layers" rule puts the stages on (empty without a mesh); ValueError when
     their size is not ``stages``, naming the rule."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
+    if jax.sharding.get_abstract_mesh().empty:
         return ()
-    axes = get_strategy(strategy).mesh_axes("layers")
-    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    size = int(np.prod([sizes[a] for a in axes])) if axes else 1
+    axes, size = mesh_axes_in_context(strategy, "layers"), shards(strategy, "layers")
     if size != stages:
         raise ValueError(
             f"pipeline_stages={stages}: the strategy's 'layers' rule {axes} spans {size} devices; it must "
             f"span the stages (e.g. sharding.rules.layers = ['data'] on a data axis of {stages})"
         )
-    if set(axes) & set(get_strategy(strategy).mesh_axes("activation_batch")):
+    if set(axes) & set(mesh_axes_in_context(strategy, "activation_batch")):
         raise ValueError(f"pipeline_stages={stages}: activation_batch cannot be split over the stage axes {axes}")
     return axes
 
@@ -168,8 +165,7 @@ def run_blocks(
 
     def block(st: Any, x: jax.Array, a: jax.Array, inp: Any, stg: Any, kv_l: Any) -> tuple[jax.Array, jax.Array]:
         blk = cast(Block, nnx.merge(graphdef, st))
-        x, a = blk(x, a, inp, stg, isolate=isolate, kv=kv_l)
-        return constrain(x, RESIDUAL, cfg.sharding), constrain(a, audio_names(RESIDUAL, cfg.sharding), cfg.sharding)
+        return constrain_streams(*blk(x, a, inp, stg, isolate=isolate, kv=kv_l), cfg.sharding)
 
     return run(
         block, state, x, a, inputs, flags, kv, stages=cfg.pipeline_stages, strategy=cfg.sharding, residual=RESIDUAL

@@ -356,6 +356,19 @@ def _context_mesh_axis_names() -> tuple[str, ...]:
     return () if mesh.empty else tuple(mesh.axis_names)
 
 
+def mesh_axes_in_context(strategy: str | Strategy, logical: str) -> MeshAxes:
+    """The mesh axes ``strategy`` puts ``logical`` on that the context mesh has (none without one)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    return () if mesh.empty else tuple(a for a in strat.mesh_axes(logical) if a in mesh.shape)
+
+
+def shards(strategy: str | Strategy, logical: str) -> int:
+    """How many ways the context mesh splits ``logical`` under ``strategy`` (1 without a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return math.prod(mesh.shape[a] for a in mesh_axes_in_context(strategy, logical))
+
+
 def audio_names(names: LogicalAxes, strategy: str | Strategy) -> LogicalAxes:
     """``names`` of a stream activation as the audio stream's: its token name becomes
     ``activation_audio_length`` where the strategy has a rule for that name (the audio's tokens,

@@ -20,11 +20,11 @@ import numpy as np
 from flax import nnx
 
 from ltx2 import input_exchange, pipeline_parallel, scopes
-from ltx2.block import RESIDUAL, Block, BlockInputs, StreamInputs, TextKV, modulate
+from ltx2.block import Block, BlockInputs, StreamInputs, TextKV, constrain_streams, modulate
 from ltx2.config import TIMESTEP_EMBED_DIM, TransformerConfig
 from ltx2.layers import Linear, gelu_tanh, layer_norm, stack_layers
 from ltx2.rope import AVRope, av_rope, prepare_audio_coords, prepare_video_coords
-from ltx2.sharding import audio_names, constrain, param
+from ltx2.sharding import param
 
 __all__ = ["ACTIVATION", "Block", "BlockInputs", "Conditioning", "LTX2Transformer", "StreamInputs", "TextKV"]
 
@@ -346,9 +346,9 @@ class LTX2Transformer(nnx.Module):
             state_l, stg, kv_l = xs
             block = cast(Block, nnx.merge(graphdef, state_l))
             x, a = block(*carry, inputs, stg, isolate=isolate, kv=kv_l, text_rows=text_rows, cross_from=cross_from)
-            return (constrain(x, RESIDUAL, strategy), constrain(a, audio_names(RESIDUAL, strategy), strategy)), None
+            return constrain_streams(x, a, strategy), None
 
-        carry = (constrain(x, RESIDUAL, strategy), constrain(a, audio_names(RESIDUAL, strategy), strategy))
+        carry = constrain_streams(x, a, strategy)
         if not self.cfg.scan_layers:
             for i in range(first, stop):
                 carry, _ = layer(carry, _layer((state, flags, kv), i))
