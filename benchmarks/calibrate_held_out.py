@@ -74,8 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sharing",
         choices=("traced", "micro"),
         default="traced",
-        help="how the devices share the cores: the calibration traces' busy / wall (where traced with the held-out "
-        "device count) or the CPU calibrations' micro-benchmark ratios",
+        help="how the devices share the cores: the fitted spec's predicted step over the calibration traces' step "
+        "wall (where traced with the held-out device count) or the CPU calibrations' micro-benchmark ratios",
     )
     out = ROOT / "benchmarks" / "results" / f"calibrate-held-out-{datetime.date.today().isoformat()}.md"
     p.add_argument("--out", type=Path, default=out, help="the markdown report")

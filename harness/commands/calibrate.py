@@ -55,14 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def base_spec(base: str) -> TimelineSpec:
     """The starting spec: a target's table, a CPU calibration file or a spec file; ValueError otherwise."""
-    cpu = cpu_base(base)
-    if cpu is not None:
-        return cpu.spec()
     path = Path(base)
     if path.exists():
         raw = json.loads(path.read_text())
         if isinstance(raw, dict) and "spec" in raw:
             return spec_from_dict(raw["spec"], base)
+        return CpuCalibration.from_dict(raw, base).spec()
     for platform in ("tpu", "gpu"):
         try:
             targets.check_topology(base, platform)
@@ -127,7 +125,8 @@ def traced_sharing(
 ) -> tuple[float, str] | None:
     """How much of a traced step one device's ops, priced at the fitted per-op speeds, account for:
     the median over the traces with step windows of ``fitted``'s predicted step over the traced
-    step's wall (:func:`program_samples`'s ``step``), with what it is; None when no trace has steps.
+    step's wall (:func:`program_samples`'s ``step``, which gets the prediction as
+    ``fitted_pred_ns``), with what it is; None when no trace has steps.
 
     Why the whole program (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a robust
     fit to the traced op durations prices the typical op near its one-device speed, and those prices
@@ -154,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        base = base_spec(args.base)
+        cpu = cpu_base(args.base)
+        base = base_spec(args.base) if cpu is None else cpu.spec()
         pts, about, modules = [], [], []
         for hlo, trace in zip(args.program, args.trace, strict=True):
             one, info, module = program_samples(hlo, trace, base, args.device)
@@ -164,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
             modules.append(module)
         origin = ", ".join(str(t) for t in args.trace)
         result = fitting.fit(pts, base, args.min_ops, origin=f"{len(args.trace)} trace(s) ({origin[:200]})")
-        cpu = cpu_base(args.base)
         if cpu is not None and cpu.devices > 1:  # per-op prices near one device's: share them among the devices
             traced = traced_sharing(list(zip(modules, about, strict=True)), result.spec)
             shared = cpu.shared_spec(result.spec, args.base, traced)
