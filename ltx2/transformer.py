@@ -309,7 +309,13 @@ class LTX2Transformer(nnx.Module):
             raise ValueError("this model modulates the text by the timestep (prompt AdaLN): text_kv needs cond")
         prompts = (None, None) if cond is None else (cond.prompt, cond.audio_prompt)
         graphdef, state = nnx.split(self.transformer_blocks)
-        return jax.lax.map(lambda st: cast(Block, nnx.merge(graphdef, st)).text_kv(text, audio_text, *prompts), state)
+
+        def one(st: nnx.State) -> TextKV:
+            return cast(Block, nnx.merge(graphdef, st)).text_kv(text, audio_text, *prompts)
+
+        if self.cfg.pipeline_stages > 1:  # each stage its own layers, where they are stored
+            return cast(TextKV, pipeline_parallel.map_layers(one, state, self.cfg.pipeline_stages, self.cfg.sharding))
+        return jax.lax.map(one, state)
 
     @property
     def text_kv_per_step(self) -> bool:

@@ -16,10 +16,11 @@ from harness.metrics.hlo import collective_stats, parse
 from harness.vocabulary import Collective
 from ltx2 import pipeline_parallel, sharding
 from ltx2.config import TransformerConfig
-from ltx2.transformer import LTX2Transformer
+from ltx2.transformer import LTX2Transformer, TextKV
 from tests.ltx2 import test_strategies as ts
 
 STAGES = {"layers": ["fsdp"], "activation_length": ["context", "tensor"]}
+TEXT = ("text", "audio_text")
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +151,29 @@ def test_two_stages_over_precomputed_text_kv_give_the_unpipelined_numbers(mesh: 
     errors = ts._error(x, expected[0]), ts._error(a, expected[1])
     print(f"tiny blocks over text K/V, 2 pipeline stages: video {errors[0]:.2e}, audio {errors[1]:.2e}")
     assert max(errors) <= ts.TOL
+
+
+def test_text_kv_is_computed_where_each_stage_keeps_its_layers(mesh: Mesh) -> None:
+    """Each stage projects the text K/V of its own layers (map_layers): no stacked weight is gathered,
+    and the [L, ...] result stays split over the stage axis, as the pipeline reads it. A plain
+    lax.map over the stage-split stack all-gathered the stack at every layer (v6e 19B loop)."""
+    strategy = sharding.register_overrides("replicated", STAGES).name
+    cfg = TransformerConfig.tiny(sharding=strategy, pipeline_stages=2)
+    weights, *_ = ts._reference_step("tiny")
+    model = ts._build(lambda: LTX2Transformer(cfg, rngs=nnx.Rngs(0)), weights)
+    pipeline_parallel.store_stage_major(model.transformer_blocks, 2)
+    graphdef, state = ts._place(model, strategy, mesh)
+    host = ts._step_inputs(cfg, ts.GRIDS["tiny"])
+    text = {k: jax.device_put(host[k], sharding.input_sharding(ts._INPUT_AXES[k], strategy, mesh)) for k in TEXT}
+
+    def text_kv(state: nnx.State, inp: dict[str, jax.Array]) -> TextKV:
+        model = nnx.merge(graphdef, state)
+        return model.text_kv(*model.project_text(inp["text"], inp["audio_text"]))
+
+    with jax.set_mesh(mesh):
+        kv, hlo = ts._compiled_and_run(text_kv, state, text)
+    gathers = collective_stats(parse(hlo))[Collective.ALL_GATHER].count
+    assert gathers == 0, f"{gathers} all-gathers in the stage-local text K/V"
+    for leaf in kv:
+        assert leaf.shape[0] == cfg.num_layers
+        assert leaf.sharding.spec[0] in ("fsdp", ("fsdp",)), leaf.sharding
