@@ -19,6 +19,7 @@ their default effect, immediate death; the launcher then removes the scratch fol
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -27,12 +28,14 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 POLL_S = 0.5
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_DEATH_SIGNAL = signal.SIGHUP
 LAUNCHER_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # blocked by the launcher while it starts a worker
+_ENDING = threading.RLock()
 
 
 def _ask_kernel(sig: int) -> bool:
@@ -43,14 +46,41 @@ def _ask_kernel(sig: int) -> bool:
     return libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
 
 
+def gone_name(scratch_dir: str | Path) -> Path:
+    """Where :func:`orphaned` moves a scratch folder before removing it (hidden: not a ``harness-*`` name)."""
+    path = Path(scratch_dir)
+    return path.with_name(f".{path.name}.orphaned")
+
+
+def remove_scratch(scratch_dir: str | Path) -> None:
+    """Remove a scratch folder that this process's other threads, or another worker, may still write into.
+
+    A plain ``rmtree`` loses that race: a file created between its listing and its final ``rmdir``
+    leaves the folder behind (seen in CI: the worker's main thread wrote ``status.json`` while the
+    lifeline thread removed the folder). The folder is first renamed to :func:`gone_name`, which no
+    writer knows, so every later write by path fails instead of landing in it; then it is removed.
+    Idempotent: a second caller (the other mechanism, or another worker) finds it renamed.
+    """
+    gone = gone_name(scratch_dir)
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(scratch_dir, gone)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def orphaned(scratch_dir: str | None) -> None:
-    """The launcher is gone: remove the scratch folder, then end this worker and what it started."""
-    if scratch_dir:
-        shutil.rmtree(scratch_dir, ignore_errors=True)
-    print(f"worker {os.getpid()}: launcher gone, scratch folder removed, exiting", file=sys.stderr, flush=True)
-    if os.getpgrp() == os.getpid():  # leader of its own group (as the launcher starts it): end the group
-        os.killpg(os.getpid(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+    """The launcher is gone: remove the scratch folder, then end this worker and what it started.
+
+    Both mechanisms may call this at once (the signal handler in the main thread, the polling thread):
+    the lock makes the second wait for the first, which ends the process. Re-entrant, for a second
+    signal arriving in the main thread while it is already here.
+    """
+    with _ENDING:
+        if scratch_dir:
+            remove_scratch(scratch_dir)
+        print(f"worker {os.getpid()}: launcher gone, scratch folder removed, exiting", file=sys.stderr, flush=True)
+        if os.getpgrp() == os.getpid():  # leader of its own group (as the launcher starts it): end the group
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def hold(parent_pid: int, scratch_dir: str | None) -> None:

@@ -137,6 +137,8 @@ def run_sweep(
 def remove_dead_scratch() -> None:
     """Scratch folders (``$TMPDIR/harness-*``) of launchers killed outright before their worker started: a
     worker that started removes its own (:mod:`harness.run.lifeline`); the spec names the launcher's pid."""
+    for folder in Path(tempfile.gettempdir()).glob(".harness-*.orphaned"):  # a worker died removing it
+        shutil.rmtree(folder, ignore_errors=True)
     for folder in Path(tempfile.gettempdir()).glob("harness-*"):
         spec = next(iter(sorted(folder.glob("spec*.json"))), None)
         try:
