@@ -101,5 +101,5 @@ def _instruction(
         trip_count=trips.get(id(line)),
         index=_index(line),
         flops=own_flops[id(line)],
-        traffic=cost.instruction_traffic(line, shapes, comps) if alone else 0,
+        traffic=cost.instruction_traffic(line, shapes, comps, facts.async_role) if alone else 0,
     )

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 from harness.metrics.aot import ring_wire_bytes
 from harness.metrics.hlo.model import HloModule, Instruction
-from harness.metrics.hlo.text import DEVICE_MEMORY, aliased_operands, shape_bytes
 from harness.metrics.timeline.groups import Groups, all_devices
 
 OFFLOAD, OFFLOAD_DONE = "offload", "offload-done"
@@ -125,7 +124,7 @@ def _nested_flops(instr: Instruction, module: HloModule) -> int:
     return sum(module.computations[c].flops for c in instr.callees if c in module.computations)
 
 
-def _async_fusion(instr: Instruction, kind: str, shapes: dict[str, str], module: HloModule, devices: int) -> Op:
+def _async_fusion(instr: Instruction, kind: str, module: HloModule, devices: int) -> Op:
     """A TPU async collective fusion: its start issues the collective (groups from the one inside), its
     done waits for it; a continuation is compute, priced without the collective's state it passes through
     (aliased operands, read and written in place: the transfer's, not the compute's, bytes)."""
@@ -133,13 +132,8 @@ def _async_fusion(instr: Instruction, kind: str, shapes: dict[str, str], module:
         return _collective(instr, "start", kind, devices)
     if instr.async_role == "done":
         return Op(instr, "done", kind=kind)
-    aliased = [i for i in aliased_operands(instr.attributes) if i < len(instr.operands)]
-    size = {
-        i: shape_bytes(instr.operand_shapes[i] or shapes.get(instr.operands[i], ""), DEVICE_MEMORY) for i in aliased
-    }
-    state = sum(size.values()) + sum(size[i] for i in aliased)  # each state operand read, each aliased output written
-    flops = _nested_flops(instr, module)
-    return Op(instr, "continuation", flops=float(flops), bytes=float(max(instr.traffic - state, 0)), kind=kind)
+    flops = _nested_flops(instr, module)  # its traffic leaves out the state (harness.metrics.hlo.cost)
+    return Op(instr, "continuation", flops=float(flops), bytes=float(instr.traffic), kind=kind)
 
 
 def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devices: int) -> Op:
@@ -164,7 +158,7 @@ def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devi
     if op == "call-done":
         return Op(instr, "done")  # build_program makes the dones of offloaded copies theirs
     if instr.async_role is not None and instr.wraps is not None:
-        return _async_fusion(instr, instr.wraps, shapes, module, devices)
+        return _async_fusion(instr, instr.wraps, module, devices)
     kind = instr.collective
     if kind is not None:
         if op.endswith("-done"):

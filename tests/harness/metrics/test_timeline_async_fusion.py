@@ -18,6 +18,7 @@ import pytest
 
 from harness.metrics import timeline
 from harness.metrics.hlo import collective_stats, parse
+from harness.metrics.hlo.cost import memory_traffic_bytes
 from harness.metrics.timeline.program import build_program
 from tests.harness.metrics.test_timeline import GROUPS, _module, _spec, gather_ns
 
@@ -145,3 +146,14 @@ def test_a_done_waits_for_its_own_chain_not_the_oldest():
     waited = {c["op"]: c["ns"] for c in p.critical_path if c["category"] == "all-gather"}
     assert waited == {"async-collective-start.1": pytest.approx(2 * t - 8 * n, rel=1e-12)}
     assert p.step_ns == pytest.approx(2 * t, rel=1e-12)  # chain 0's transfer ends first, at t
+
+
+def test_traffic_counts_the_transfer_once_at_its_start():
+    """The start reads the shard (4000 B) and writes the gathered buffer (16000) and its 12 B of state;
+    its output aliasing the shard is not written. The continuation is its add alone (reads and writes
+    4 x 3000), not the state it passes on (56024 B of aliased operands and outputs); the done moves
+    nothing. Counted as plain fusions, the chain was 140048 B (24012, 80024, 36012)."""
+    module = parse(_one_chain(3000))
+    traffic = {i.name: i.traffic for i in module.computations["main"] if i.async_role}
+    assert traffic == {"async-collective-start.0": 20012, "fusion.0": 24000, "async-collective-done.0": 0}
+    assert memory_traffic_bytes(module) == 20012 + 24000
