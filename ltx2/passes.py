@@ -174,9 +174,9 @@ def _segment(step: _Step, h: Hidden, groups: tuple[str, ...], first: int, stop: 
     isolate, cross, cross_from = groups == ("isolated",), None, 0
     if "isolated" in groups and not isolate:
         assert groups[0] == "isolated"
-        if batch_shards(model.cfg.sharding) == 1:
+        if batch_shards(model.cfg.sharding) == 1 and model.cfg.pipeline_stages == 1:
             cross_from = B  # a2v/v2a skip the leading isolated rows
-        else:  # rows split over devices: a row slice would reshard, a mask keeps the layout
+        else:  # rows split over devices or microbatches: a row slice would reshard, a mask keeps the layout
             cross = _row_mask(groups, "isolated", B, dt)
     keep = _row_mask(groups, "perturbed", B, dt) if "perturbed" in groups and step.flags is not None else None
     inputs = model.block_inputs(step.cond, text, audio_text, mask, mask, keep, cross)

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ltx2.block import RESIDUAL, Block, BlockInputs, TextKV, constrain_streams
+from ltx2.block import RESIDUAL, Block, BlockInputs, TextKV, constrain_streams, take_rows
 from ltx2.config import TransformerConfig
 from ltx2.sharding import audio_names, constrain, mesh_axes_in_context, shards
 
@@ -153,6 +153,10 @@ def run(
     return x_out, a_out
 
 
+def _rows(text: jax.Array | None, rows: tuple[int, ...]) -> jax.Array | None:
+    return None if text is None else take_rows(text, rows)
+
+
 def run_blocks(
     cfg: TransformerConfig,
     graphdef: nnx.GraphDef,
@@ -169,7 +173,8 @@ def run_blocks(
 ) -> tuple[jax.Array, jax.Array]:
     """:meth:`ltx2.transformer.LTX2Transformer.run_blocks` as the pipeline: every layer at once (a
     sub-range, or rows that skip a2v/v2a, refused), the STG flags (model order) put in stored order,
-    the text K/V gathered to one row per batch row."""
+    the text K/V (or the text each block projects) gathered to one row per batch row: the prompt rows
+    are not split like the microbatches, so the blocks do not gather them (``text_rows``) themselves."""
     if layers != (0, cfg.num_layers) or cross_from:
         raise ValueError(
             f"pipeline_stages={cfg.pipeline_stages} runs every layer on every row: got layers {layers}, "
@@ -178,6 +183,11 @@ def run_blocks(
     flags = None if flags is None else flags[stored_order(cfg.num_layers, cfg.pipeline_stages)]
     if kv is not None and text_rows is not None:
         kv = jax.tree.map(lambda v: v[:, np.asarray(text_rows)], kv)
+    elif text_rows is not None:  # each block projects the text: one row of it per batch row, split with the rows
+        inputs = inputs._replace(
+            video=inputs.video._replace(text=_rows(inputs.video.text, text_rows)),
+            audio=inputs.audio._replace(text=_rows(inputs.audio.text, text_rows)),
+        )
 
     def block(st: Any, x: jax.Array, a: jax.Array, inp: Any, stg: Any, kv_l: Any) -> tuple[jax.Array, jax.Array]:
         blk = cast(Block, nnx.merge(graphdef, st))

@@ -8,6 +8,8 @@ from __future__ import annotations
 from unittest import mock
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 from jax.sharding import Mesh
@@ -17,6 +19,7 @@ from harness.vocabulary import Collective
 from ltx2 import pipeline_parallel, sharding
 from ltx2.config import TransformerConfig
 from ltx2.transformer import LTX2Transformer, TextKV
+from tests.ltx2 import test_passes as tp
 from tests.ltx2 import test_strategies as ts
 
 STAGES = {"layers": ["fsdp"], "activation_length": ["context", "tensor"]}
@@ -177,3 +180,36 @@ def test_text_kv_is_computed_where_each_stage_keeps_its_layers(mesh: Mesh) -> No
     for leaf in kv:
         assert leaf.shape[0] == cfg.num_layers
         assert leaf.sharding.spec[0] in ("fsdp", ("fsdp",)), leaf.sharding
+
+
+def test_the_guided_step_through_the_pipeline_matches_the_three_forwards(mesh: Mesh) -> None:
+    """LTX-2.3 (prompt AdaLN: the text K/V per step, map_layers), 4 layers as 2 stages, every guidance
+    pass batched without the STG fork (4 rows: 2 microbatches): isolation is a row mask (a row slice
+    would cut across the microbatches), the STG block in stored order; each pass's velocity matches
+    diffusers' three forwards on the unpipelined model within test_passes' tolerance. Each block
+    projects the text here (kv None): before the text was gathered to the batch rows, every
+    microbatch read the two prompt rows as its own two rows (uncond, cond, isolated off by 0.4-0.8)."""
+    case = tp.Case("ltx2.3", stg_blocks=(2,))
+    cfg = tp.CONFIGS["ltx2.3"].replace(num_layers=4)
+    model = LTX2Transformer(cfg, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(1)  # as test_passes: AdaLN-zero tables and zero biases away from 0
+    noisy = jax.tree.map(
+        lambda v: jnp.asarray(np.asarray(v) + 0.1 * rng.standard_normal(v.shape), v.dtype), nnx.state(model, nnx.Param)
+    )
+    nnx.update(model, noisy)
+    strategy = sharding.register_overrides("replicated", STAGES).name
+    piped = LTX2Transformer(cfg.replace(sharding=strategy, pipeline_stages=2), rngs=nnx.Rngs(0))
+    nnx.update(piped, noisy)
+    pipeline_parallel.store_stage_major(piped.transformer_blocks, 2)
+    x, text = tp._inputs(case)
+    with jax.set_mesh(mesh), mock.patch.object(pipeline_parallel, "run", wraps=pipeline_parallel.run) as spy:
+        got = tp._run(piped, tp._plan(case, ("batched", False, True)), x, text, tp.T, None)
+    assert spy.call_count == 1  # one batched forward, all four passes through the pipeline
+    want = tp.reference(model, tp._plan(case, tp.OLD), x, text, tp.T)
+    assert set(got) == set(want) == {"uncond", "cond", "perturbed", "isolated"}
+    errs = {}
+    for group, pair in want.items():
+        for k, (ours, ref) in enumerate(zip(got[group], pair, strict=True)):
+            errs[group, k] = float(jnp.max(jnp.abs(ours - ref))) / max(1.0, float(jnp.max(jnp.abs(ref))))
+    print(errs)
+    assert max(errs.values()) <= tp.TOL, errs
