@@ -86,16 +86,29 @@ def test_an_extra_matmul_in_ff_is_attributed_to_ff(traces):
     assert FF in text and max(len(line) for line in text.splitlines()) <= WIDTH
 
 
-def test_an_a_a_diff_attributes_nothing_significant(traces):
-    """One trace of 16 calls of the same program, odd calls against even ones (no drift between sides)."""
+A_A_SPLITS = 40
+A_A_MAX_FLAGGED = 10  # 25%: the diff's intervals are 95% over a whole table (Bonferroni), so ~5% of
+# A/A splits flag a part by chance; more than 10 of 40 has probability 3e-6 at 5% (binomial).
+
+
+def test_a_a_diffs_flag_no_more_than_the_intervals_allow(traces):
+    """One trace of 32 calls of the same program split into two halves of 16, 40 times at random (no
+    drift between sides on average): at most a quarter of the splits flag any category or scope.
+    A single split fails about once in twenty by design: odd calls against even ones flagged ff
+    (-0.128 ms [-0.290, -0.004]) in a CI run, and 1 of 4 fresh traces here; random splits flagged
+    3 of 80 (2026-11-27, this host)."""
     _, _, both = traces
     samples = both["step_samples"]
-    a = _record("a", {**both, "step_samples": samples[0::2]})
-    b = _record("b", {**both, "step_samples": samples[1::2]})
-    d = diff_stage(a, b, "s")
-    assert d.steps == (16, 16)
-    flagged = [(x.key, x.delta_ns, x.ci) for x in (*d.categories, *d.scopes) if x.significant]
-    assert not flagged
+    rng = np.random.default_rng(0)
+    flagged = []
+    for _ in range(A_A_SPLITS):
+        order = rng.permutation(len(samples))
+        a = _record("a", {**both, "step_samples": [samples[i] for i in order[:16]]})
+        b = _record("b", {**both, "step_samples": [samples[i] for i in order[16:]]})
+        d = diff_stage(a, b, "s")
+        assert d.steps == (16, 16)
+        flagged.append([(x.key, x.delta_ns, x.ci) for x in (*d.categories, *d.scopes) if x.significant])
+    assert sum(bool(f) for f in flagged) <= A_A_MAX_FLAGGED, [f for f in flagged if f]
 
 
 def test_collective_deltas_by_scope_and_speedup_only_for_the_same_workload():
