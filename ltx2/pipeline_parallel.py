@@ -32,12 +32,23 @@ from ltx2.sharding import audio_names, constrain, mesh_axes_in_context, shards
 BlockFn = Callable[[Any, jax.Array, jax.Array, Any, Any, Any], tuple[jax.Array, jax.Array]]
 
 
+def _per_stage(num_layers: int, stages: int) -> int:
+    """L / S: each stage's layer count; ValueError when the stages do not divide the layers."""
+    if stages < 1 or num_layers % stages:
+        raise ValueError(f"{stages} pipeline stages do not divide {num_layers} layers")
+    return num_layers // stages
+
+
+def _by_stage(tree: Any, stages: int) -> Any:
+    """A stage-major stack's ``[L, ...]`` leaves as ``[S, L/S, ...]``: stage s's layers at index s."""
+    per = _per_stage(jax.tree.leaves(tree)[0].shape[0], stages)
+    return jax.tree.map(lambda v: v.reshape(stages, per, *v.shape[1:]), tree)
+
+
 def stored_order(num_layers: int, stages: int) -> np.ndarray:
     """The model layer at each stored index of a stage-major stack: stage s's slice (stored
     ``[s * L/S, (s + 1) * L/S)``) holds layers s, s + S, ...; the identity for one stage."""
-    if stages < 1 or num_layers % stages:
-        raise ValueError(f"{stages} pipeline stages do not divide {num_layers} layers")
-    per = num_layers // stages
+    per = _per_stage(num_layers, stages)
     return np.array([j * stages + s for s in range(stages) for j in range(per)])
 
 
@@ -72,13 +83,10 @@ def map_layers(fn: Callable[[Any], Any], state: Any, stages: int, strategy: str)
     ``lax.map`` over the whole stack indexes a stack split over the stage axes, which the partitioner
     answers by all-gathering every stacked weight at each layer (the 19B loop's text K/V on v6e-8,
     2026-11-27: 30.6 GB per layer, 36.7 GB per diffusion step)."""
-    L = jax.tree.leaves(state)[0].shape[0]
-    if L % stages:
-        raise ValueError(f"{stages} pipeline stages do not divide {L} layers")
+    by_stage = _by_stage(state, stages)
     axes = stage_axes(strategy, stages)
-    by_stage = jax.tree.map(lambda v: v.reshape(stages, L // stages, *v.shape[1:]), state)
     out = jax.vmap(lambda st: jax.lax.map(fn, st), spmd_axis_name=axes or None)(by_stage)
-    return jax.tree.map(lambda v: v.reshape(L, *v.shape[2:]), out)
+    return jax.tree.map(lambda v: v.reshape(-1, *v.shape[2:]), out)
 
 
 def run(
@@ -103,12 +111,9 @@ def run(
     B, L = x.shape[0], jax.tree.leaves(state)[0].shape[0]
     if B % stages:
         raise ValueError(f"pipeline_stages={stages} must divide the batch ({B} rows): the rows are the microbatches")
-    per, mb, S = L // stages, B // stages, stages
+    per, mb, S = _per_stage(L, stages), B // stages, stages
     axes = stage_axes(strategy, S)
     spmd = axes or None  # the stages' mesh axes (none without a mesh)
-
-    def by_stage(v: jax.Array) -> jax.Array:  # [L, ...] -> [S, L/S, ...]
-        return v.reshape(S, per, *v.shape[1:])
 
     def by_row(v: jax.Array) -> jax.Array:  # [B, ...] -> [S, B/S, ...]
         return v.reshape(S, mb, *v.shape[1:])
@@ -116,9 +121,9 @@ def run(
     leaves, tree = jax.tree.flatten(inputs)
     rowwise = [v.ndim > 0 and v.shape[0] == B for v in leaves]  # else shared by every row ([1, ...])
     leaves = [by_row(v) if r else v for v, r in zip(leaves, rowwise, strict=True)]
-    state_r = jax.tree.map(by_stage, state)
-    flags_r = None if flags is None else by_stage(flags)
-    kv_r = None if kv is None else jax.tree.map(lambda v: by_stage(v).reshape(S, per, S, mb, *v.shape[2:]), kv)
+    state_r = _by_stage(state, S)
+    flags_r = None if flags is None else _by_stage(flags, S)
+    kv_r = None if kv is None else jax.tree.map(lambda v: v.reshape(S, per, S, mb, *v.shape[2:]), kv)
     names = ("layers", *residual), ("layers", *audio_names(residual, strategy))
     start = [by_row(x)[(-s) % S] for s in range(S)], [by_row(a)[(-s) % S] for s in range(S)]
     buf: tuple[jax.Array, ...] = tuple(

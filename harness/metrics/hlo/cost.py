@@ -333,12 +333,12 @@ def _slice_traffic(line: Line, shapes: Mapping[str, str]) -> int:
     return _in_hbm(source, part) + _hbm(out)
 
 
-def aliased_state_bytes(line: Line, shapes: Mapping[str, str], *, outputs: bool = True, operands: bool = True) -> int:
+def aliased_state_bytes(line: Line, shapes: Mapping[str, str], *, operands: bool) -> int:
     """Device-memory bytes of the buffers an op's ``output_to_operand_aliasing`` names: each aliased
-    output's (it is its operand's buffer), and each aliased operand's once."""
+    output's (it is its operand's buffer), and with ``operands`` each aliased operand's once."""
     aliased = [i for i in aliased_operands(line.attributes) if i < len(line.operands)]
     size = {i: _hbm(line.operand_shapes[i] or shapes.get(line.operands[i], "")) for i in aliased}
-    return (sum(size[i] for i in aliased) if outputs else 0) + (sum(size.values()) if operands else 0)
+    return sum(size[i] for i in aliased) + (sum(size.values()) if operands else 0)
 
 
 def instruction_traffic(
