@@ -13,6 +13,9 @@ is killed outright. Two mechanisms notice that, both ending in :func:`orphaned`:
   covers a main thread stuck in a long native call (an XLA compile), where a Python signal
   handler would have to wait for the call to return.
 
+A worker whose work ends while its launcher is being killed can exit before either fires; on its
+way out it removes the folder itself when the launcher is gone or dying (:func:`leaving`).
+
 The launcher's own ways of stopping a worker (SIGTERM, then SIGKILL, to its process group) keep
 their default effect, immediate death; the launcher then removes the scratch folder itself.
 """
@@ -33,9 +36,11 @@ from types import FrameType
 
 POLL_S = 0.5
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PF_EXITING = 0x4  # <linux/sched.h>: a task in do_exit (flags, field 9 of /proc/<pid>/stat)
 PARENT_DEATH_SIGNAL = signal.SIGHUP
 LAUNCHER_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # blocked by the launcher while it starts a worker
 _ENDING = threading.RLock()
+ORPHANED_SUFFIX = ".orphaned"  # a scratch folder being removed: ".<name>.orphaned" (gone_name)
 
 
 def _ask_kernel(sig: int) -> bool:
@@ -49,7 +54,7 @@ def _ask_kernel(sig: int) -> bool:
 def gone_name(scratch_dir: str | Path) -> Path:
     """Where :func:`orphaned` moves a scratch folder before removing it (hidden: not a ``harness-*`` name)."""
     path = Path(scratch_dir)
-    return path.with_name(f".{path.name}.orphaned")
+    return path.with_name(f".{path.name}{ORPHANED_SUFFIX}")
 
 
 def remove_scratch(scratch_dir: str | Path) -> None:
@@ -101,3 +106,30 @@ def hold(parent_pid: int, scratch_dir: str | None) -> None:
         orphaned(scratch_dir)
 
     threading.Thread(target=poll, name="harness-lifeline", daemon=True).start()
+
+
+def dying(pid: int) -> bool:
+    """Whether process ``pid`` has begun to die (Linux ``/proc``; False where it cannot tell): SIGKILL
+    pending (``kill()`` marks it before it returns: 200 of 200 checks right after one, this host), or
+    already exiting. Its death, and our reparenting, can come tens of ms later (the kernel frees its
+    memory first)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    kill = 1 << (signal.SIGKILL - 1)
+    if any(int(fields.get(k, "0"), 16) & kill for k in ("SigPnd", "ShdPnd")):
+        return True
+    after_name = stat.rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, tty, tpgid, flags, ...
+    return after_name[0] in ("Z", "X") or bool(int(after_name[6]) & PF_EXITING)
+
+
+def leaving(parent_pid: int, scratch_dir: str | None) -> None:
+    """At a worker's normal end: a launcher that is gone or dying will not remove the scratch folder,
+    so remove it here. A worker whose work ends right after its launcher is killed can exit before
+    the kernel reparents it, so neither mechanism of :func:`hold` fires (seen in the fault tests:
+    the folder left with the worker's finished out.json)."""
+    if scratch_dir and (os.getppid() != parent_pid or dying(parent_pid)):
+        remove_scratch(scratch_dir)

@@ -33,7 +33,7 @@ from harness.results import provenance, store
 from harness.results.lock import HeldLock, sweep_lock
 from harness.results.record import Record, build_record
 from harness.results.storage import StorageError, pid_alive
-from harness.run import parallel
+from harness.run import lifeline, parallel
 from harness.run.interrupt import Interrupted
 from harness.run.launcher import REPO_ROOT, Launcher, LocalLauncher
 from harness.run.parallel import expected_seconds
@@ -137,7 +137,8 @@ def run_sweep(
 def remove_dead_scratch() -> None:
     """Scratch folders (``$TMPDIR/harness-*``) of launchers killed outright before their worker started: a
     worker that started removes its own (:mod:`harness.run.lifeline`); the spec names the launcher's pid."""
-    for folder in Path(tempfile.gettempdir()).glob(".harness-*.orphaned"):  # a worker died removing it
+    # a worker killed while it removed its own (lifeline.remove_scratch renames it first)
+    for folder in Path(tempfile.gettempdir()).glob(f".harness-*{lifeline.ORPHANED_SUFFIX}"):
         shutil.rmtree(folder, ignore_errors=True)
     for folder in Path(tempfile.gettempdir()).glob("harness-*"):
         spec = next(iter(sorted(folder.glob("spec*.json"))), None)

@@ -338,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         f"worker {os.getpid()}: {one_of}{spec.variant_name} ({spec.variant_id}), preset {spec.preset}, {spec.mode} on "
         f"{spec.target.platform} mesh {dict(spec.target.mesh)}, stages {', '.join(spec.workload.stages)}"
     )
-    return run_spec(spec, args[1])
+    try:
+        return run_spec(spec, args[1])
+    finally:
+        if spec.parent_pid is not None:
+            lifeline.leaving(spec.parent_pid, spec.scratch_dir)
 
 
 if __name__ == "__main__":

@@ -76,3 +76,49 @@ def test_next_sweep_removes_what_dead_launchers_left(tmp_path: Path, monkeypatch
     (tmp_path / "harness-nospec-1").mkdir()  # a launcher killed before it wrote the spec: whose, unknown
     runner.remove_dead_scratch()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["harness-live-1", "harness-nospec-1"]
+
+
+# A launcher (this script) whose worker kills it and ends at once, calling leaving() on its way out
+# as the worker's main does: no time for the parent-death signal or the polling thread.
+LAUNCHER = """
+import subprocess, sys
+worker = '''
+import os, signal, sys
+from harness.run import lifeline
+parent = os.getppid()
+if sys.argv[2] == "kill":
+    os.kill(parent, signal.SIGKILL)
+    print(int(lifeline.dying(parent)), flush=True)
+lifeline.leaving(parent, sys.argv[1])
+'''
+subprocess.Popen([sys.executable, "-c", worker, sys.argv[1], sys.argv[2]], start_new_session=True).wait()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads process state from /proc")
+def test_a_worker_ending_as_its_launcher_is_killed_removes_its_folder(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for n in range(4):
+        scratch = tmp_path / f"harness-v-{n}"
+        scratch.mkdir()
+        (scratch / "out.json").write_text("{}")
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCHER, str(scratch), "kill"], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == -signal.SIGKILL
+        assert done.stdout.strip() == "1"  # dying() right after kill(): SIGKILL pending
+        assert not scratch.exists()  # run() returns when the worker, holding its stdout, has ended
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads process state from /proc")
+def test_a_worker_ending_under_a_live_launcher_leaves_the_folder_to_it(tmp_path: Path) -> None:
+    scratch = tmp_path / "harness-v-live"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(scratch), "live"], capture_output=True, env=env)
+    assert done.returncode == 0
+    assert scratch.is_dir()  # the launcher (alive when the worker ended) removes it
+    assert not lifeline.dying(os.getpid())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert not lifeline.dying(int(dead.stdout))  # gone already: not "dying"
