@@ -126,7 +126,11 @@ def _plan(case: Case, knobs: tuple[str, bool, bool]) -> Plan:
 
 
 def _model(name: str) -> LTX2Transformer:
-    model = LTX2Transformer(CONFIGS[name], rngs=nnx.Rngs(0))
+    return noisy(LTX2Transformer(CONFIGS[name], rngs=nnx.Rngs(0)))
+
+
+def noisy(model: LTX2Transformer) -> LTX2Transformer:
+    """``model`` with noise on every parameter, in place."""
     rng = np.random.default_rng(1)  # AdaLN-zero tables and zero biases away from 0 (host noise: no compiles)
     state = nnx.state(model, nnx.Param)
     noisy = jax.tree.map(lambda v: jnp.asarray(np.asarray(v) + 0.1 * rng.standard_normal(v.shape), v.dtype), state)

@@ -9,7 +9,6 @@ from unittest import mock
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from flax import nnx
 from jax.sharding import Mesh
@@ -191,12 +190,8 @@ def test_the_guided_step_through_the_pipeline_matches_the_three_forwards(mesh: M
     microbatch read the two prompt rows as its own two rows (uncond, cond, isolated off by 0.4-0.8)."""
     case = tp.Case("ltx2.3", stg_blocks=(2,))
     cfg = tp.CONFIGS["ltx2.3"].replace(num_layers=4)
-    model = LTX2Transformer(cfg, rngs=nnx.Rngs(0))
-    rng = np.random.default_rng(1)  # as test_passes: AdaLN-zero tables and zero biases away from 0
-    noisy = jax.tree.map(
-        lambda v: jnp.asarray(np.asarray(v) + 0.1 * rng.standard_normal(v.shape), v.dtype), nnx.state(model, nnx.Param)
-    )
-    nnx.update(model, noisy)
+    model = tp.noisy(LTX2Transformer(cfg, rngs=nnx.Rngs(0)))  # AdaLN-zero tables and zero biases away from 0
+    noisy = nnx.state(model, nnx.Param)
     strategy = sharding.register_overrides("replicated", STAGES).name
     piped = LTX2Transformer(cfg.replace(sharding=strategy, pipeline_stages=2), rngs=nnx.Rngs(0))
     nnx.update(piped, noisy)
