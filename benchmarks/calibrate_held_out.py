@@ -71,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--held-out-cpu", type=Path, help="its CPU calibration (default <held-out>/traces/...-<N>dev.json)")
     p.add_argument("--min-ops", type=int, default=fitting.MIN_OPS, help="instructions a class needs (the library's)")
     p.add_argument(
+        "--weighting",
+        choices=fitting.WEIGHTINGS,
+        default="time",
+        help="each class's slope: weighted by the instructions' traced time (the library's default) or by count",
+    )
+    p.add_argument(
         "--sharing",
         choices=("traced", "micro"),
         default="traced",
@@ -142,7 +148,7 @@ def read_text(path: Path) -> str:
 
 
 def fit_pairs(
-    pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int
+    pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int, weighting: str = "time"
 ) -> tuple[fitting.Fit, list[str], tuple[float, str] | None]:
     """The library's fit over every pair (CalibrationError: too few ops of a class, named), one line
     per pair, and the traces' sharing ratio (:func:`harness.commands.calibrate.traced_sharing`)."""
@@ -160,7 +166,7 @@ def fit_pairs(
         print(lines[-1], flush=True)
         pts += one
         programs.append((module, info))
-    fit = fitting.fit(pts, base, min_ops, origin=f"{len(pairs)} calibration trace(s)")
+    fit = fitting.fit(pts, base, min_ops, origin=f"{len(pairs)} calibration trace(s)", weighting=weighting)
     traced = traced_sharing(programs, fit.spec)
     lines = [  # the fitted step against the traced wall
         f"{line}, fitted pred / wall {info['step']['fitted_pred_ns'] / info['step']['wall_ns']:.3f}"
@@ -380,7 +386,7 @@ def markdown(
         *(f"- {k}: `{v}`" for k, v in inputs.items()),
         "",
         f"## Fit ({len(pair_lines)} program/trace pairs, `harness.metrics.timeline.calibrate.fit`, "
-        f"at least {min_ops} instructions per class)",
+        f"at least {min_ops} instructions per class{f', slopes weighted by {fit.weighting}' if fit else ''})",
         "",
         *(f"- {line}" for line in pair_lines),
         "",
@@ -440,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         fit: fitting.Fit | None
         refusal, moved, transfer_rows = None, None, []
         try:
-            fit, pair_lines, traced = fit_pairs(pairs, fit_base, args.min_ops)
+            fit, pair_lines, traced = fit_pairs(pairs, fit_base, args.min_ops, args.weighting)
         except fitting.CalibrationError as e:  # too few ops of a class: the library names it
             fit, pair_lines, traced = None, [f"{h.parent.parent.name}/{h.parent.name}" for h, _ in pairs], None
             refusal = str(e)

@@ -51,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="PATH", help="the spec file to write (JSON)")
     parser.add_argument("--device", type=int, default=None, help="the device whose ops are used (default: first)")
     parser.add_argument("--min-ops", type=int, default=fitting.MIN_OPS, help="instructions needed per class")
+    parser.add_argument(
+        "--weighting",
+        choices=fitting.WEIGHTINGS,
+        default="time",
+        help="each class's slope: the median weighted by the instructions' traced time (default: the long ops "
+        "that make a step carry it) or by count (Theil-Sen)",
+    )
 
 
 def base_spec(base: str) -> TimelineSpec:
@@ -128,12 +135,14 @@ def traced_sharing(
     step's wall (:func:`program_samples`'s ``step``, which gets the prediction as
     ``fitted_pred_ns``), with what it is; None when no trace has steps.
 
-    Why the whole program (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a robust
-    fit to the traced op durations prices the typical op near its one-device speed, and those prices
-    add up to 0.09-0.23 of the traced step's wall, while the traced op times themselves add up to
-    0.61-0.93 of it (:func:`~harness.metrics.timeline.calibrate.busy`). That suggests the sharing
-    stretches the long ops more than the many short ones the fit follows; taking busy / wall as the
-    ratio instead scored 3.7x on cpu.toml held out, this ratio 1.27x."""
+    Why the whole program (calibration-cpu-8dev.toml, 8 devices on 2 cores): the per-op fit says
+    how fast one device's ops run, not how the devices' ops interleave on the cores. On the same
+    traces (2026-11-27, AMD EPYC, busy / wall 0.33-1.02), the fitted prices added up to 0.10-0.21 of
+    the traced step's wall with the slopes weighted by count (Theil-Sen follows the many short ops)
+    and to 0.77-1.53, median 1.20, weighted by time: the ratio now corrects a scale of about 1, not
+    of 6. Taking busy / wall as the ratio instead scored 3.7x on cpu.toml held out (an earlier,
+    count-weighted run).
+    """
     ratios = []
     for module, about in programs:
         if about.get("step"):
@@ -163,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
             about.append(info)
             modules.append(module)
         origin = ", ".join(str(t) for t in args.trace)
-        result = fitting.fit(pts, base, args.min_ops, origin=f"{len(args.trace)} trace(s) ({origin[:200]})")
+        result = fitting.fit(
+            pts, base, args.min_ops, origin=f"{len(args.trace)} trace(s) ({origin[:200]})", weighting=args.weighting
+        )
         if cpu is not None and cpu.devices > 1:  # per-op prices near one device's: share them among the devices
             traced = traced_sharing(list(zip(modules, about, strict=True)), result.spec)
             shared = cpu.shared_spec(result.spec, args.base, traced)

@@ -11,8 +11,13 @@ and the quantity the class's constant divides:
 * ``collective``: synchronous collectives: ``x`` = wire bytes scaled to one link of the base spec's
   route, slope 1 / ``link_bytes_per_s``, intercept ``collective_latency_s``.
 
-:func:`fit` fits each class by Theil-Sen regression (the median of pairwise slopes, then the median
-intercept: a few mismatched ops do not move it) and refuses a class with fewer than ``min_ops``
+:func:`fit` fits each class robustly: the intercept by Theil-Sen regression (the median of pairwise
+slopes, then the median intercept), the slope by default weighted by time
+(:func:`time_weighted_slope`: the median of the instructions' own slopes, each weighted by its
+traced duration), since a step's time is in its long instructions and an op that streams from DRAM
+runs slower per byte than the many short ones that stay in cache (``weighting="count"`` keeps
+Theil-Sen's slope, every instruction alike). A few mismatched ops move neither. It refuses a class
+with fewer than ``min_ops``
 instructions, naming it; ``matmul`` and ``memory`` are required, ``collective`` is fitted when the
 trace has any (else the base spec's constants stay, and the fit says so). Each fitted constant's
 uncertainty is the class's median ``|ln(fitted / measured)|`` over its instructions: how far a typical
@@ -82,12 +87,14 @@ class Fit:
     classes: Mapping[str, ClassFit]
     notes: tuple[str, ...] = ()
     sources: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    weighting: str = "time"
 
     def to_dict(self) -> dict[str, Any]:
         """The spec file: the fitted spec, each class's fit and residuals, the traces it came from."""
         return {
             "spec": self.spec.to_dict(),
             "fit": {k: v.to_dict() for k, v in self.classes.items()},
+            "weighting": self.weighting,
             "notes": list(self.notes),
             "traces": [dict(s) for s in self.sources],
         }
@@ -206,8 +213,34 @@ def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     return slope, float(np.median(ys - slope * xs))
 
 
-def _fit_class(cls: str, pts: Sequence[Sample]) -> ClassFit:
-    slope, intercept = theil_sen([p.x for p in pts], [p.measured_ns for p in pts])
+def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The value below which half of the total weight lies (the lower one at an exact split)."""
+    order = np.argsort(np.asarray(values, float))
+    v, w = np.asarray(values, float)[order], np.asarray(weights, float)[order]
+    cum = np.cumsum(w)
+    return float(v[int(np.searchsorted(cum, 0.5 * cum[-1]))])
+
+
+def time_weighted_slope(x: Sequence[float], y: Sequence[float], intercept: float) -> float:
+    """The slope that prices the class's *time* right: each instruction's own slope ``(y - intercept)
+    / x``, their median weighted by the measured ``y``. Half of the class's traced time is then in
+    instructions priced faster than traced and half slower, so the long instructions that make a
+    step carry it, not the many short ones; a few mismatched instructions still cannot move it."""
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    keep = xs > 0
+    if not keep.any():
+        raise CalibrationError("no instruction of the class has a positive size: no slope to fit")
+    return weighted_median(list((ys[keep] - intercept) / xs[keep]), list(ys[keep]))
+
+
+WEIGHTINGS = ("time", "count")
+
+
+def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = "time") -> ClassFit:
+    x, y = [p.x for p in pts], [p.measured_ns for p in pts]
+    slope, intercept = theil_sen(x, y)
+    if weighting == "time":
+        slope = time_weighted_slope(x, y, intercept)
     if slope <= 0:
         raise CalibrationError(f"class {cls!r}: the fitted time per unit is {slope:.3g} ns (not positive)")
     fitted = [max(slope * p.x + intercept, 1e-9) for p in pts]
@@ -215,9 +248,14 @@ def _fit_class(cls: str, pts: Sequence[Sample]) -> ClassFit:
     return ClassFit(cls, len(pts), slope, intercept, resid)
 
 
-def fit(pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origin: str = "") -> Fit:
-    """Fit ``base``'s constants to ``pts`` (see the module docstring). CalibrationError naming every
-    class with too few instructions."""
+def fit(
+    pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origin: str = "", weighting: str = "time"
+) -> Fit:
+    """Fit ``base``'s constants to ``pts`` (see the module docstring): ``weighting`` "time" (each class's
+    slope by :func:`time_weighted_slope`) or "count" (Theil-Sen's, every instruction alike).
+    CalibrationError naming every class with too few instructions."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting {weighting!r}: one of {', '.join(WEIGHTINGS)}")
     by = {c: [p for p in pts if p.cls == c] for c in CLASSES}
     short = [f"{c} ({len(by[c])})" for c in CLASSES if (c in REQUIRED or by[c]) and len(by[c]) < min_ops]
     if short:
@@ -225,11 +263,12 @@ def fit(pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origi
             f"too few instructions to fit (need {min_ops} per class): {', '.join(short)}; trace programs "
             "that run more of them, or pass a smaller --min-ops"
         )
-    classes = {c: _fit_class(c, by[c]) for c in CLASSES if by[c]}
+    classes = {c: _fit_class(c, by[c], weighting) for c in CLASSES if by[c]}
     what = f"fitted: {origin} " if origin else "fitted: "
 
     def const(value: float, unit: str, c: ClassFit, role: str) -> Constant:
-        source = f"{what}{role} of the {c.cls} class's Theil-Sen fit over {c.n} instructions"
+        how = "time-weighted" if weighting == "time" else "Theil-Sen"
+        source = f"{what}{role} of the {c.cls} class's {how} fit over {c.n} instructions"
         return Constant(value, unit, source, max(c.median_abs_log, 0.02))
 
     mm, mem = classes["matmul"], classes["memory"]
@@ -245,4 +284,4 @@ def fit(pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origi
     else:
         notes.append("no synchronous collectives traced: link_bytes_per_s and collective_latency_s from the base spec")
     spec = replace(base, name=f"{base.name}+fit", constants=constants, notes=(*base.notes, *notes))
-    return Fit(spec, classes, tuple(notes))
+    return Fit(spec, classes, tuple(notes), weighting=weighting)

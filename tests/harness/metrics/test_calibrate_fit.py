@@ -134,3 +134,42 @@ def test_busy_is_one_devices_op_time_per_step_over_the_median_step_window() -> N
     assert got.ratio == pytest.approx(1 / 3) and got.source == "t.xplane.pb"
     assert calibrate.busy(events, [], device=0) is None  # no step annotations
     assert calibrate.busy(events, [(1000, 1100)], device=0) is None  # no ops in the windows
+
+
+def _two_regimes() -> list[calibrate.Sample]:
+    """20 short memory ops at 1 ns per byte (+ 500 ns each) and 4 long ones at 4 ns per byte: the
+    short ones are most of the ops, the long ones 99.9% of the time (as a cache-resident op beside
+    ones that stream from DRAM)."""
+    short = [calibrate.Sample(f"s{i}", "memory", 100.0 * (i + 1), 500 + 100.0 * (i + 1)) for i in range(20)]
+    long = [calibrate.Sample(f"l{i}", "memory", 1e6 * (i + 1), 500 + 4e6 * (i + 1)) for i in range(4)]
+    return short + long
+
+
+def test_weighted_median_splits_the_weight() -> None:
+    assert calibrate.weighted_median([3.0, 1.0, 2.0], [1.0, 1.0, 1.0]) == 2.0
+    assert calibrate.weighted_median([1.0, 2.0, 3.0], [1.0, 1.0, 10.0]) == 3.0
+    assert calibrate.weighted_median([1.0, 2.0], [1.0, 1.0]) == 1.0  # an exact split: the lower
+
+
+def test_the_time_weighted_slope_prices_the_long_ops_that_make_the_step() -> None:
+    """Theil-Sen follows the many short ops (1 ns per byte) and prices the class's total time 3.99x
+    short (40.03 ms traced, 10.03 priced); weighting each op's slope by its time gives the long ops'
+    4 ns per byte, which prices the total within the short ops' share of it (their 21000 bytes at 3
+    ns too many: 63 us of 40.03 ms). Both keep the short ops' 500 ns intercept."""
+    pts = _two_regimes()
+    count = calibrate._fit_class("memory", pts, "count")
+    time = calibrate._fit_class("memory", pts, "time")
+    assert count.slope_ns == pytest.approx(1.0) and count.intercept_ns == pytest.approx(500.0)
+    assert time.slope_ns == pytest.approx(4.0) and time.intercept_ns == pytest.approx(500.0)
+    total = sum(p.measured_ns for p in pts)
+
+    def priced(c: calibrate.ClassFit) -> float:
+        return sum(c.slope_ns * p.x + c.intercept_ns for p in pts)
+
+    assert total / priced(count) == pytest.approx(40_033_000 / 10_033_000)
+    assert priced(time) == pytest.approx(total + 3 * 21_000)
+
+
+def test_an_unknown_weighting_is_refused() -> None:
+    with pytest.raises(ValueError, match="weighting 'mean'"):
+        calibrate.fit(_two_regimes(), timeline.cpu_spec(1e10, 1e10, 1e-6, "start"), weighting="mean")
