@@ -14,11 +14,16 @@ and the quantity the class's constant divides:
 :func:`fit` fits each class robustly: the intercept by Theil-Sen regression (the median of pairwise
 slopes, then the median intercept), the slope by default weighted by time
 (:func:`time_weighted_slope`: the median of the instructions' own slopes, each weighted by its
-traced duration), since a step's time is in its long instructions and an op that streams from DRAM
-runs slower per byte than the many short ones that stay in cache (``weighting="count"`` keeps
-Theil-Sen's slope, every instruction alike). A few mismatched ops move neither. It refuses a class
-with fewer than ``min_ops``
-instructions, naming it; ``matmul`` and ``memory`` are required, ``collective`` is fitted when the
+traced duration), since a step's time is in its long instructions, which can run at another speed
+per unit than the many short ones (``weighting="count"`` keeps Theil-Sen's slope, every instruction
+alike). A few mismatched ops move neither. Measured on an AMD EPYC, 2 cores (2026-11-27;
+benchmarks/results/calibrate-held-out-*-amd*.md): fitted to calibration-cpu-8dev's traces (8
+devices sharing the cores, the traced sharing ratio), the time-weighted fit lowered cpu.toml's
+held-out median |ln(pred/meas)| in both of two fresh pairs of sweeps (0.206 -> 0.205, 0.192 ->
+0.126) where the count-weighted one did once (0.219, 0.162); fitted to calibration-cpu.toml's
+one-device traces, the count-weighted fit priced those 9 steps better (0.071 against 0.240). It
+refuses a class with fewer than ``min_ops`` instructions, naming it; ``matmul`` and ``memory`` are
+required, ``collective`` is fitted when the
 trace has any (else the base spec's constants stay, and the fit says so). Each fitted constant's
 uncertainty is the class's median ``|ln(fitted / measured)|`` over its instructions: how far a typical
 instruction's price is off. :func:`check_program` refuses a trace whose ops are not this program's
