@@ -218,12 +218,12 @@ def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     return slope, float(np.median(ys - slope * xs))
 
 
-def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+def weighted_median(values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray) -> float:
     """The value below which half of the total weight lies (the lower one at an exact split)."""
-    order = np.argsort(np.asarray(values, float))
-    v, w = np.asarray(values, float)[order], np.asarray(weights, float)[order]
-    cum = np.cumsum(w)
-    return float(v[int(np.searchsorted(cum, 0.5 * cum[-1]))])
+    v, w = np.asarray(values, float), np.asarray(weights, float)
+    order = np.argsort(v)
+    cum = np.cumsum(w[order])
+    return float(v[order][int(np.searchsorted(cum, 0.5 * cum[-1]))])
 
 
 def time_weighted_slope(x: Sequence[float], y: Sequence[float], intercept: float) -> float:
@@ -235,7 +235,7 @@ def time_weighted_slope(x: Sequence[float], y: Sequence[float], intercept: float
     keep = xs > 0
     if not keep.any():
         raise CalibrationError("no instruction of the class has a positive size: no slope to fit")
-    return weighted_median(list((ys[keep] - intercept) / xs[keep]), list(ys[keep]))
+    return weighted_median((ys[keep] - intercept) / xs[keep], ys[keep])
 
 
 WEIGHTINGS = ("time", "count")

@@ -67,7 +67,17 @@ def test_calibrate_writes_a_spec_file_from_a_trace(traced: tuple[Path, Path, Pat
     assert raw["traces"][0]["trace"] == str(trace) and len(raw["traces"][0]["fingerprint"]) == 64
     peak = raw["spec"]["constants"]["peak_flops_per_s"]
     assert peak["value"] > 0 and peak["source"].startswith("fitted: 1 trace(s)")
+    assert raw["weighting"] == "time" and "time-weighted fit" in peak["source"]
     assert "link_bytes_per_s and collective_latency_s from the base spec" in capsys.readouterr().out
+    # the slopes weighted by count: Theil-Sen's, named in the file and each source
+    counted = tmp_path / "count.json"
+    assert main([*argv[:-1], str(counted), "--min-ops", "5", "--weighting", "count"]) == 0
+    raw_count = json.loads(counted.read_text())
+    assert raw_count["weighting"] == "count"
+    assert "Theil-Sen fit" in raw_count["spec"]["constants"]["peak_flops_per_s"]["source"]
+    with pytest.raises(SystemExit) as refused:  # argparse refuses another weighting
+        main([*argv, "--min-ops", "5", "--weighting", "mean"])
+    assert refused.value.code == 2
     # too few ops of a class: refused, naming it
     assert main([*argv, "--min-ops", "500"]) == 2
     assert "too few instructions to fit (need 500 per class): matmul (" in capsys.readouterr().err
