@@ -173,3 +173,49 @@ def test_the_time_weighted_slope_prices_the_long_ops_that_make_the_step() -> Non
 def test_an_unknown_weighting_is_refused() -> None:
     with pytest.raises(ValueError, match="weighting 'mean'"):
         calibrate.fit(_two_regimes(), timeline.cpu_spec(1e10, 1e10, 1e-6, "start"), weighting="mean")
+
+
+def test_core_times_count_the_cores_each_op_had_beside_the_others() -> None:
+    """2 cores: a (2 tasks) runs 0-100 ns, b (1 task) 50-150: a has both cores for 50 ns and one
+    while b runs (150 core-ns), b one core throughout (100); a's second execution alone, 60 ns on
+    2 cores (120): median 135. A loop's own event (ops nested in it) and device 1 do not count."""
+    ev = OpEvent
+    events = [
+        ev(0, "m", "loop", "compute", 0, 300, self_ns=40),
+        ev(0, "m", "a", "compute", 0, 100),
+        ev(0, "m", "b", "compute", 50, 150),
+        ev(0, "m", "a", "compute", 200, 260),
+        ev(1, "m", "b", "compute", 0, 300),
+    ]
+    got = calibrate.core_times(events, device=0, cores=2, tasks={"a": 2, "b": 1})
+    assert got == {"a": 135.0, "b": 100.0}
+    # one task each, nothing beside: core time is the duration
+    assert calibrate.core_times(events[3:4], device=0, cores=2, tasks={}) == {"a": 60.0}
+
+
+def test_one_device_traces_recover_per_core_constants_within_5_percent() -> None:
+    """Half the adds split in 2 tasks (2 cores alone): their durations are half their core time;
+    fitted on core times, the memory rate comes back as one core's."""
+    split = ', backend_config={"outer_dimension_partitions":["2"]}'
+    text = _program_text(reduces=0)
+    text = "\n".join(
+        line + split if line.startswith("  %add") and int(line.split("%add")[1].split(" ")[0]) % 2 else line
+        for line in text.splitlines()
+    )
+    truth = timeline.cpu_spec(TRUE["peak"], TRUE["hbm"], TRUE["overhead"], "truth", devices=1, host_cores=2)
+    program = build_program(parse(text))
+    sim = Simulator(program, truth, record=False)
+    events, t = [], 0.0
+    for op in program.ops[program.entry]:
+        if op.cls == "compute":
+            ns = sim.compute_ns(op)
+            events.append(OpEvent(0, "synthetic", op.name, "compute", t, t + ns))
+            t += ns + 10.0
+    start = timeline.cpu_spec(1e10, 1e10, 1e-6, "a wrong start", devices=1, host_cores=2)
+    tasks = calibrate.op_tasks(program, start)
+    assert sum(v == 2 for v in tasks.values()) == 6 + 10  # 6 split adds, 10 dots on the pool
+    measured = calibrate.core_times(events, 0, 2, tasks)
+    pts = calibrate.samples(program, measured, start, cores=True)
+    fitted = calibrate.fit(pts, start, origin="synthetic").spec
+    assert fitted.value("hbm_bytes_per_s") == pytest.approx(TRUE["hbm"], rel=0.05)
+    assert fitted.value("peak_flops_per_s") == pytest.approx(TRUE["peak"], rel=0.05)
