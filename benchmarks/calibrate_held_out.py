@@ -4,16 +4,20 @@ The calibration sweep (experiments/calibration-cpu.toml: single-device programs)
 stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside its XSpace trace
 (``plugins/profile/<time>/vm.xplane.pb``). This script:
 
-1. fits the per-op-class constants on every pair with ``python -m harness calibrate``'s library
-   (:func:`harness.commands.calibrate.program_samples`, :func:`harness.metrics.timeline.calibrate.fit`)
-   from that sweep's ``cpu-calibration-1dev.json``; a class with too few instructions is refused;
+1. fits the per-op-class constants on every such pair with the library behind ``python -m harness
+   calibrate`` (:func:`harness.commands.calibrate.program_samples`,
+   :func:`harness.metrics.timeline.calibrate.fit`), starting from that sweep's
+   ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
+   reported, never lowered here;
 2. carries the fit to the held-out sweep's devices without fitting anything to it
-   (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`): with ``--sharing
-   traced`` (default) and calibration traces of the held-out device count, every rate times the
-   fitted step over the traced wall (:func:`harness.commands.calibrate.traced_sharing`); else,
-   where the held-out calibration models the host's cores, the fitted rates as they are, each op
-   priced shared (:mod:`harness.metrics.timeline.pricing`), the overhead by its micro-benchmark
-   ratio; else every constant by those ratios. Curve, collectives, topology stay the held-out's;
+   (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`): the fit prices
+   the typical op near its one-device speed (traced with one device, or with several: measured),
+   so each fitted rate is multiplied by a sharing ratio (the op overhead divided): with
+   ``--sharing traced`` (default) and calibration traces of the held-out device count, the fitted
+   spec's predicted step over the traced step's wall (median over the calibration programs,
+   :func:`harness.commands.calibrate.traced_sharing`); otherwise the held-out
+   sweep's CPU calibration's micro-benchmark ratio (its ``<N>``-device value over its one-device
+   value ``single``), the in-sample stages by their own sweep's; curve, collectives, topology stay;
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
    reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
    the transferred fit, and scores both as :func:`harness.results.calibration.points` does (a host
@@ -43,11 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.commands.calibrate import program_samples, read_program, traced_sharing  # noqa: E402
 from harness.metrics.hlo import parse  # noqa: E402
-from harness.metrics.timeline import (  # noqa: E402
-    TimelineSpec,
-    predict,
-    pricing,  # noqa: E402
-)
+from harness.metrics.timeline import TimelineSpec, predict  # noqa: E402
 from harness.metrics.timeline import calibrate as fitting  # noqa: E402
 from harness.metrics.timeline.cpu_calibrate import SHARED, CpuCalibration  # noqa: E402
 from harness.results import calibration  # noqa: E402
@@ -337,9 +337,6 @@ def _constant_rows(
         applied = moved.value(name) / fitted.value(name)
         cells = (fit_base.value(name), fitted.value(name), micro[name], applied, moved.value(name), target.value(name))
         rows.append(f"| {name} ({fitted.constants[name].unit}) | {' | '.join(f'{v:.4g}' for v in cells)} |")
-    if held.per_op_sharing:
-        curve = ", ".join(f"N {n}: {r:.3f}" for n, r in held.share_mm)
-        rows += ["", f"Each op priced shared on {held.cores} cores (the copy ran on {held.copy_cores}): {curve}."]
     return [*rows, "", "Sources of the transferred constants:", ""] + [
         f"- `{name}`: {moved.constants[name].source}" for name in SHARED
     ]
@@ -443,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{held_path}: measured with {held.devices} devices, the records have {n}")
         shared(held.spec(), held, str(held_path))  # refused early when the held-out ratio is unmeasured
         cal = read_calibration(base_path)
-        fit_base = cal.spec() if m == 1 else pricing.without_sharing(cal.spec())  # N-dev traces ran shared
+        fit_base = cal.spec()
         pairs = trace_pairs(cal_sweep)
         print(f"fitting on {len(pairs)} program/trace pairs of {cal_sweep}", flush=True)
         fit: fitting.Fit | None

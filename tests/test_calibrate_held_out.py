@@ -109,30 +109,6 @@ def test_a_one_device_calibration_keeps_the_fitted_speeds() -> None:
     assert len(moved.topology.device_coords) == 1
 
 
-def test_modelling_the_cores_the_fitted_rates_move_as_they_are_and_each_op_is_shared() -> None:
-    """The held-out calibration models the host's cores: its spec takes one device's alone rates
-    (the copy per core), the fit's rates carry over unscaled, the overhead by its micro-benchmark
-    ratio (6 / 2), and the host's cores and the matmul curve come along."""
-    held = dataclasses.replace(_held(), share_mm=((32, 0.25), (1024, 0.125)), copy_cores=2)
-    assert held.per_op_sharing and not _held().per_op_sharing
-    target = held.spec()
-    assert target.value("peak_flops_per_s") == 20e9 and target.value("hbm_bytes_per_s") == 1e9
-    assert target.value("op_overhead_s") == 6e-6  # measured with the devices at once
-    assert target.value("share_mm_n32") == 0.25 and target.value("host_cores") == 2
-    moved = _script().shared(_fitted(), held, "8dev.json")
-    assert moved.value("peak_flops_per_s") == 10e9 and moved.value("hbm_bytes_per_s") == 4e9
-    assert moved.value("op_overhead_s") == pytest.approx(3e-6)
-    assert moved.value("share_mm_n1024") == 0.125 and moved.value("host_cores") == 2
-    assert "shared op by op among 8 devices on 2 cores (8dev.json)" in moved.constants["peak_flops_per_s"].source
-    # a ratio traced with the devices at once already holds the sharing: no per-op sharing on top
-    traced = _script().shared(_fitted(), held, "8dev.json", (0.2, "traced"))
-    assert traced.value("peak_flops_per_s") == pytest.approx(2e9)
-    assert not any(name.startswith("share_") or name == "host_cores" for name in traced.constants)
-    # it survives the calibration file
-    again = CpuCalibration.from_dict(held.to_dict())
-    assert again == held and again.spec() == target
-
-
 def test_shared_refuses_a_calibration_without_one_device_values() -> None:
     script = _script()
     with pytest.raises(script.InputError, match=r"8dev.json: no one-device value single.copy_bytes_per_s"):

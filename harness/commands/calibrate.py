@@ -36,7 +36,7 @@ from typing import Any
 
 from harness import targets
 from harness.metrics.hlo import HloModule, parse
-from harness.metrics.timeline import TimelineSpec, build_program, predict, pricing, spec_for
+from harness.metrics.timeline import TimelineSpec, build_program, predict, spec_for
 from harness.metrics.timeline import calibrate as fitting
 from harness.metrics.timeline.cpu_calibrate import CpuCalibration
 from harness.metrics.timeline.specs import spec_from_dict
@@ -113,12 +113,7 @@ def program_samples(
     chosen = devices[0] if device is None else device
     measured = fitting.durations(events, device=chosen)
     fitting.check_program(program, measured, str(trace))
-    # one device alone on a host whose cores the base models: each op's core time (the ops it ran beside)
-    cores = pricing.HOST_CORES in base.constants and len(base.topology.device_coords) == 1
-    if cores:
-        tasks = fitting.op_tasks(program, base)
-        measured = fitting.core_times(events, chosen, base.value(pricing.HOST_CORES), tasks, module)
-    pts = fitting.samples(program, measured, base, source=str(trace), cores=cores)
+    pts = fitting.samples(program, measured, base, source=str(trace))
     step = fitting.busy(events, table.steps, chosen, str(trace))
     about = {
         "program": str(hlo),
@@ -148,7 +143,6 @@ def traced_sharing(
     of 6. Taking busy / wall as the ratio instead scored 3.7x on cpu.toml held out (an earlier,
     count-weighted run).
     """
-    fitted = pricing.without_sharing(fitted)  # the traced ops ran shared already: no curves on top
     ratios = []
     for module, about in programs:
         if about.get("step"):
@@ -170,8 +164,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         cpu = cpu_base(args.base)
         base = base_spec(args.base) if cpu is None else cpu.spec()
-        if cpu is not None and cpu.devices > 1:  # traced with the devices at once: the ops ran shared
-            base = pricing.without_sharing(base)
         pts, about, modules = [], [], []
         for hlo, trace in zip(args.program, args.trace, strict=True):
             one, info, module = program_samples(hlo, trace, base, args.device)

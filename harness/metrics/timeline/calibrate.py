@@ -179,58 +179,10 @@ def durations(events: Sequence[Any], module: str | None = None, device: int | No
     return {k: statistics.median(v) for k, v in by.items()}
 
 
-def core_times(
-    events: Sequence[Any], device: int, cores: float, tasks: Mapping[str, float], module: str | None = None
-) -> dict[str, float]:
-    """Op name -> median core time (ns) over its executions on ``device``: while m of the device's
-    ops run at once on its ``cores`` cores, an op of k tasks (``tasks``, 1 when absent) runs on
-    ``min(k, cores / m)`` of them, so each stretch of its duration counts that many times. One
-    device alone on the host (a one-device trace) runs independent ops at once, each on fewer
-    cores than it would use alone; its core time is what N devices sharing the cores each pay
-    (:func:`~harness.metrics.timeline.pricing.op_cores`). Only the innermost ops count (an op
-    with ops nested in it, a loop, is not itself running)."""
-    leaves = [e for e in events if e.device == device and e.self_ns is None and (module is None or e.module == module)]
-    edges = sorted((t, end, i) for i, e in enumerate(leaves) for t, end in ((e.start_ns, 1), (e.end_ns, 0)))
-    acc = [0.0] * len(leaves)
-    running: set[int] = set()
-    last = 0.0
-    for t, starts, i in edges:  # at a tie the ends (0) come first
-        if running and t > last:
-            share = cores / len(running)
-            for j in running:
-                acc[j] += (t - last) * min(max(tasks.get(leaves[j].op, 1.0), 1.0), share)
-        (running.add if starts else running.discard)(i)
-        last = t
-    by: dict[str, list[float]] = {}
-    for e, ns in zip(leaves, acc, strict=True):
-        by.setdefault(e.op, []).append(ns)
-    return {k: statistics.median(v) for k, v in by.items()}
-
-
-def op_tasks(program: Program, base: TimelineSpec) -> dict[str, float]:
-    """Op name -> the tasks it runs as alone on ``base``'s host: a dot or convolution XLA:CPU's
-    intra-op pool (all ``host_cores``), any other op its ``outer_dimension_partitions``
-    (:func:`~harness.metrics.timeline.pricing.threads`)."""
-    cores = base.value(pricing.HOST_CORES)
+def samples(program: Program, measured: Mapping[str, float], base: TimelineSpec, source: str = "") -> list[Sample]:
+    """Classify every measured instruction of ``program`` on ``base`` (see the module docstring)."""
     sim = Simulator(program, base, record=False)
-    out = {}
-    for ops in program.ops.values():
-        for op in ops:
-            dot = op.cls == "compute" and op.flops > 0 and bool(pricing.matmuls(op.instr, program.module, sim.shapes))
-            out[op.name] = cores if dot else float(pricing.threads(op.instr))
-    return out
-
-
-def samples(
-    program: Program, measured: Mapping[str, float], base: TimelineSpec, source: str = "", cores: bool = False
-) -> list[Sample]:
-    """Classify every measured instruction of ``program`` on ``base`` (see the module docstring).
-    ``cores``: ``measured`` holds core times (:func:`core_times`): a memory op's is its sample (the
-    per-core rate ``base``'s ``host_cores`` implies), a matmul's over the host's cores (the dot's
-    alone time on the whole intra-op pool)."""
-    sim = Simulator(program, base, record=False)
-    pool = base.value(pricing.HOST_CORES) if cores else 1.0
-    peak = base.value("peak_flops_per_s")
+    peak, hbm = base.value("peak_flops_per_s"), base.value("hbm_bytes_per_s")
     link = base.value("link_bytes_per_s")
     out = []
     for ops in program.ops.values():
@@ -242,8 +194,8 @@ def samples(
                 mms = pricing.matmuls(op.instr, program.module, sim.shapes) if op.flops > 0 else []
                 effective = sum(mm.flops / pricing.efficiency(mm, base) for mm in mms)
                 effective += max(op.flops - sum(mm.flops for mm in mms), 0.0)
-                if effective / peak > pricing.memory_seconds(op.bytes, base, pricing.threads(op.instr)):
-                    out.append(Sample(op.name, "matmul", effective, ns / pool, source))
+                if effective / peak > op.bytes / hbm:
+                    out.append(Sample(op.name, "matmul", effective, ns, source))
                 else:
                     out.append(Sample(op.name, "memory", op.bytes, ns, source))
             elif op.cls == "sync" and op.groups:

@@ -18,16 +18,7 @@ jitted programs, as the stage programs run:
   once (``shard_map`` over a ``devices``-device mesh) and the spec takes those per-device rates;
   collectives between the devices are copies through host memory, timed as ``all_gather`` chains
   of ``COLLECTIVE_SMALL`` bytes (``collective_latency_s``) and one of ``COLLECTIVE_BYTES`` per
-  device (``collective_bytes_per_s``: ring wire bytes over the time past the latency);
-* ``cores`` and ``copy_cores``: the host's cores (those this process may run on) and how many of
-  them the copy's program ran on (its loop fusion's ``outer_dimension_partitions``, read from the
-  compiled program): the spec's memory rate is one core's, ``copy_bytes_per_s / copy_cores``, and
-  every op gets ``min(tasks, cores / devices)`` cores (:mod:`~harness.metrics.timeline.pricing`);
-* ``share_mm`` (with ``devices`` > 1): the matmul sharing curve, each point a chain of N x N x N
-  matmuls' time per link on one device alone over its time with every device running it at once
-  (``SHARE_MM_SIZES``). A dot runs on XLA:CPU's intra-op pool, on one core when small and on all
-  when large, so it shares unlike the loop fusions: measured (AMD EPYC, 2 cores, 8 devices,
-  2026-11-27) 0.19-0.26 up to N = 128, 0.12-0.13 from 512.
+  device (``collective_bytes_per_s``: ring wire bytes over the time past the latency).
 
 Each timing is the median of :data:`REPEATS` timed calls after a warm-up call.
 :func:`load_or_measure` keeps the result in a JSON file (the sweep's
@@ -48,7 +39,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.timeline import pricing
 from harness.metrics.timeline.specs import Constant, TimelineSpec, cpu_spec
 
 MATMUL_N = 1024
@@ -61,9 +51,6 @@ COLLECTIVE_SMALL = 32  # bytes per device of the latency chain's all-gathers
 COLLECTIVE_CHAIN = 16
 COLLECTIVE_BYTES = 8 * 2**20
 REPEATS = 9
-SHARE_MM_SIZES = (8, 32, 64, 128, 256, 512, 1024)
-SHARE_WORK_S = 2e-3  # a chain's length: about this long alone (2 to SHARE_LINKS links)
-SHARE_LINKS = 256  # a short op's chain is long: 8 device threads waking on 2 cores spread a short one's time 3x
 # the spec constants a per-op fit sets -> the measurement of each (per device, and ``single``: alone)
 SHARED = {
     "peak_flops_per_s": "matmul_flops_per_s",
@@ -88,57 +75,25 @@ class CpuCalibration:
     collective_latency_s: float | None = None
     collective_bytes_per_s: float | None = None
     single: Mapping[str, float] = field(default_factory=dict)
-    share_mm: tuple[tuple[int, float], ...] = ()
-    copy_cores: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["curve"] = [list(p) for p in self.curve]
         out["single"] = dict(self.single)
-        out["share_mm"] = [list(p) for p in self.share_mm]
         return out
-
-    @property
-    def per_op_sharing(self) -> bool:
-        """Whether the spec models the host's cores (:mod:`~harness.metrics.timeline.pricing`): the
-        copy's cores known and, with ``devices`` > 1, the matmul sharing curve and the one-device
-        rates measured. Else (a calibration from before them) the rates as measured."""
-        if not (self.copy_cores > 0 and self.cores > 0):
-            return False
-        return self.devices == 1 or (bool(self.share_mm) and bool(self.single))
 
     def spec(self, devices: int | None = None) -> TimelineSpec:
         """The timeline spec these constants make (:func:`harness.metrics.timeline.cpu_spec`) for
-        ``devices`` simulated devices (default: as many as were measured). Modelling the host's
-        cores (:attr:`per_op_sharing`): one device's alone matmul rate, one core's copy rate, the
-        host's cores and the matmul sharing curve; else the rates as measured."""
-        if not self.per_op_sharing:
-            return cpu_spec(
-                self.matmul_flops_per_s,
-                self.copy_bytes_per_s,
-                self.op_overhead_s,
-                self.source,
-                devices=self.devices if devices is None else devices,
-                curve=self.curve,
-                collective_latency_s=self.collective_latency_s,
-                collective_bytes_per_s=self.collective_bytes_per_s,
-            )
-        alone = (
-            self.single
-            if self.devices > 1
-            else {"matmul_flops_per_s": self.matmul_flops_per_s, "copy_bytes_per_s": self.copy_bytes_per_s}
-        )
+        ``devices`` simulated devices (default: as many as were measured)."""
         return cpu_spec(
-            alone["matmul_flops_per_s"],
-            alone["copy_bytes_per_s"] / self.copy_cores,
+            self.matmul_flops_per_s,
+            self.copy_bytes_per_s,
             self.op_overhead_s,
-            f"{self.source}; the copy per core (its program on {self.copy_cores} of {self.cores} cores)",
+            self.source,
             devices=self.devices if devices is None else devices,
             curve=self.curve,
             collective_latency_s=self.collective_latency_s,
             collective_bytes_per_s=self.collective_bytes_per_s,
-            share_mm=self.share_mm,
-            host_cores=self.cores,
         )
 
     def sharing(self, where: str = "calibration") -> dict[str, float]:
@@ -161,39 +116,28 @@ class CpuCalibration:
     ) -> TimelineSpec:
         """This calibration's spec (its devices, curve, collectives, topology) with each :data:`SHARED`
         constant taken from ``alone`` (per-op speeds: a fit to traced op durations) and shared among
-        the devices. ``traced`` = ``(ratio, how it was measured)`` where the fit's own traces ran
-        with the devices at once (the ``calibrate`` command: the fitted spec's predicted step over
-        the traced step's wall): the rates times it, the op overhead over it, no sharing curves
-        (the traced ops ran shared). Else, with the sharing curves measured
-        (:attr:`per_op_sharing`), the rates as fitted (each op priced at its size's ratio) and the
-        op overhead over its :meth:`sharing` ratio; else every constant by its :meth:`sharing` ratio.
+        the devices: the rates times a sharing ratio, the op overhead over it. The ratio is
+        ``traced`` = ``(ratio, how it was measured)`` where the fit's own traces measured it (the
+        ``calibrate`` command: the fitted spec's predicted step over the traced step's wall), else
+        each constant's :meth:`sharing` ratio from the micro-benchmarks.
 
         Why a ratio, measured (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a fit
         to the per-op durations traced with 8 devices at once gives 1.10e11 FLOP/s and 13.6 GB/s,
         near this host's one-device 1.26e11 and 25.8 GB/s and far from its 8-at-once 1.25e10 and
         2.9e9; carried over unshared, it predicted cpu.toml 5.9x too fast in median. Each source
         names the fit and the ratio; the uncertainty stays the fit's."""
-        target, by_op = self.spec(), set()
         if self.devices == 1 or traced is None:
             ratios = self.sharing(where)
             how = f"its {self.devices}-devices-at-once / one-device ratio measured on {self.cores} cores ({where})"
-            if self.per_op_sharing and self.devices > 1:  # shared op by op: only the overhead is scaled
-                by_op = {"peak_flops_per_s", "hbm_bytes_per_s"}
-        else:  # the traced ops already ran shared: the whole-step ratio, no curves
+        else:
             ratios = {name: traced[0] if name != "op_overhead_s" else 1 / traced[0] for name in SHARED}
             how = f"{traced[1]} ({self.devices} devices on {self.cores} cores)"
-            target = pricing.without_sharing(target)
+        target = self.spec()
         constants = dict(target.constants)
         for name in SHARED:
             c = alone.constants[name]
-            if self.devices == 1:
-                source = c.source
-            elif name in by_op:
-                source = f"{c.source}; shared op by op among {self.devices} devices on {self.cores} cores ({where})"
-            else:
-                source = f"{c.source}; x {ratios[name]:.4g}, {how}"
-            ratio = 1.0 if name in by_op else ratios[name]
-            constants[name] = Constant(c.value * ratio, c.unit, source, c.uncertainty)
+            source = c.source if self.devices == 1 else f"{c.source}; x {ratios[name]:.4g}, {how}"
+            constants[name] = Constant(c.value * ratios[name], c.unit, source, c.uncertainty)
         label = "+fit" if self.devices == 1 else f"+fit x sharing({self.devices})"
         return replace(target, name=f"{target.name}{label}", constants=constants)
 
@@ -213,8 +157,6 @@ class CpuCalibration:
                 None if latency is None else float(latency),
                 None if bandwidth is None else float(bandwidth),
                 single={str(k): float(v) for k, v in (raw.get("single") or {}).items()},
-                share_mm=tuple((int(n), float(r)) for n, r in raw.get("share_mm") or ()),
-                copy_cores=int(raw.get("copy_cores", 0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{where}: not a CPU calibration ({type(e).__name__}: {e})") from None
@@ -244,10 +186,9 @@ def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
         raise ValueError(f"cannot calibrate {devices} devices: this process has {len(available)}")
     device = available[0]
     with jax.set_mesh(jax.sharding.Mesh([device], ("calibrate",))):
-        flops, copy, overhead, copy_tasks = _measure_one(device, repeats)
+        flops, copy, overhead = _measure_one(device, repeats)
         curve = _curve(device, flops, overhead, repeats)
-    cores = host_cores()
-    copy_cores = max(min(copy_tasks, cores), 1)
+    cores = os.cpu_count() or 0
     single = {"matmul_flops_per_s": flops, "copy_bytes_per_s": copy, "op_overhead_s": overhead}
     what = (
         f"{MATMUL_N}^2 float32 matmul, x + 1 in place, a chain of {CHAIN} dependent 8x8 matmuls, "
@@ -256,18 +197,14 @@ def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if devices == 1:
         source = f"measured on this CPU ({device.device_kind}, {cores} cores), one device: {what}"
-        return CpuCalibration(
-            flops, copy, overhead, source, stamp, 1, cores, curve, single=single, copy_cores=copy_cores
-        )
+        return CpuCalibration(flops, copy, overhead, source, stamp, 1, cores, curve, single=single)
     mesh = jax.sharding.Mesh(available[:devices], ("d",))
     with jax.set_mesh(mesh):
         shared = _measure_shared(mesh, repeats)
-    share_mm = _share_curve(available[:devices], repeats)
     source = (
         f"measured on this CPU ({device.device_kind}, {cores} cores) with {devices} devices running at once, "
         f"per device: {what}; all_gather chains of {COLLECTIVE_SMALL} B and one of {COLLECTIVE_BYTES >> 20} MiB "
-        f"per device. One device alone: {flops / 1e9:.1f} GFLOP/s, {copy / 1e9:.1f} GB/s, {overhead * 1e6:.1f} us/op; "
-        f"matmul sharing curve: chains of {', '.join(map(str, SHARE_MM_SIZES))}, alone and {devices} at once"
+        f"per device. One device alone: {flops / 1e9:.1f} GFLOP/s, {copy / 1e9:.1f} GB/s, {overhead * 1e6:.1f} us/op"
     )
     return CpuCalibration(
         shared["matmul_flops_per_s"],
@@ -281,8 +218,6 @@ def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
         shared["collective_latency_s"],
         shared["collective_bytes_per_s"],
         single,
-        share_mm,
-        copy_cores,
     )
 
 
@@ -296,8 +231,8 @@ def _chain(m: Any, links: int) -> Any:
     return m
 
 
-def _measure_one(device: Any, repeats: int) -> tuple[float, float, float, int]:
-    """(matmul FLOP/s, copy B/s, op overhead s, the copy's tasks) of one device alone."""
+def _measure_one(device: Any, repeats: int) -> tuple[float, float, float]:
+    """(matmul FLOP/s, copy B/s, op overhead s) of one device alone."""
     import jax
     import jax.numpy as jnp
 
@@ -317,16 +252,7 @@ def _measure_one(device: Any, repeats: int) -> tuple[float, float, float, int]:
     small = jax.device_put(jnp.eye(8, dtype=jnp.float32), device)
     chained = jax.jit(lambda m: _chain(m, CHAIN))
     t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats)
-    return 2 * MATMUL_N**3 / t_mm, 2 * COPY_BYTES / t_copy, t_chain / CHAIN, program_tasks(add, state["x"])
-
-
-def program_tasks(fn: Any, *args: Any) -> int:
-    """The most tasks XLA:CPU split any instruction of ``fn``'s compiled program into
-    (:func:`~harness.metrics.timeline.pricing.threads`; 1 when none was split)."""
-    from harness.metrics.hlo import parse
-
-    module = parse(fn.lower(*args).compile().as_text())
-    return max((pricing.threads(i) for instrs in module.computations.values() for i in instrs), default=1)
+    return 2 * MATMUL_N**3 / t_mm, 2 * COPY_BYTES / t_copy, t_chain / CHAIN
 
 
 def _curve(device: Any, peak: float, overhead: float, repeats: int) -> tuple[tuple[int, float], ...]:
@@ -372,8 +298,8 @@ def _measure_shared(mesh: Any, repeats: int) -> dict[str, float]:
 
     t_copy = _median_s(copy, repeats)
     small = jax.device_put(jnp.tile(jnp.eye(8, dtype=jnp.float32), (n, 1)), sharded)
-    chained = each(lambda m: _chain(m, SHARE_LINKS))  # longer than alone's: see SHARE_LINKS
-    t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats) / SHARE_LINKS * CHAIN
+    chained = each(lambda m: _chain(m, CHAIN))
+    t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats)
 
     def gathers(v: Any) -> Any:
         for _ in range(COLLECTIVE_CHAIN):
@@ -394,54 +320,6 @@ def _measure_shared(mesh: Any, repeats: int) -> dict[str, float]:
         "collective_latency_s": t_small,
         "collective_bytes_per_s": wire / max(t_big - t_small, t_big * 0.05),
     }
-
-
-def _per_link_s(mesh: Any, make: Callable[[], Any], step: Callable[[Any], Any], cost_s: float, repeats: int) -> float:
-    """Seconds per link of a chain of ``step`` (each link behind an optimization barrier, so no two
-    fuse), every device of ``mesh`` running it at once on its own copy of ``make()``; about
-    :data:`SHARE_WORK_S` of links at ``cost_s`` each (an alone estimate), 2 to :data:`SHARE_LINKS` of them."""
-    import jax
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    links = int(min(SHARE_LINKS, max(2, SHARE_WORK_S // max(cost_s, 1e-9))))
-
-    def chain(x: Any) -> Any:
-        for _ in range(links):
-            x = jax.lax.optimization_barrier(step(x))
-        return x
-
-    with jax.set_mesh(mesh):
-        x = jax.device_put(jax.numpy.concatenate([make()] * mesh.size), NamedSharding(mesh, P("d")))
-        run = jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
-        return _median_s(lambda: run(x).block_until_ready(), repeats) / links
-
-
-def _share_curve(devices: Any, repeats: int) -> tuple[tuple[int, float], ...]:
-    """share_mm: per size, a matmul chain's time per link on ``devices[0]`` alone over its time
-    with every one of ``devices`` running it at once (see the module docstring)."""
-    import jax
-    import jax.numpy as jnp
-
-    meshes = [jax.sharding.Mesh(devices[:1], ("d",)), jax.sharding.Mesh(devices, ("d",))]
-
-    def square(v: Any) -> Any:
-        return v @ v * 0.5
-
-    out = []
-    for n in SHARE_MM_SIZES:
-        make = functools.partial(jnp.eye, n, dtype=jnp.float32)
-        alone, together = (_per_link_s(m, make, square, 2 * n**3 / 1e11, repeats) for m in meshes)
-        out.append((n, alone / together))
-    return tuple(out)
-
-
-def host_cores() -> int:
-    """The cores this process may run on (its CPU affinity; the machine's count where unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def load_or_measure(path: str | Path | None, devices: int = 1) -> tuple[CpuCalibration, bool]:

@@ -13,18 +13,10 @@ fusions it calls) as :class:`Matmul` ``(batch, m, n, k)``; :func:`efficiency` pr
   in log size and clamped at the ends;
 * a spec with neither prices matmuls at peak.
 
-A CPU spec says how its simulated devices share the host's cores (``host_cores``: the host's C
-cores; the topology: its N devices). XLA:CPU runs each device's ops on the host's cores: a loop
-fusion it split into tasks (``backend_config`` ``outer_dimension_partitions``: :func:`threads`)
-on up to that many cores, any other on one, and a dot on the intra-op pool. With ``host_cores``
-the memory rate is one core's, and an op with k tasks gets ``min(k, C / N)`` cores
-(:func:`op_cores`): alone it runs on its k cores, with N devices busy at once each device has
-C / N of them, so every op's core time is shared alike. Dots run at the measured sharing curve
-(``share_mm_n<N>``: an N x N x N matmul's rate with every device running it at once over alone,
-log-size interpolation, clamped). Measured here (AMD EPYC, 2 cores, 8 devices, 2026-11-27): a
-tanh fusion split in 2 kept 0.125-0.13 of its alone rate with 8 devices at once (2 / (8 x 2)); one
-left on one core (256 KiB or less, 1 core pinned as fast as 2 free) 0.18-0.26 (2 / 8 = 0.25);
-matmuls 0.19-0.26 up to N = 128 and 0.12-0.13 from 512.
+:func:`compute_seconds` is an op's time on the compute stream, ``max(matmul time, bytes / HBM) +
+overhead``, where FLOPs outside any dot (a splash kernel) run at peak. Pure Python; it takes the
+op's instruction, the module's shapes and the spec, so it does not depend on how the program
+was classified.
 """
 
 from __future__ import annotations
@@ -33,7 +25,7 @@ import bisect
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from harness.metrics.hlo.cost import instruction_flops
 from harness.metrics.hlo.model import HloModule, Instruction
@@ -41,9 +33,6 @@ from harness.metrics.hlo.text import Line, shape_dims
 from harness.metrics.timeline.specs import TimelineSpec
 
 CURVE_PREFIX = "matmul_eff_n"
-SHARE_MM_PREFIX = "share_mm_n"
-HOST_CORES = "host_cores"
-_PARTITIONS = re.compile(r'"outer_dimension_partitions":\[([^\]]*)\]')
 TILES = ("tile_m", "tile_n", "tile_k")
 _DIMS = {
     key: re.compile(rf"\b{key}=\{{([0-9,]*)\}}")
@@ -137,74 +126,30 @@ def tile_efficiency(mm: Matmul, tile: tuple[int, int, int]) -> float:
     return useful / padded if padded > 0 else 1.0
 
 
-def points(spec: TimelineSpec, prefix: str) -> list[tuple[float, float]]:
-    """A spec's measured curve ``[(size, value)]`` by size from its ``<prefix><size>`` constants."""
-    out = []
-    for name, c in spec.constants.items():
-        if name.startswith(prefix) and name[len(prefix) :].isdigit():
-            out.append((float(name[len(prefix) :]), c.value))
-    return sorted(out)
-
-
 def curve(spec: TimelineSpec) -> list[tuple[float, float]]:
     """A spec's measured matmul efficiency curve, ``[(size, efficiency)]`` by size (empty: none)."""
-    return points(spec, CURVE_PREFIX)
+    points = []
+    for name, c in spec.constants.items():
+        if name.startswith(CURVE_PREFIX) and name[len(CURVE_PREFIX) :].isdigit():
+            points.append((float(name[len(CURVE_PREFIX) :]), c.value))
+    return sorted(points)
 
 
-def interpolate(pts: Sequence[tuple[float, float]], size: float) -> float:
-    """``pts``' value at ``size``: linear in log size between the two measured sizes around it,
-    clamped to the measured range (1.0 with no points)."""
-    if not pts:
+def curve_efficiency(mm: Matmul, points: Sequence[tuple[float, float]]) -> float:
+    """The curve's efficiency at ``mm``'s effective size ``(m n k)^(1/3)`` (log-size interpolation,
+    clamped to the measured range)."""
+    if not points:
         return 1.0
-    sizes = [p[0] for p in pts]
+    size = (mm.m * mm.n * mm.k) ** (1 / 3)
+    sizes = [p[0] for p in points]
     if size <= sizes[0]:
-        return pts[0][1]
+        return points[0][1]
     if size >= sizes[-1]:
-        return pts[-1][1]
+        return points[-1][1]
     i = bisect.bisect_right(sizes, size)
-    (s0, e0), (s1, e1) = pts[i - 1], pts[i]
+    (s0, e0), (s1, e1) = points[i - 1], points[i]
     w = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
     return e0 + w * (e1 - e0)
-
-
-def mm_size(mm: Matmul) -> float:
-    """A matmul's effective size ``(m n k)^(1/3)``: the N of the N x N x N matmul with its work per batch."""
-    return float(mm.m * mm.n * mm.k) ** (1 / 3)
-
-
-def curve_efficiency(mm: Matmul, pts: Sequence[tuple[float, float]]) -> float:
-    """The curve's efficiency at ``mm``'s effective size (:func:`mm_size`, :func:`interpolate`)."""
-    return interpolate(pts, mm_size(mm))
-
-
-def shared(spec: TimelineSpec) -> bool:
-    """Whether ``spec`` models a host's cores shared by its devices (see the module docstring)."""
-    return HOST_CORES in spec.constants or any(name.startswith(SHARE_MM_PREFIX) for name in spec.constants)
-
-
-def without_sharing(spec: TimelineSpec) -> TimelineSpec:
-    """``spec`` without its host sharing: every op at the spec's rates as they are."""
-    kept = {k: v for k, v in spec.constants.items() if k != HOST_CORES and not k.startswith(SHARE_MM_PREFIX)}
-    return replace(spec, constants=kept)
-
-
-def threads(instr: Line) -> int:
-    """The tasks XLA:CPU split ``instr`` into (the product of its ``outer_dimension_partitions``),
-    1 when it did not."""
-    m = _PARTITIONS.search(instr.attributes)
-    if m is None:
-        return 1
-    parts = [int(v.strip().strip('"')) for v in m.group(1).split(",") if v.strip().strip('"')]
-    return max(math.prod(parts), 1) if parts else 1
-
-
-def op_cores(spec: TimelineSpec, tasks: float) -> float:
-    """The host cores an op of ``tasks`` tasks runs on: ``min(tasks, C / N)`` with the spec's
-    ``host_cores`` C and N devices; 1 on a spec without ``host_cores``."""
-    if HOST_CORES not in spec.constants:
-        return 1.0
-    per_device = spec.value(HOST_CORES) / max(len(spec.topology.device_coords), 1)
-    return min(max(tasks, 1.0), per_device)
 
 
 def efficiency(mm: Matmul, spec: TimelineSpec) -> float:
@@ -219,23 +164,14 @@ def efficiency(mm: Matmul, spec: TimelineSpec) -> float:
 
 def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
     """Seconds of ``flops`` matmul FLOPs of which ``mms`` are known dots: each dot at its
-    efficiency (and, on a shared host, its sharing ratio), the rest (opaque kernels) at peak."""
+    efficiency, the rest (opaque kernels) at peak."""
     peak = spec.value("peak_flops_per_s")
-    share = points(spec, SHARE_MM_PREFIX)
     known = sum(mm.flops for mm in mms)
-    seconds = sum(mm.flops / (peak * efficiency(mm, spec) * interpolate(share, mm_size(mm))) for mm in mms)
-    rest = max(flops - known, 0.0)
-    return seconds + (rest / (peak * (share[-1][1] if share else 1.0)) if rest else 0.0)
+    seconds = sum(mm.flops / (peak * efficiency(mm, spec)) for mm in mms)
+    return seconds + max(flops - known, 0.0) / peak
 
 
-def memory_seconds(bytes_: float, spec: TimelineSpec, tasks: float = 1.0) -> float:
-    """Seconds to move ``bytes_`` at the spec's bandwidth; with ``host_cores``, one core's, times
-    the cores an op of ``tasks`` tasks gets (:func:`op_cores`)."""
-    return bytes_ / (spec.value("hbm_bytes_per_s") * op_cores(spec, tasks))
-
-
-def compute_seconds(
-    flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec, tasks: float = 1.0
-) -> float:
-    """One compute op of ``tasks`` tasks: ``max(matmul time, bytes / HBM bandwidth) + op overhead``."""
-    return max(matmul_seconds(flops, mms, spec), memory_seconds(bytes_, spec, tasks)) + spec.value("op_overhead_s")
+def compute_seconds(flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
+    """One compute op: ``max(matmul time, bytes / HBM bandwidth) + op overhead``."""
+    hbm = spec.value("hbm_bytes_per_s")
+    return max(matmul_seconds(flops, mms, spec), bytes_ / hbm) + spec.value("op_overhead_s")

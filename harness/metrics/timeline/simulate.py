@@ -167,8 +167,7 @@ class Simulator:
         key = id(op)
         if key not in self._cost:
             mms = self.matmuls(op) if op.flops > 0 else []
-            tasks = pricing.threads(op.instr) if pricing.HOST_CORES in self.spec.constants else 1
-            self._cost[key] = pricing.compute_seconds(op.flops, op.bytes, mms, self.spec, tasks) * NS
+            self._cost[key] = pricing.compute_seconds(op.flops, op.bytes, mms, self.spec) * NS
         return self._cost[key]
 
     def matmuls(self, op: Op) -> list[pricing.Matmul]:
@@ -275,7 +274,7 @@ class Simulator:
         HBM bandwidth on the offload engine's own queue, beside compute; no event (its wait, at its
         done, is the stream idling)."""
         s = self.state
-        ns = pricing.memory_seconds(op.bytes, self.spec) * NS
+        ns = op.bytes / self.spec.value("hbm_bytes_per_s") * NS
         transfer = Transfer(OFFLOAD, op.name, s.t, s.t + ns, (OFFLOAD,), ns)
         s.links.add(transfer, s.t)
         return self._pend(transfer)

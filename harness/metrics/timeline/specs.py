@@ -346,17 +346,12 @@ def cpu_spec(
     curve: Sequence[tuple[int, float]] = (),
     collective_latency_s: float | None = None,
     collective_bytes_per_s: float | None = None,
-    share_mm: Sequence[tuple[int, float]] = (),
-    host_cores: int | None = None,
 ) -> TimelineSpec:
     """A host CPU's spec from measured constants (``source`` says how they were measured): per
     simulated device, as measured with ``devices`` devices running at once on the host's cores.
     ``curve``: ``[(N, efficiency)]`` of N x N x N matmuls (``matmul_eff_n<N>`` constants). A
     collective is a memcpy between devices' buffers in host memory: ``collective_bytes_per_s`` and
-    ``collective_latency_s`` where measured, else the copy bandwidth and one op overhead.
-    ``host_cores``: the host's cores the devices share (:mod:`~harness.metrics.timeline.pricing`);
-    with it ``copy_bytes_per_s`` is one core's and ``matmul_flops_per_s`` one device's alone, and
-    ``share_mm`` (``[(N, ratio)]``, ``share_mm_n<N>`` constants) the measured matmul sharing curve."""
+    ``collective_latency_s`` where measured, else the copy bandwidth and one op overhead."""
     for what, value in (("matmul_flops_per_s", matmul_flops_per_s), ("copy_bytes_per_s", copy_bytes_per_s)):
         if not value > 0:
             raise ValueError(f"cpu_spec: {what} must be > 0, got {value!r}")
@@ -379,8 +374,6 @@ def cpu_spec(
         "collective_latency_s": latency,
         "link_bytes_per_s": link,
         **{f"matmul_eff_n{n}": Constant(float(eff), "fraction", source) for n, eff in curve},
-        **{f"share_mm_n{n}": Constant(float(r), "fraction", source) for n, r in share_mm},
-        **({} if host_cores is None else {"host_cores": Constant(float(host_cores), "cores", source)}),
     }
     coords = tuple((i, 0) for i in range(devices))
     return TimelineSpec("cpu", "cpu", constants, Topology("memcpy", (devices,), (False,), 1, coords, "host memory"))

@@ -87,61 +87,6 @@ def test_a_measured_curve_is_interpolated_in_log_size_and_clamped() -> None:
     assert step == pytest.approx(FLOPS / (PEAK * (0.2 + 0.8 * w)) * 1e9)
 
 
-SPLIT = """HloModule m, is_scheduled=true
-
-%fused_add (a: f32[1048576]) -> f32[1048576] {
-  %a = f32[1048576]{0} parameter(0)
-  %one = f32[] constant(1)
-  %b = f32[1048576]{0} broadcast(%one), dimensions={}
-  ROOT %s = f32[1048576]{0} add(%a, %b)
-}
-
-ENTRY %main (p: f32[1048576]) -> f32[1048576] {
-  %p = f32[1048576]{0} parameter(0)
-  ROOT %f = f32[1048576]{0} fusion(%p), kind=kLoop, calls=%fused_add, backend_config={"outer_dimension_partitions":["TASKS"]}
-}
-"""  # noqa: E501
-
-
-def _host(devices: int) -> TimelineSpec:
-    """2 cores, 1 GB/s per core, no overhead; a matmul keeps a quarter of its rate when small, an eighth when large."""
-    return timeline.cpu_spec(
-        PEAK, 1e9, 0.0, "test", devices=devices, share_mm=[(32, 0.25), (1024, 0.125)], host_cores=2
-    )
-
-
-def test_a_split_loop_fusion_runs_on_its_tasks_cores_up_to_each_devices_share() -> None:
-    one, eight = _host(1), _host(8)
-    assert pricing.shared(one) and not pricing.shared(pricing.without_sharing(eight))
-    # alone: k tasks on min(k, 2) cores; 8 devices on 2 cores: a quarter core each, whatever k
-    assert [pricing.op_cores(one, k) for k in (1, 2, 8)] == [1.0, 2.0, 2.0]
-    assert [pricing.op_cores(eight, k) for k in (1, 2, 8)] == [0.25, 0.25, 0.25]
-    assert pricing.op_cores(_spec(), 8) == 1.0  # no host_cores: the rate as it is
-    assert pricing.memory_seconds(1e6, one, 2) == pytest.approx(0.5e-3)
-    assert pricing.memory_seconds(1e6, eight, 1) == pytest.approx(4e-3)
-    # the tasks are read from the compiled program's backend_config
-    for tasks, cores in (("1", 1), ("2", 2), ("8", 2)):
-        module = parse(SPLIT.replace("TASKS", tasks))
-        assert pricing.threads(module.computations["main"][-1]) == int(tasks)
-        assert timeline.predict(module, one).step_ns == pytest.approx(8 * 2**20 / (1e9 * cores) * 1e9)
-        assert timeline.predict(module, eight).step_ns == pytest.approx(8 * 2**20 / 0.25)
-    bare = parse(SPLIT.replace(', backend_config={"outer_dimension_partitions":["TASKS"]}', ""))
-    assert pricing.threads(bare.computations["main"][-1]) == 1
-
-
-def test_a_dot_on_a_shared_host_runs_at_its_sizes_measured_sharing() -> None:
-    spec = _host(8)
-    for n, share in ((32, 0.25), (16, 0.25), (1024, 0.125), (4096, 0.125)):
-        mm = pricing.Matmul(1, n, n, n, 2.0 * n**3)
-        assert pricing.matmul_seconds(mm.flops, [mm], spec) == pytest.approx(mm.flops / PEAK / share)
-    mid = pricing.Matmul(1, 181, 181, 181, 2.0 * 181**3)  # halfway in log size between 32 and 1024
-    w = (math.log(181) - math.log(32)) / math.log(32)
-    assert pricing.matmul_seconds(mid.flops, [mid], spec) == pytest.approx(mid.flops / PEAK / (0.25 - 0.125 * w))
-    # FLOPs outside any known dot (an opaque kernel) at the largest size's ratio
-    assert pricing.matmul_seconds(2e9, [], spec) == pytest.approx(2e9 / PEAK / 0.125)
-    assert pricing.matmul_seconds(2e9, [], pricing.without_sharing(spec)) == pytest.approx(2e9 / PEAK)
-
-
 def test_a_convolution_is_priced_as_output_positions_by_features_by_taps() -> None:
     conv = parse("""HloModule m
 
