@@ -51,6 +51,10 @@ COLLECTIVE_SMALL = 32  # bytes per device of the latency chain's all-gathers
 COLLECTIVE_CHAIN = 16
 COLLECTIVE_BYTES = 8 * 2**20
 REPEATS = 9
+# links in the overhead chain timed with every device at once: 8 device threads waking on 2 cores
+# spread a short chain's time (64 links: 2.6-9.0 us per op over four sweeps, 2026-11-27; 256: 2.8-6.1
+# over eight, AMD EPYC, 2 cores)
+SHARED_CHAIN = 256
 # the spec constants a per-op fit sets -> the measurement of each (per device, and ``single``: alone)
 SHARED = {
     "peak_flops_per_s": "matmul_flops_per_s",
@@ -298,8 +302,8 @@ def _measure_shared(mesh: Any, repeats: int) -> dict[str, float]:
 
     t_copy = _median_s(copy, repeats)
     small = jax.device_put(jnp.tile(jnp.eye(8, dtype=jnp.float32), (n, 1)), sharded)
-    chained = each(lambda m: _chain(m, CHAIN))
-    t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats)
+    chained = each(lambda m: _chain(m, SHARED_CHAIN))
+    t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats) / SHARED_CHAIN * CHAIN
 
     def gathers(v: Any) -> Any:
         for _ in range(COLLECTIVE_CHAIN):
