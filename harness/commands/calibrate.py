@@ -54,9 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weighting",
         choices=fitting.WEIGHTINGS,
-        default="time",
-        help="each class's slope: the median weighted by the instructions' traced time (default: the long ops "
-        "that make a step carry it) or by count (Theil-Sen)",
+        default="count",
+        help="each class's slope: Theil-Sen's, every instruction alike (default), or the median weighted by the "
+        "instructions' traced time (the long ops that make a step carry it)",
     )
 
 

@@ -11,21 +11,21 @@ and the quantity the class's constant divides:
 * ``collective``: synchronous collectives: ``x`` = wire bytes scaled to one link of the base spec's
   route, slope 1 / ``link_bytes_per_s``, intercept ``collective_latency_s``.
 
-:func:`fit` fits each class robustly: the intercept by Theil-Sen regression (the median of pairwise
-slopes, then the median intercept), the slope by default weighted by time
-(:func:`time_weighted_slope`: the median of the instructions' own slopes, each weighted by its
-traced duration), since a step's time is in its long instructions, which can run at another speed
-per unit than the many short ones (``weighting="count"`` keeps Theil-Sen's slope, every instruction
-alike). A few mismatched ops move neither. Measured on an AMD EPYC, 2 cores (2026-11-27;
-benchmarks/results/calibrate-held-out-*-amd*.md): fitted to calibration-cpu-8dev's traces (8
-devices sharing the cores, the traced sharing ratio), the time-weighted fit lowered cpu.toml's
-held-out median |ln(pred/meas)| in both of two fresh pairs of sweeps (0.206 -> 0.205, 0.192 ->
-0.126) where the count-weighted one did once (0.219, 0.162); fitted to calibration-cpu.toml's
-one-device traces, the count-weighted fit priced those 9 steps better (0.071 against 0.240). It
-refuses a class with fewer than ``min_ops`` instructions, naming it; ``matmul`` and ``memory`` are
-required, ``collective`` is fitted when the
-trace has any (else the base spec's constants stay, and the fit says so). Each fitted constant's
-uncertainty is the class's median ``|ln(fitted / measured)|`` over its instructions: how far a typical
+:func:`fit` fits each class robustly by Theil-Sen regression (the median of pairwise slopes,
+then the median intercept; a few mismatched ops move neither). ``weighting="time"`` takes the
+slope instead as :func:`time_weighted_slope` (the median of the instructions' own slopes, each
+weighted by its traced duration), which prices a class's traced *time* where its long
+instructions run at another speed per unit than the many short ones. Count is the default, from
+sweeps on an AMD EPYC, 2 cores (2026-11-27, benchmarks/results/calibrate-held-out-grid-2026-11-27.md,
+every calibration sweep scored on every independent cpu.toml sweep): carried from
+calibration-cpu.toml's one-device traces, time-weighted fits predicted cpu.toml 1.7-2.2x slow in
+median (|ln| 0.53-0.79 over 9 pairings) where count-weighted ones scored 0.12-0.31; from
+calibration-cpu-8dev's traces the two were alike (time 0.14-0.32, count 0.14-0.23, over 12). One of the
+42 pairings lowered the measured constants' median (0.085-0.161); the 8-device fits lowered the
+worst stage's factor in 22 of 24. It refuses a class with fewer than ``min_ops`` instructions,
+naming it; ``matmul`` and ``memory`` are required, ``collective`` is fitted when the trace has any
+(else the base spec's constants stay, and the fit says so). Each fitted constant's uncertainty is
+the class's median ``|ln(fitted / measured)|`` over its instructions: how far a typical
 instruction's price is off. :func:`check_program` refuses a trace whose ops are not this program's
 (another compile names its fusions differently). Pure Python + numpy.
 """
@@ -92,7 +92,7 @@ class Fit:
     classes: Mapping[str, ClassFit]
     notes: tuple[str, ...] = ()
     sources: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-    weighting: str = "time"
+    weighting: str = "count"
 
     def to_dict(self) -> dict[str, Any]:
         """The spec file: the fitted spec, each class's fit and residuals, the traces it came from."""
@@ -241,7 +241,7 @@ def time_weighted_slope(x: Sequence[float], y: Sequence[float], intercept: float
 WEIGHTINGS = ("time", "count")
 
 
-def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = "time") -> ClassFit:
+def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = "count") -> ClassFit:
     x, y = [p.x for p in pts], [p.measured_ns for p in pts]
     slope, intercept = theil_sen(x, y)
     if weighting == "time":
@@ -254,7 +254,7 @@ def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = "time") -> Clas
 
 
 def fit(
-    pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origin: str = "", weighting: str = "time"
+    pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origin: str = "", weighting: str = "count"
 ) -> Fit:
     """Fit ``base``'s constants to ``pts`` (see the module docstring): ``weighting`` "time" (each class's
     slope by :func:`time_weighted_slope`) or "count" (Theil-Sen's, every instruction alike).

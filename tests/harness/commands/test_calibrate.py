@@ -67,14 +67,14 @@ def test_calibrate_writes_a_spec_file_from_a_trace(traced: tuple[Path, Path, Pat
     assert raw["traces"][0]["trace"] == str(trace) and len(raw["traces"][0]["fingerprint"]) == 64
     peak = raw["spec"]["constants"]["peak_flops_per_s"]
     assert peak["value"] > 0 and peak["source"].startswith("fitted: 1 trace(s)")
-    assert raw["weighting"] == "time" and "time-weighted fit" in peak["source"]
+    assert raw["weighting"] == "count" and "Theil-Sen fit" in peak["source"]
     assert "link_bytes_per_s and collective_latency_s from the base spec" in capsys.readouterr().out
-    # the slopes weighted by count: Theil-Sen's, named in the file and each source
-    counted = tmp_path / "count.json"
-    assert main([*argv[:-1], str(counted), "--min-ops", "5", "--weighting", "count"]) == 0
-    raw_count = json.loads(counted.read_text())
-    assert raw_count["weighting"] == "count"
-    assert "Theil-Sen fit" in raw_count["spec"]["constants"]["peak_flops_per_s"]["source"]
+    # the slopes weighted by time: named in the file and each source
+    timed = tmp_path / "time.json"
+    assert main([*argv[:-1], str(timed), "--min-ops", "5", "--weighting", "time"]) == 0
+    raw_time = json.loads(timed.read_text())
+    assert raw_time["weighting"] == "time"
+    assert "time-weighted fit" in raw_time["spec"]["constants"]["peak_flops_per_s"]["source"]
     with pytest.raises(SystemExit) as refused:  # argparse refuses another weighting
         main([*argv, "--min-ops", "5", "--weighting", "mean"])
     assert refused.value.code == 2
