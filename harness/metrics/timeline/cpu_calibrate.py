@@ -303,7 +303,7 @@ def _measure_shared(mesh: Any, repeats: int) -> dict[str, float]:
     t_copy = _median_s(copy, repeats)
     small = jax.device_put(jnp.tile(jnp.eye(8, dtype=jnp.float32), (n, 1)), sharded)
     chained = each(lambda m: _chain(m, SHARED_CHAIN))
-    t_chain = _median_s(lambda: chained(small).block_until_ready(), repeats) / SHARED_CHAIN * CHAIN
+    t_op = _median_s(lambda: chained(small).block_until_ready(), repeats) / SHARED_CHAIN
 
     def gathers(v: Any) -> Any:
         for _ in range(COLLECTIVE_CHAIN):
@@ -320,7 +320,7 @@ def _measure_shared(mesh: Any, repeats: int) -> dict[str, float]:
     return {
         "matmul_flops_per_s": 2 * MATMUL_N**3 / t_mm,
         "copy_bytes_per_s": 2 * SHARED_COPY_BYTES / t_copy,
-        "op_overhead_s": t_chain / CHAIN,
+        "op_overhead_s": t_op,
         "collective_latency_s": t_small,
         "collective_bytes_per_s": wire / max(t_big - t_small, t_big * 0.05),
     }
