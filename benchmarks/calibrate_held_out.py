@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--weighting",
         choices=fitting.WEIGHTINGS,
-        default="count",
+        default=fitting.DEFAULT_WEIGHTING,
         help="each class's slope: by count (Theil-Sen, the library's default) or weighted by the instructions' time",
     )
     p.add_argument(
@@ -148,7 +148,7 @@ def read_text(path: Path) -> str:
 
 
 def fit_pairs(
-    pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int, weighting: str = "count"
+    pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int, weighting: str = fitting.DEFAULT_WEIGHTING
 ) -> tuple[fitting.Fit, list[str], tuple[float, str] | None]:
     """The library's fit over every pair (CalibrationError: too few ops of a class, named), one line
     per pair, and the traces' sharing ratio (:func:`harness.commands.calibrate.traced_sharing`)."""

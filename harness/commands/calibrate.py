@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weighting",
         choices=fitting.WEIGHTINGS,
-        default="count",
+        default=fitting.DEFAULT_WEIGHTING,
         help="each class's slope: Theil-Sen's, every instruction alike (default), or the median weighted by the "
         "instructions' traced time (the long ops that make a step carry it)",
     )

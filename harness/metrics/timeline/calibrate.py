@@ -51,6 +51,8 @@ from harness.metrics.timeline.specs import Constant, TimelineSpec
 MIN_OPS = 8
 CLASSES = ("matmul", "memory", "collective")
 REQUIRED = ("matmul", "memory")
+WEIGHTINGS = ("time", "count")
+DEFAULT_WEIGHTING = "count"  # why: the module docstring
 MIN_COVERAGE = 0.5  # of the program's compute ops, the share a trace of it must show
 
 
@@ -92,7 +94,7 @@ class Fit:
     classes: Mapping[str, ClassFit]
     notes: tuple[str, ...] = ()
     sources: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-    weighting: str = "count"
+    weighting: str = DEFAULT_WEIGHTING
 
     def to_dict(self) -> dict[str, Any]:
         """The spec file: the fitted spec, each class's fit and residuals, the traces it came from."""
@@ -238,10 +240,7 @@ def time_weighted_slope(x: Sequence[float], y: Sequence[float], intercept: float
     return weighted_median((ys[keep] - intercept) / xs[keep], ys[keep])
 
 
-WEIGHTINGS = ("time", "count")
-
-
-def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = "count") -> ClassFit:
+def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = DEFAULT_WEIGHTING) -> ClassFit:
     x, y = [p.x for p in pts], [p.measured_ns for p in pts]
     slope, intercept = theil_sen(x, y)
     if weighting == "time":
@@ -254,7 +253,11 @@ def _fit_class(cls: str, pts: Sequence[Sample], weighting: str = "count") -> Cla
 
 
 def fit(
-    pts: Sequence[Sample], base: TimelineSpec, min_ops: int = MIN_OPS, origin: str = "", weighting: str = "count"
+    pts: Sequence[Sample],
+    base: TimelineSpec,
+    min_ops: int = MIN_OPS,
+    origin: str = "",
+    weighting: str = DEFAULT_WEIGHTING,
 ) -> Fit:
     """Fit ``base``'s constants to ``pts`` (see the module docstring): ``weighting`` "time" (each class's
     slope by :func:`time_weighted_slope`) or "count" (Theil-Sen's, every instruction alike).
