@@ -40,11 +40,17 @@ class OpEvent:
 @dataclass(frozen=True)
 class OpTable:
     """The op executions of one trace, sorted by device then start time, and the step windows
-    (start, end) in ns, in order (empty when the trace has no step annotations)."""
+    (start, end) in ns, in order (empty when the trace has no step annotations).
+
+    ``async_events``: spans beside the op stream (a TPU's ``Async XLA Ops`` line: an async copy
+    from its start to its done), never counted as op time; ``host_offload``: the ``(module, op)``
+    pairs whose HLO moves data to or from host memory (memory space ``S(5)``)."""
 
     platform: str
     events: tuple[OpEvent, ...]
     steps: tuple[tuple[float, float], ...] = ()
+    async_events: tuple[OpEvent, ...] = ()
+    host_offload: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def devices(self) -> tuple[int, ...]:

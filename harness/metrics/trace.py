@@ -19,7 +19,7 @@ On CPU the nested ``Rendezvous`` events (waiting for the other participants) are
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,7 +37,8 @@ from harness.metrics.accounting import (
     window_metrics,
 )
 from harness.metrics.attribution import Scopes, coverage, time_by_scope
-from harness.metrics.xprof_metrics import op_costs, op_family, op_profile, xprof_converter_profile
+from harness.metrics.xplane_read import op_metadata, peaks, read_xspace
+from harness.metrics.xprof_metrics import OpCost, op_costs, op_family, op_profile, xprof_converter_profile
 from harness.metrics.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, op_category, read_trace
 
 CPU_NOTE = (
@@ -186,13 +187,56 @@ XPROF_COSTS_NOTE = (
 def xprof_profile(table: OpTable, xspace: str | Path | bytes | None = None) -> dict[str, Any]:
     """XProf's op-profile numbers (:func:`harness.metrics.xprof_metrics.op_profile`) of every op
     of the trace, summed over devices as xprof combines its cores, and, for a device trace file,
-    xprof's own converter on it (``converter``; None on CPU, whose traces have no device planes)."""
-    rows = ((e.op, e.category if e.category != COMPUTE else op_family(e.op), e.exclusive_ns) for e in table.events)
-    out = op_profile(op_costs(rows), peak_flops_per_s=0.0, hbm_bytes_per_s=0.0)
-    out["note"] = XPROF_COSTS_NOTE
+    xprof's own converter on it (``converter``; None on CPU, whose traces have no device planes).
+
+    A TPU profile carries libtpu's per-op costs and the device's peaks
+    (:func:`harness.metrics.xplane_read.op_metadata`, :func:`~harness.metrics.xplane_read.peaks`):
+    then each op is priced with them and categorised by its ``hlo_category``, as xprof does, and
+    the numbers agree with the converter's (``tests/harness/metrics/test_real_profile.py``)."""
+    meta = _tpu_metadata(table, xspace)
+    if meta is not None:
+        costs, (peak_flops, peak_hbm) = meta
+        out = op_profile(costs, peak_flops_per_s=peak_flops, hbm_bytes_per_s=peak_hbm)
+        out["note"] = XPROF_TPU_NOTE
+    else:
+        rows = ((e.op, e.category if e.category != COMPUTE else op_family(e.op), e.exclusive_ns) for e in table.events)
+        out = op_profile(op_costs(rows), peak_flops_per_s=0.0, hbm_bytes_per_s=0.0)
+        out["note"] = XPROF_COSTS_NOTE
     path = xspace if isinstance(xspace, str | Path) else None
     out["converter"] = xprof_converter_profile(path) if path is not None and table.platform != "cpu" else None
     return out
+
+
+XPROF_TPU_NOTE = (
+    "per-op FLOPs, HBM bytes (memory_access_breakdown) and categories (hlo_category) as libtpu wrote "
+    "them in the profile; peaks from the device plane"
+)
+
+
+def _tpu_metadata(table: OpTable, xspace: str | Path | bytes | None) -> tuple[list[OpCost], tuple[float, float]] | None:
+    """The trace's ops priced with the costs libtpu wrote in it, summed per op over devices and
+    executions (named ``<module>/<op>`` where two modules share an op name), and the peaks; None
+    for a trace without them (CPU, GPU, our own predicted XSpace without ``hlo_category``)."""
+    if xspace is None or table.platform != "tpu":
+        return None
+    planes = read_xspace(xspace)
+    meta = op_metadata(planes)
+    if not meta or not any(m.category for m in meta.values()):
+        return None
+    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for e in table.events:
+        entry = acc[(e.module, e.op)]
+        entry[0] += e.exclusive_ns
+        entry[1] += 1
+    shared = {op for op, n in Counter(op for _, op in acc).items() if n > 1}
+    out = []
+    for (module, op), (ns, count) in acc.items():
+        m = meta.get((module, op))
+        category = m.category if m is not None and m.category else op_family(op)
+        flops, hbm = (m.flops, m.hbm_bytes) if m is not None else (0.0, 0.0)
+        name = f"{module}/{op}" if op in shared else op
+        out.append(OpCost(name, category, ns, flops * count, hbm * count, int(count)))
+    return out, peaks(planes)
 
 
 def analyze_trace(

@@ -25,6 +25,15 @@ Definitions, from xprof's source (openxla/xprof):
 * **root FLOPs / HBM utilisation**: the same two ratios for the root node (all ops), what the op
   profile's summary at the top quotes.
 
+Against xprof's own converters (``op_profile``, ``hlo_stats``) on a real TPU v6e profile
+(``tests/harness/metrics/test_real_profile.py``) these numbers agree to float rounding when each op
+is priced with the costs libtpu wrote in the profile (``flops``, the HBM bytes of
+``memory_access_breakdown``, ``hlo_category``) and its time is the device's own duration
+(``device_duration_ps``): the host-aligned event spans differ from it by up to milliseconds where
+the clocks were re-synchronised (that alone moved 220 ms of 315 s between two categories there).
+xprof's ``overview_page`` finds no step on that profile ("No step time measured": it has no
+``Steps`` line); our reader takes its module executions as steps, so step numbers are ours alone.
+
 On a TPU the ops of a step run back to back on the TensorCore's ``XLA Ops`` line: an async
 collective shows as its ``*-start`` op and its ``*-done`` op (the wait for the transfer), the
 transfer itself is not an op there. Our predicted timeline is read the same way: its transfer
@@ -197,6 +206,28 @@ def xprof_converter_profile(xplane: str | Path) -> dict[str, Any] | None:
     profile = json.loads(data)
     read = from_xprof_op_profile(profile)
     return read if read["categories"] else None
+
+
+def xprof_converter_hlo_stats(xplane: str | Path) -> dict[tuple[str, str], dict[str, float]]:
+    """xprof's own ``hlo_stats`` tool on an XSpace file: ``(program id, op)`` -> its
+    ``occurrences``, ``total_self_ns`` and ``category`` (the table's ``#Occurrences``, ``Total
+    self time (us)``, ``HLO op category``), summed over the profile's devices as xprof does."""
+    from xprof.convert import raw_to_tool_data
+
+    out = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "hlo_stats", {})
+    table = json.loads(out[0] if isinstance(out, tuple) else out)
+    labels = [c.get("label", "") for c in table.get("cols", [])]
+    at = {name: labels.index(name) for name in ("Program id", "HLO op name", "HLO op category", "#Occurrences")}
+    self_us = labels.index("Total self time (us)")
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in table.get("rows", []):
+        v = [c.get("v") for c in row["c"]]
+        rows[(str(v[at["Program id"]]), str(v[at["HLO op name"]]))] = {
+            "occurrences": float(v[at["#Occurrences"]]),
+            "total_self_ns": float(v[self_us]) * 1e3,
+            "category": str(v[at["HLO op category"]]),
+        }
+    return rows
 
 
 def op_family(op: str) -> str:

@@ -12,7 +12,12 @@ What each backend's layout claim rests on:
   ``XLA Ops`` line, named by the op (xprof reads the op from the event's display name, which
   ``ProfileData`` does not expose: the first word of the name, ``%`` stripped, is taken); their
   module is the enclosing event of the ``XLA Modules`` line, named ``<module>(<program id>)``.
-  Checked on a synthetic xplane of that layout (``tests/harness/metrics/test_xspace.py``).
+  The ``Async XLA Ops`` line (an async copy from its start to its done) is read beside the
+  stream (:attr:`OpTable.async_events`), never as op time; an op whose HLO text names host
+  memory (``S(5)``, XLA's ``kHostMemorySpace``) is a host-offload op
+  (:attr:`OpTable.host_offload`). Checked on a synthetic xplane of that layout
+  (``tests/harness/metrics/test_xspace.py``) and on a real one from a TPU v6e job, xprof's own test
+  profile (``tests/harness/metrics/test_real_profile.py``; fixture ``tests/harness/fixtures/real/``).
 * **GPU** (xprof's ``gpu_trace_parser.cc`` and XLA's ``cupti_collector.cc``; no GPU run here):
   plane ``/device:GPU:<n>``; kernels on lines ``Stream #<id>(<kinds>)``, each with stats
   ``hlo_op`` (nested ops ``::``-separated, innermost last) and ``hlo_module`` from XLA's thunk
@@ -24,7 +29,10 @@ that run exists, so that claim is withdrawn: the GPU reading rests on the source
 
 Steps are the host-side ``StepTraceAnnotation`` events :func:`harness.metrics.trace.capture_trace`
 writes (name ``step``, stat ``step_num``), so a step's window is one call of the stage as the
-host saw it: device ops plus the host time around and between them. Each op's *self* time is its
+host saw it: device ops plus the host time around and between them. A profile without them (a
+user's own, taken by another program) gives its steps from a device plane's ``Steps`` line, else
+from its first device's ``XLA Modules`` events (of the modules asked for): one step per program
+execution. Each op's *self* time is its
 duration minus the op events nested in it on the same line (a ``while`` keeps only its own
 overhead), so summed self times never count a loop body twice.
 """
@@ -34,7 +42,7 @@ from __future__ import annotations
 import bisect
 import re
 import warnings
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +53,8 @@ from harness.metrics.events import COMPUTE, OpEvent, OpTable, op_category  # noq
 
 STEP_EVENT = "step"
 _DEVICE_PLANE = re.compile(r"^/device:([A-Z]+):(\d+)$")
-_XLA_OPS, _XLA_MODULES = "XLA Ops", "XLA Modules"
+_XLA_OPS, _XLA_MODULES, _ASYNC_OPS, _STEPS = "XLA Ops", "XLA Modules", "Async XLA Ops", "Steps"
+HOST_MEMORY = "S(5)"  # XLA's host memory space in a layout (xla/layout.h kHostMemorySpace = 5)
 _RENDEZVOUS = "Rendezvous"
 _PROGRAM_ID = re.compile(r"\(\d+\)$")
 
@@ -63,6 +72,8 @@ class _Raw:
     end: float
     waits: float = 0.0
     nested: float = 0.0
+    host: bool = False
+    own: float | None = None  # the device's duration, where it differs from end - start
 
 
 def _self_times(ops: list[_Raw]) -> None:
@@ -94,8 +105,17 @@ def _enclosing(events: list[tuple[float, float, str]], starts: list[float], t: f
     return events[i][2] if i >= 0 and events[i][1] >= t else ""
 
 
-def _plane_ops(plane: Any, kind: str | None) -> list[_Raw]:
-    """Op executions of one plane in its backend's layout (see the module docstring)."""
+def _own_ns(stats: Mapping[str, Any]) -> float | None:
+    """The device's own duration of an op (``device_duration_ps``, which libtpu writes on TPU ops
+    and xprof's op metrics sum; it differs from the event's span on the host-aligned timeline by
+    up to milliseconds where the clocks were re-synchronised), None where absent."""
+    device_ps = stats.get("device_duration_ps")
+    return float(device_ps) / 1e3 if device_ps is not None else None
+
+
+def _plane_ops(plane: Any, kind: str | None, asynchronous: bool = False) -> list[_Raw]:
+    """Op executions of one plane in its backend's layout (see the module docstring); with
+    ``asynchronous``, a TPU plane's async spans instead."""
     lines = list(plane.lines)
     modules = sorted(
         (e.start_ns, e.end_ns, _PROGRAM_ID.sub("", e.name))
@@ -108,7 +128,9 @@ def _plane_ops(plane: Any, kind: str | None) -> list[_Raw]:
     for line in lines:
         if kind is not None and line.name in (_XLA_OPS, _XLA_MODULES) and kind != "TPU":
             continue  # GPU: derived lines repeat the kernels
-        if kind == "TPU" and line.name != _XLA_OPS:
+        if kind == "TPU" and line.name != (_ASYNC_OPS if asynchronous else _XLA_OPS):
+            continue
+        if kind != "TPU" and asynchronous:
             continue
         ops: list[_Raw] = []
         waits: list[tuple[float, float]] = []
@@ -119,17 +141,23 @@ def _plane_ops(plane: Any, kind: str | None) -> list[_Raw]:
                 if event.name == _RENDEZVOUS:
                     waits.append((event.start_ns, event.end_ns))
                 continue
-            op = str(hlo_op).split("::")[-1] if hlo_op is not None else _op_name(event.name)
+            # TPU: the event is named by the op's text (an async span's ``hlo_op`` names its done)
+            op = str(hlo_op).split("::")[-1] if hlo_op is not None and kind != "TPU" else _op_name(event.name)
             module = str(stats.get("hlo_module") or _enclosing(modules, starts, event.start_ns))
             device = stats.get("device_ordinal")
-            ops.append(_Raw(op, module if device is None else f"{module}\0{int(device)}", event.start_ns, event.end_ns))
+            where = module if device is None else f"{module}\0{int(device)}"
+            ops.append(
+                _Raw(op, where, event.start_ns, event.end_ns, host=HOST_MEMORY in event.name, own=_own_ns(stats))
+            )
         _self_times(ops)
         _attach_waits(ops, waits)
         out += ops
     return out
 
 
-def _steps(planes: Iterable[Any]) -> tuple[tuple[float, float], ...]:
+def _steps(planes: Sequence[Any], modules: Collection[str] | None) -> tuple[tuple[float, float], ...]:
+    """Step windows: the host's step annotations, else a device plane's ``Steps`` line, else the
+    first device plane's module executions (see the module docstring)."""
     windows = [
         (e.start_ns, e.end_ns)
         for p in planes
@@ -138,7 +166,22 @@ def _steps(planes: Iterable[Any]) -> tuple[tuple[float, float], ...]:
         for e in line.events
         if e.name == STEP_EVENT and "step_num" in dict(e.stats)
     ]
+    devices = sorted((p for p in planes if _DEVICE_PLANE.search(p.name)), key=lambda p: _ordinal(p.name))
+    for name in (_STEPS, _XLA_MODULES):
+        if windows or not devices:
+            break
+        line = next((x for x in devices[0].lines if x.name == name), None)
+        windows = [
+            (e.start_ns, e.end_ns)
+            for e in (line.events if line is not None else ())
+            if name == _STEPS or modules is None or _PROGRAM_ID.sub("", e.name) in modules
+        ]
     return tuple(sorted(windows))
+
+
+def _ordinal(plane_name: str) -> tuple[str, int]:
+    m = _DEVICE_PLANE.search(plane_name)
+    return (m.group(1), int(m.group(2))) if m else ("", -1)
 
 
 def _read_profile(xspace: str | Path | bytes) -> Any:
@@ -161,6 +204,8 @@ def read_trace(
     """
     profile = _read_profile(xspace)
     events: list[OpEvent] = []
+    beside: list[OpEvent] = []
+    host: set[tuple[str, str]] = set()
     platform = "cpu"
     with warnings.catch_warnings():
         # jaxlib >= 0.11 warns that its `event_stats` type has no __module__ on every read.
@@ -171,23 +216,22 @@ def read_trace(
             if m is None and not plane.name.startswith("/host:"):
                 continue
             platform = m.group(1).lower() if m else platform
-            for raw in _plane_ops(plane, m.group(1) if m else None):
-                module, _, ordinal = raw.module.partition("\0")
-                if modules is not None and module not in modules:
-                    continue
-                device = int(ordinal) if ordinal else int(m.group(2)) if m else -1
-                events.append(
-                    OpEvent(
-                        device,
-                        module,
-                        raw.op,
-                        op_category(raw.op, categories),
-                        raw.start,
-                        raw.end,
-                        raw.waits,
-                        raw.end - raw.start - raw.nested if raw.nested else None,
-                    )
-                )
-        steps = _steps(planes)
+            for asynchronous, out in ((False, events), (True, beside)):
+                for raw in _plane_ops(plane, m.group(1) if m else None, asynchronous):
+                    module, _, ordinal = raw.module.partition("\0")
+                    if modules is not None and module not in modules:
+                        continue
+                    if raw.host:
+                        host.add((module, raw.op))
+                    device = int(ordinal) if ordinal else int(m.group(2)) if m else -1
+                    out.append(_event(raw, device, module, categories))
+        steps = _steps(planes, modules)
     events.sort(key=lambda e: (e.device, e.start_ns))
-    return OpTable(platform, tuple(events), steps)
+    beside.sort(key=lambda e: (e.device, e.start_ns))
+    return OpTable(platform, tuple(events), steps, tuple(beside), frozenset(host))
+
+
+def _event(raw: _Raw, device: int, module: str, categories: Mapping[str, str] | None) -> OpEvent:
+    duration = raw.own if raw.own is not None else raw.end - raw.start
+    self_ns = duration - raw.nested if raw.nested or raw.own is not None else None
+    return OpEvent(device, module, raw.op, op_category(raw.op, categories), raw.start, raw.end, raw.waits, self_ns)
