@@ -12,9 +12,11 @@ count: one device, or a CPU spec measured with as many simulated devices sharing
 modelled shared cores) are shown, not scored.
 
 :func:`summarize` scores the gated points: Spearman rank correlation and
-``median |ln(predicted / measured)|`` (:mod:`harness.results.stats`), against the targets
-:data:`TARGET_SPEARMAN` and :data:`TARGET_LOG_RATIO`. The CPU constants are measured, never fitted
-to these numbers.
+``median |ln(predicted / measured)|`` and the worst ``|ln(predicted / measured)|``
+(:mod:`harness.results.stats`), against the documented bars: Spearman >= :data:`TARGET_SPEARMAN` (0.9),
+median within 1.5x (:data:`TARGET_LOG_RATIO`), worst within 3x (:data:`TARGET_WORST_LOG_RATIO`); the
+same bars ``benchmarks/timeline_calibration.py`` holds the held-out sweep to. The CPU constants are
+measured, never fitted to these numbers.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from harness.results import stats
 from harness.results.record import Record
 from harness.vocabulary import StageStatus
 
-TARGET_SPEARMAN = 0.8
+TARGET_SPEARMAN = 0.9
 TARGET_LOG_RATIO = math.log(1.5)
+TARGET_WORST_LOG_RATIO = math.log(3.0)
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,21 @@ class Summary:
     n: int
     spearman: float
     median_abs_log_ratio: float
+    worst_abs_log_ratio: float
 
     @property
     def met(self) -> bool:
-        return self.spearman >= TARGET_SPEARMAN and self.median_abs_log_ratio <= TARGET_LOG_RATIO
+        """All three bars (see the module docstring); a nan Spearman (under 3 points) misses."""
+        return (
+            self.spearman >= TARGET_SPEARMAN
+            and self.median_abs_log_ratio <= TARGET_LOG_RATIO
+            and self.worst_abs_log_ratio <= TARGET_WORST_LOG_RATIO
+        )
+
+    @property
+    def worst_factor(self) -> float:
+        """exp(worst |ln ratio|): every prediction is within this factor of its measurement."""
+        return math.exp(self.worst_abs_log_ratio)
 
     @property
     def typical_factor(self) -> float:
@@ -89,4 +103,5 @@ def summarize(pts: Sequence[Point]) -> Summary | None:
     if not gated:
         return None
     pred, meas = [p.predicted_s for p in gated], [p.measured_s for p in gated]
-    return Summary(len(gated), stats.spearman(pred, meas), stats.median_abs_log_ratio(pred, meas))
+    worst = max(abs(math.log(p / m)) for p, m in zip(pred, meas, strict=True))
+    return Summary(len(gated), stats.spearman(pred, meas), stats.median_abs_log_ratio(pred, meas), worst)

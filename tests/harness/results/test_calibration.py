@@ -92,6 +92,12 @@ def test_points_and_summary() -> None:
     assert s is not None and s.n == 3
     assert s.spearman == pytest.approx(1.0)  # same order: c < a < b on both sides
     assert s.median_abs_log_ratio == pytest.approx(math.log(1.5)) and s.met  # exactly at the target
+    assert s.worst_abs_log_ratio == pytest.approx(math.log(2.0)) and s.worst_factor == pytest.approx(2.0)
+    # the documented bars, each alone: Spearman 0.9, median 1.5x, worst 3x
+    assert calibration.TARGET_SPEARMAN == 0.9 and calibration.TARGET_WORST_LOG_RATIO == pytest.approx(math.log(3))
+    assert not calibration.Summary(3, 0.85, 0.1, 0.2).met  # met the old 0.8 bar, not the documented one
+    assert not calibration.Summary(3, 1.0, 0.1, math.log(3.5)).met  # one program off by 3.5x
+    assert calibration.Summary(3, 0.9, math.log(1.5), math.log(3)).met
     assert calibration.summarize([p for p in pts if not p.gated]) is None
     assert calibration.summarize(pts).n == 5
     text = calibration_section(records)
