@@ -136,13 +136,20 @@ def cost_metrics(cost: object | None) -> CostMetrics | None:
     return CostMetrics(get("flops"), get("bytes accessed"), get("transcendentals"))
 
 
+def _module(compiled: jax.stages.Compiled) -> HloModule:
+    """The compiled program's module; a backend that prints no text gives an empty module (no
+    collectives counted), said here rather than read from an empty parse."""
+    text = compiled.as_text()
+    return parse(text) if text else HloModule("", None, {})
+
+
 def analyze_compiled(compiled: jax.stages.Compiled, module: HloModule | None = None) -> StaticMetrics:
     """Collectives, memory and cost of an already compiled program (``module``: its text, already
     parsed, else parsed here)."""
     platform = compiled_platform(compiled)
     return StaticMetrics(
         platform=platform,
-        collectives=collective_stats(module if module is not None else parse(compiled.as_text() or "")),
+        collectives=collective_stats(module if module is not None else _module(compiled)),
         memory=memory_metrics(compiled.memory_analysis(), platform),
         cost=cost_metrics(compiled.cost_analysis()),
     )

@@ -28,11 +28,23 @@ def _index(line: Line) -> int:
     return -1
 
 
+class NoEntryError(ValueError):
+    """HLO text with no ENTRY computation: not a module (an empty or cut text, or a form the reader
+    does not know)."""
+
+
 def parse(hlo_text: str) -> HloModule:
-    """The module of ``compiled.as_text()`` (see :mod:`harness.metrics.hlo.model`); a text without
-    computations gives a module without ENTRY."""
+    """The module of ``compiled.as_text()`` (see :mod:`harness.metrics.hlo.model`), with or without
+    computation signatures (jaxlib prints both forms). :class:`NoEntryError` (a ``ValueError``) when
+    the text has no ENTRY computation: a module without one would price and count nothing, silently."""
     text = read_computations(hlo_text)
     comps, entry = text.computations, text.entry
+    if entry is None:
+        first = hlo_text.strip().split("\n", 1)[0][:120]
+        raise NoEntryError(
+            f"HLO text has no ENTRY computation ({len(comps)} computations read; first line: {first!r}): "
+            "expected a module as compiled.as_text() or jaxlib's HloModule.to_string() prints it"
+        )
     name, partitions = module_header(hlo_text)
     frames = source_lines(hlo_text)
     called = {id(line): callees(line) for lines in comps.values() for line in lines}

@@ -47,7 +47,10 @@ _DTYPE_BITS: dict[str, int] = {
 }
 
 _ARRAY_SHAPE = re.compile(r"\b(" + "|".join(sorted(_DTYPE_BITS, key=len, reverse=True)) + r")\[([^\]]*)\]")
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
+# A computation header, as ``compiled.as_text()`` and jaxlib's ``HloModule.to_string()`` print it
+# (``%fused (p: f32[4]) -> f32[4] {``) or as ``XlaComputation.as_hlo_text()`` does (``fused {``,
+# no signature, no ``%``).
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(={}]+)\s*(?:\(.*)?\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')

@@ -13,6 +13,7 @@ from harness.metrics.hlo import (
     parse,
     shape_bytes,
 )
+from harness.metrics.hlo.parse import NoEntryError
 
 ADD = """
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -293,8 +294,67 @@ def test_collective_instructions_names_fused_reduce_scatter() -> None:
     assert collective_instructions(parse(ASYNC))["ags"] == "all-gather"
 
 
-def test_lowered_text_without_entry_is_empty() -> None:
-    assert collective_stats(parse("")).total_count == 0
+def test_text_without_entry_is_an_error() -> None:
+    """A text with no ENTRY (empty, cut, or a form the reader does not know) is not a module: an
+    error naming what was read, not an empty module that prices and counts nothing."""
+    for text in ("", "HloModule m\n", "HloModule m\n\n%f (p: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}\n"):
+        with pytest.raises(NoEntryError, match="no ENTRY computation"):
+            parse(text)
+
+
+# jaxlib prints a module two ways: HloModule.to_string() with computation signatures and ``%``
+# names, XlaComputation.as_hlo_text() without either (``ENTRY main.10_spmd {``). Both are one module.
+_SIGNED = """HloModule jit__psum, is_scheduled=true
+
+%region_0.3.clone (Arg_0.0: f32[], Arg_1.0: f32[]) -> f32[] {
+  %Arg_1.0 = f32[]{:T(128)} parameter(1)
+  %Arg_0.0 = f32[]{:T(128)} parameter(0)
+  ROOT %add.0 = f32[]{:T(128)} add(%Arg_0.0, %Arg_1.0)
+}
+
+ENTRY %main.10_spmd (param: f32[1,5,1024,1024,256]) -> f32[5,1024,1024,256] {
+  %param = f32[1,5,1024,1024,256]{4,3,2,1,0:T(8,128)} parameter(0)
+  %bitcast = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} bitcast(%param)
+  ROOT %all-reduce = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} all-reduce(%bitcast), channel_id=1, replica_groups=[4,2]<=[2,4]T(1,0), use_global_device_ids=true, to_apply=%region_0.3.clone
+}
+"""  # noqa: E501 (HLO instructions are single lines)
+_BARE = """HloModule jit__psum, is_scheduled=true
+
+region_0.3.clone {
+  Arg_1.0 = f32[]{:T(128)} parameter(1)
+  Arg_0.0 = f32[]{:T(128)} parameter(0)
+  ROOT add.0 = f32[]{:T(128)} add(Arg_0.0, Arg_1.0)
+}
+
+ENTRY main.10_spmd {
+  param = f32[1,5,1024,1024,256]{4,3,2,1,0:T(8,128)} parameter(0)
+  bitcast = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} bitcast(param)
+  ROOT all-reduce = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} all-reduce(bitcast), channel_id=1, replica_groups=[4,2]<=[2,4]T(1,0), use_global_device_ids=true, to_apply=region_0.3.clone
+}
+"""  # noqa: E501 (HLO instructions are single lines)
+
+
+def test_both_forms_jaxlib_prints_are_one_module() -> None:
+    signed, bare = parse(_SIGNED), parse(_BARE)
+    for module in (signed, bare):
+        assert module.entry == "main.10_spmd" and list(module.computations) == ["region_0.3.clone", "main.10_spmd"]
+        reduce = module.computations["main.10_spmd"].root_instruction
+        assert reduce is not None and reduce.collective == "all-reduce" and reduce.callees == ("region_0.3.clone",)
+        assert reduce.groups == ((0, 4), (1, 5), (2, 6), (3, 7)) and reduce.operand_bytes == 5 * 1024 * 1024 * 256 * 4
+
+    def derived(module):  # what the analyses read (the attribute text keeps its ``%``)
+        return [
+            (
+                c.name,
+                c.root,
+                c.runs,
+                c.running,
+                [(i.name, i.opcode, i.operands, i.callees, i.groups, i.traffic) for i in c],
+            )
+            for c in module.computations.values()
+        ]
+
+    assert derived(signed) == derived(bare)
 
 
 # A Mosaic custom call as XLA:TPU prints it: its kernel metadata JSON sits on lines of its own,
