@@ -375,10 +375,17 @@ def _written_bytes(line: Line, operands: int) -> int:
     holds in its tuple (``operands``: their bytes). A start's result is ``(operands, outputs...,
     contexts...)`` (``call-start`` and ``async-start`` wrap the operands in a tuple of their own;
     ``all-gather-start``, ``collective-permute-start``, ``copy-start`` name them directly): the
-    first element is the operands kept alive for the op, not written."""
+    first element is the operands kept alive for the op, not written. ``copy-start`` is the
+    exception: its tuple is ``(destination, source, context)`` (XLA's memory-space assignment builds
+    it so, and its ``copy-done`` returns element 0), so it writes element 0 where that lives in device
+    memory. Read as the others before, an HBM -> VMEM prefetch counted its source twice and a VMEM ->
+    HBM eviction nothing, and a copy between host memory (``S(5)``) and HBM (the real v6e profile's,
+    ``tests/harness/fixtures/real/``) was 0 bytes one way and twice its HBM side the other."""
     if not (line.opcode.endswith("-start") and line.shape.startswith("(")):
         return _hbm(line.shape)
     items = list(top_level_items(line.shape[1 : line.shape.rindex(")")]))
+    if line.opcode == "copy-start" and items:
+        return _hbm(items[0])  # (destination, source, context): its done's result is element 0
     if len(items) > 1 and shape_bytes(items[0]) == operands:
         return sum(_hbm(item) for item in items[1:])
     return _hbm(line.shape)

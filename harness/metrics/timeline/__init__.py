@@ -24,6 +24,7 @@ from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace,
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
 from harness.metrics.timeline.specs import LINK_SHARING, Constant, TimelineSpec, Topology, cpu_spec, spec_for
+from harness.metrics.timeline.unpriced import pricing_notes
 from harness.vocabulary import BLOCK_SCOPE
 
 CRITICAL_PATH_TOP = 20
@@ -86,6 +87,7 @@ def _notes(program: Program, spec: TimelineSpec) -> tuple[str, ...]:
         notes.append(f"assumed constants (no published figure): {', '.join(assumed)}")
     if spec.topology.kind == "torus" and "assumed row-major" in spec.topology.source:
         notes.append("device coordinates assumed row-major: none were given")
+    notes += pricing_notes(program, spec)
     return tuple(notes)
 
 

@@ -22,7 +22,10 @@ Classes of instruction:
   done waits for them. The async DMAs (``copy-start``/``-done``, TPU ``slice-start``/``-done``,
   ``dynamic-slice-start``/``-done``: memory-space assignment prefetching a buffer, or a scan's weight
   slice, from HBM into VMEM, and evicting one back) are offloads too, priced by their HBM bytes
-  (``Instruction.traffic``); the ops that then read or write the VMEM copy move no HBM bytes;
+  (``Instruction.traffic``); the ops that then read or write the VMEM copy move no HBM bytes.
+  A ``copy-start`` to or from host memory (``S(5)``: host offload) is a host copy (``Op.host``:
+  ``in`` from the host, ``out`` to it): its bytes cross the host link (PCIe), one queue per
+  direction, at the spec's ``host_bytes_per_s`` (:mod:`~harness.metrics.timeline.simulate`);
 * ``continuation``: a TPU compute fusion that also advances an async collective fusion (libtpu's
   ``xla_tpu_enable_async_collective_fusion_multiple_steps``): compute, priced by its own FLOPs and
   bytes (the collective's state it passes through left out); the transfer runs from start to done;
@@ -38,9 +41,11 @@ from dataclasses import dataclass, field
 
 from harness.metrics.aot import ring_wire_bytes
 from harness.metrics.hlo.model import HloModule, Instruction
+from harness.metrics.hlo.text import shape_bytes, top_level_items
 from harness.metrics.timeline.groups import Groups, all_devices
 
 OFFLOAD, OFFLOAD_DONE = "offload", "offload-done"
+HOST_MEMORY = 5  # XLA's host memory space (xla/layout.h kHostMemorySpace), printed S(5)
 FREE = frozenset(
     {
         "parameter",
@@ -81,6 +86,7 @@ class Op:
     callees: tuple[str, ...] = ()
     trip_count: int | None = None
     index: int = -1  # get-tuple-element index, parameter number
+    host: str = ""  # a host copy's direction: "in" (host -> device) or "out" (device -> host)
 
     @property
     def name(self) -> str:
@@ -110,6 +116,26 @@ class Program:
         """The name of a computation's ROOT instruction (None where none is marked)."""
         comp = self.module.computations.get(computation)
         return comp.root if comp is not None else None
+
+
+def _destination(instr: Instruction) -> str:
+    """A ``copy-start``'s destination: element 0 of its ``(destination, source, context)`` tuple."""
+    if not instr.shape.startswith("("):
+        return instr.shape
+    return next(top_level_items(instr.shape[1 : instr.shape.rindex(")")]), instr.shape)
+
+
+def host_direction(instr: Instruction, shapes: dict[str, str]) -> str:
+    """``out`` for a copy into host memory, ``in`` for one out of it, "" otherwise."""
+    if shape_bytes(_destination(instr), HOST_MEMORY):
+        return "out"
+    source = (instr.operand_shapes[0] or shapes.get(instr.operands[0], "")) if instr.operands else ""
+    return "in" if shape_bytes(source, HOST_MEMORY) else ""
+
+
+def host_bytes(instr: Instruction) -> int:
+    """Bytes a host copy moves across the host link: its destination's."""
+    return shape_bytes(_destination(instr))
 
 
 def _collective(instr: Instruction, cls: str, kind: str, devices: int) -> Op:
@@ -143,6 +169,8 @@ def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devi
         return Op(instr, "free", index=instr.index)
     if op in FREE:
         return Op(instr, "free")
+    if op == "copy-start" and (direction := host_direction(instr, shapes)):
+        return Op(instr, OFFLOAD, bytes=float(host_bytes(instr)), kind=OFFLOAD, host=direction)
     if op in _DMA_STARTS:
         return Op(instr, OFFLOAD, bytes=float(instr.traffic), kind=OFFLOAD) if instr.traffic else Op(instr, "free")
     if op in _DMA_DONES:

@@ -5,6 +5,10 @@ op's time, ``max(matmul time, bytes / HBM bandwidth) + op overhead``, each dot a
 efficiency (:mod:`~harness.metrics.timeline.pricing`). A collective's transfer
 takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.timeline.groups`):
 
+* an offloaded copy (an async DMA, a SparseCore call) runs beside the stream on the offload queue;
+  a host copy (to or from host memory, ``S(5)``) on the host link's queue for its direction, at
+  ``host_bytes_per_s``; each is written as a zero-length start and a done that spans the stream's
+  wait, on the compute lane, as a measured trace shows a ``copy-start`` / ``copy-done``;
 * a synchronous collective blocks the stream until its transfer ends;
 * an async ``*-start`` issues the transfer and the stream goes on; its ``*-done`` waits until the
   transfer has ended (the wait is exposed time). A TPU async collective fusion is the same: its
@@ -50,6 +54,7 @@ from harness.metrics.timeline.groups import Route, permute_route, slowest_route
 from harness.metrics.timeline.links import Links, Transfer, clone
 from harness.metrics.timeline.program import OFFLOAD, OFFLOAD_DONE, Op, Program, pass_through
 from harness.metrics.timeline.specs import TimelineSpec
+from harness.metrics.timeline.unpriced import HOST_RATE
 
 NS = 1e9
 _MATMUL_MODULES = 1  # modules whose dots stay cached: the program being predicted (a parsed step is large)
@@ -279,6 +284,19 @@ class Simulator:
         s.links.add(transfer, s.t)
         return self._pend(transfer)
 
+    def _host_copy(self, op: Op) -> int:
+        """Start a host copy (``Op.host``: to or from host memory): its bytes at the host link's
+        ``host_bytes_per_s`` (the HBM bandwidth where the spec has none, said in the prediction's
+        notes), on that direction's queue (PCIe is full duplex: a copy in and one out do not share),
+        beside compute; its done waits for it."""
+        s = self.state
+        rate = self.spec.constants.get(HOST_RATE)
+        bytes_per_s = rate.value if rate is not None else self.spec.value("hbm_bytes_per_s")
+        ns = op.bytes / bytes_per_s * NS
+        transfer = Transfer(OFFLOAD, op.name, s.t, s.t + ns, (f"host-{op.host}",), ns)
+        s.links.add(transfer, s.t)
+        return self._pend(transfer)
+
     def _done(self, op: Op, value: Any) -> None:
         s = self.state
         token = next((t for t in _tokens(value) if t in s.pending), None)
@@ -289,8 +307,9 @@ class Simulator:
             return
         transfer = s.pending.pop(token)
         end = max(s.t, transfer.end_ns)
-        if transfer.kind != OFFLOAD:
-            self._event(transfer.kind, op.name, transfer.kind, s.t, end, op)
+        # The done spans the stream's wait, as a measured trace shows it (an offload's on the stream).
+        lane = COMPUTE if transfer.kind == OFFLOAD else transfer.kind
+        self._event(lane, op.name, lane, s.t, end, op)
         if end > s.t:
             self._on_path(transfer.name, transfer.kind, end - s.t)
         s.t = end
@@ -338,8 +357,10 @@ class Simulator:
             return self._start(op)
         elif cls in ("done", OFFLOAD_DONE):
             self._done(op, env.get(operands[0]) if operands else None)
-        elif cls == OFFLOAD:
-            return self._offload(op)
+        elif cls == OFFLOAD:  # a zero-length start on the stream, as a measured trace shows it
+            token = self._host_copy(op) if op.host else self._offload(op)
+            self._event(COMPUTE, op.name, COMPUTE, self.state.t, self.state.t, op)
+            return token
         elif cls == "while":
             return self._while(op, env.get(operands[0]) if operands else None)
         elif cls == "call":

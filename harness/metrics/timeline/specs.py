@@ -10,6 +10,8 @@ it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants
 * ``link_bytes_per_s``: one ICI link, one direction (TPU); the NVLink bandwidth of one GPU, one
   direction (GPU: NVSwitch gives every group the GPU's full NVLink bandwidth); copy bandwidth (CPU);
 * ``on_chip_bytes_per_s`` (tpu7x only): between the two TensorCores of one chip;
+* ``host_bytes_per_s`` (v6e): the host link (PCIe), one direction, per chip: what a copy to or
+  from host memory (``S(5)``, host offload) moves at;
 * ``tile_m``, ``tile_n``, ``tile_k`` (TPU, GPU): the matrix unit's tile a matmul is padded to
   (:mod:`~harness.metrics.timeline.pricing`); ``matmul_eff_n<N>`` (CPU): the measured efficiency
   of an N x N x N matmul.
@@ -185,6 +187,13 @@ def _v6e() -> dict[str, Constant]:
         ),
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
         "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
+        "host_bytes_per_s": Constant(
+            32e9,
+            "B/s",
+            f"{_SCALING_BOOK}: PCIe 'Trillium (TPU v6e) has 32GB/s' per chip, 'about 2x higher than v5' "
+            "(whose 16 GB/s it gives 'each way'), read as one direction; "
+            f"{_V6E_DOC}: each chip connects to the host through a PCIe Gen5 interface",
+        ),
         # 3,584 Gbps of ICI per chip over 4 ports, both directions: 3584e9 / 8 / 4 / 2 B/s per port per direction.
         "link_bytes_per_s": Constant(
             3584e9 / 8 / 4 / 2,

@@ -70,8 +70,12 @@ def test_slice_start_prefetching_a_weight_slice_into_vmem_reads_the_slice() -> N
 
 
 def test_copy_start_prefetch_reads_hbm_and_eviction_writes_it() -> None:
-    into = f"(f32[1000]{HBM}, f32[1000]{VMEM}, u32[]{{:S(2)}})"
-    back = f"(f32[1000]{VMEM}, f32[1000]{HBM}, u32[]{{:S(2)}})"
+    """A copy-start's tuple is (destination, source, context), as XLA builds it and libtpu prints it
+    (the real v6e profile: ``%copy-done = f32[..]{..} copy-done((f32[..]{..}, f32[..]{..S(5)}, u32[])
+    %copy-start)``, the done returning element 0): a prefetch reads its HBM source once, an
+    eviction writes its HBM destination once."""
+    into = f"(f32[1000]{VMEM}, f32[1000]{HBM}, u32[]{{:S(2)}})"
+    back = f"(f32[1000]{HBM}, f32[1000]{VMEM}, u32[]{{:S(2)}})"
     text = _entry(
         "p: f32[1000]",
         f"""  %p = f32[1000]{HBM} parameter(0)
@@ -81,4 +85,25 @@ def test_copy_start_prefetch_reads_hbm_and_eviction_writes_it() -> None:
   ROOT %ed = f32[1000]{HBM} copy-done({back} %es)""",
         "f32[1000]",
     )
-    assert memory_traffic_bytes(parse(text)) == 4000 + 4000
+    module = parse(text)
+    assert memory_traffic_bytes(module) == 4000 + 4000
+    traffic = {i.name: i.traffic for i in module.computations["main"]}
+    assert (traffic["cs"], traffic["cd"], traffic["es"], traffic["ed"]) == (4000, 0, 4000, 0)
+
+
+def test_a_host_copy_moves_its_hbm_side_once() -> None:
+    """Host offload (``S(5)``, host memory): host -> HBM writes the HBM copy, HBM -> host reads it."""
+    host = "{0:S(5)}"
+    into = f"(f32[1000]{HBM}, f32[1000]{host}, u32[]{{:S(2)}})"
+    back = f"(f32[1000]{host}, f32[1000]{HBM}, u32[]{{:S(2)}})"
+    text = _entry(
+        "p: f32[1000]",
+        f"""  %p = f32[1000]{host} parameter(0)
+  %cs = {into} copy-start(f32[1000]{host} %p)
+  %cd = f32[1000]{HBM} copy-done({into} %cs)
+  %es = {back} copy-start(f32[1000]{HBM} %cd)
+  ROOT %ed = f32[1000]{host} copy-done({back} %es)""",
+        "f32[1000]",
+    )
+    traffic = {i.name: i.traffic for i in parse(text).computations["main"]}
+    assert (traffic["cs"], traffic["es"]) == (4000, 4000)

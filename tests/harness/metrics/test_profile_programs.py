@@ -1,0 +1,89 @@
+"""The real v6e profile's own programs, extracted from its ``/host:metadata`` and priced: what
+jaxlib's text lacks is repaired from the proto, host copies cross the host link, and what the
+simulator cannot price is named in the notes. About 2 s (jaxlib prints four small modules)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.metrics.hlo import parse
+from harness.metrics.hlo.replica_groups import device_groups
+from harness.metrics.timeline import predict, spec_for
+from harness.metrics.timeline.program import OFFLOAD, build_program
+from harness.metrics.xplane_read import op_metadata, read_xspace
+
+pytest.importorskip("jaxlib._hlo")
+from harness.metrics.profile_programs import profile_programs  # noqa: E402 - needs jaxlib
+
+REAL = Path(__file__).parents[1] / "fixtures" / "real" / "v6e-tpu_inference_2.xplane.pb"
+F32_ARRAY = 5 * 1024 * 1024 * 256 * 4
+
+
+@pytest.fixture(scope="module")
+def planes():
+    return read_xspace(REAL)
+
+
+@pytest.fixture(scope="module")
+def programs(planes):
+    return profile_programs(planes)
+
+
+def test_the_four_programs_with_their_partitions_and_devices(programs):
+    assert sorted(programs) == ["jit__psum", "jit_broadcast_in_dim", "jit_convert_element_type", "jit_f"]
+    assert {n: (p.replica_count, p.num_partitions) for n, p in programs.items()} == {
+        "jit__psum": (1, 8),
+        "jit_f": (1, 8),
+        "jit_broadcast_in_dim": (1, 1),
+        "jit_convert_element_type": (1, 1),
+    }
+    assert programs["jit_f"].devices == tuple(range(8))
+    assert programs["jit_broadcast_in_dim"].devices == (4,)  # this host's TPU:0 is chip 4
+    for program in programs.values():
+        module = parse(program.text)
+        assert module.entry is not None and module.num_partitions == program.num_partitions
+
+
+def test_groups_jaxlib_dropped_are_the_ones_the_profile_ran(programs, planes):
+    """jaxlib prints ``replica_groups={}`` (all 8 devices) for the all-reduce; the proto and the
+    profile's own op text both say four pairs {0,4} {1,5} {2,6} {3,7}."""
+    program = programs["jit__psum"]
+    assert any("replica_groups=[4,2]<=[2,4]T(1,0)" in r for r in program.repairs)
+    module = parse(program.text)
+    (reduce,) = [i for _, i in module.instructions() if i.collective == "all-reduce"]
+    ran = op_metadata(planes)[("jit__psum", "all-reduce")].text
+    assert reduce.groups == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert [tuple(g) for g in device_groups(ran) or []] == list(reduce.groups)
+    assert reduce.operand_bytes == F32_ARRAY
+
+
+def test_host_copies_cross_the_host_link(programs):
+    module = parse(programs["jit_f"].text)
+    copies = [o for o in build_program(module).ops[module.entry] if o.cls == OFFLOAD]
+    assert sorted((o.name, o.host, o.bytes) for o in copies) == sorted(
+        [(f"copy-start{n}", "in", F32_ARRAY) for n in ("", ".2", ".4")]
+        + [(f"copy-start{n}", "out", F32_ARRAY) for n in (".1", ".3", ".5")]
+    )
+    spec = spec_for("v6e:2x4", "tpu")
+    fifo = predict(module, dataclasses.replace(spec, link_sharing="fifo"))
+    one = F32_ARRAY / spec.value("host_bytes_per_s") * 1e9  # one copy alone on its direction's link
+    # In order: three copies in one after another, the last copy out after the last fusion.
+    fusion = 10.74e9 / spec.value("hbm_bytes_per_s") * 1e9 + spec.value("op_overhead_s") * 1e9
+    assert fifo.step_ns == pytest.approx(4 * one + fusion, rel=1e-3)
+    waits = {e.name: e.end_ns - e.start_ns for e in fifo.events if e.name.startswith("copy-done")}
+    assert waits["copy-done"] == pytest.approx(one, rel=1e-6)
+    note = next(n for n in fifo.notes if n.startswith("host-offload copies (6, 32.2 GB"))
+    assert "host_bytes_per_s = 32 GB/s" in note and "scaling-book" in note
+
+
+def test_what_cannot_be_priced_is_named(programs):
+    psum = parse(programs["jit__psum"].text)
+    small = predict(psum, spec_for("v6e:2x2", "tpu"))  # 4 chips for a program of 8 devices
+    assert any("runs on 8 devices, the topology 'v6e:2x2' has 4" in n and "all-reduce" in n for n in small.notes)
+    f = parse(programs["jit_f"].text)
+    spec = spec_for("v6e:2x4", "tpu")
+    bare = dataclasses.replace(spec, constants={k: c for k, c in spec.constants.items() if k != "host_bytes_per_s"})
+    assert any("at HBM bandwidth: spec 'v6e:2x4' has no host link rate" in n for n in predict(f, bare).notes)
