@@ -35,7 +35,7 @@ def _install(session: nox.Session, extras: str = "") -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Unit and parity tests on CPU with 8 simulated devices. Extra args go to pytest."""
-    _install(session, "test")
+    _install(session, "test,docs")  # docs: the site's build test (tests/docs)
     _ensure_chromium(session)
     args = session.posargs or ["-q", "-m", "not slow"]
     session.run("pytest", *args, env=CPU_ENV)
@@ -108,6 +108,15 @@ def gate(session: nox.Session) -> None:
     _install(session)
     args = session.posargs or ["experiments/nightly.toml"]
     session.run("python", "-m", "harness", "gate", *args, env={**CPU_ENV, **dict(os.environ)})
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ with ``mkdocs build --strict``: any warning fails it, and
+    mkdocs.yml's ``validation`` makes every link and anchor that does not resolve a warning. The
+    reference pages are generated from the code during the build (docs/hooks.py)."""
+    _install(session, "docs")
+    session.run("mkdocs", "build", "--strict", "--clean", *session.posargs, env={**CPU_ENV, "NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=PYTHON)
