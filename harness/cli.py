@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "bisect": "harness.commands.bisect",
     "gate-power": "harness.commands.gate_power",
     "calibrate": "harness.commands.calibrate",
+    "profile": "harness.commands.profile",
     "run-variant": "harness.commands.run_variant",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)

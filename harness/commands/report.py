@@ -20,7 +20,11 @@ HELP = "HTML report and CSV of a results file, optionally against a baseline"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
+    parser.add_argument(
+        "results",
+        type=Path,
+        help="reports/<sweep-id>/results.jsonl or the sweep directory (or a `harness profile` profile.json)",
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -44,9 +48,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", help="page title (default: Sweep <sweep-id>)")
 
 
+def _profile_result(path: Path) -> Path | None:
+    """A ``harness profile`` result (``profile.json``, or a folder with one and no sweep results)."""
+    from harness.report.profile import PROFILE_JSON
+
+    if path.name == PROFILE_JSON:
+        return path
+    if path.is_dir() and (path / PROFILE_JSON).is_file() and not (path / "results.jsonl").exists():
+        return path / PROFILE_JSON
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.report import write_report  # plotting and statistics load only when a report is made
     from harness.results.gate import same_machine
+
+    profile = _profile_result(args.results)
+    if profile is not None:  # a real profile predicted: its own page
+        from harness.report.profile import write as write_profile
+
+        try:
+            print(f"wrote {write_profile(profile, args.out)}")
+        except (ValueError, KeyError, OSError) as e:
+            print(f"error: {profile}: {e}", file=sys.stderr)
+            return 2
+        return 0
 
     try:
         records = list(rec.latest_by_variant(load_records_any(args.results)).values())

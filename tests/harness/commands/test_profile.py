@@ -1,0 +1,64 @@
+"""``harness profile``: the real v6e profile's programs predicted against what it measured, the
+result file the report renders, and the predicted XSpaces beside the real one. About 4 s."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.metrics.xplane_write import XOp, write_xspace
+from harness.metrics.xspace import read_trace
+from harness.report.profile import load, render
+
+pytest.importorskip("jaxlib._hlo")
+
+REAL = Path(__file__).parents[1] / "fixtures" / "real" / "v6e-tpu_inference_2.xplane.pb"
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("profile")
+    assert main(["profile", str(REAL), "--target", "v6e", "--out", str(folder)]) == 0
+    return folder
+
+
+def test_result_per_module_and_op(out):
+    result = load(out)
+    assert result["topology"] == "v6e:2x4" and result["label"] == "predicted, datasheet rates"
+    modules = {m["module"]: m for m in result["modules"]}
+    assert set(modules) == {"jit_f", "jit__psum", "jit_broadcast_in_dim", "jit_convert_element_type"}
+    f = modules["jit_f"]
+    assert f["measured_runs"] == 400 and 783.5 < f["measured_ms"] < 784.5
+    lo, hi = f["interval_ms"]
+    assert lo <= f["other_policy_ms"] < f["measured_ms"] < f["predicted_ms"] <= hi and f["inside"]
+    assert modules["jit__psum"]["num_partitions"] == 8 and modules["jit__psum"]["measured_runs"] == 12
+    ops = {(o["module"], o["op"]): o for o in result["ops"]}
+    assert len(ops) == 17 and ops[("jit_f", "copy-done")]["host_offload"]
+    assert all(o["predicted_ms"] is not None for o in ops.values())  # every measured op has a prediction by name
+    covered = result["score_other_policy"]
+    assert covered["ops"] == ["jit_f/copy-done.4", "jit_f/copy-done.2", "jit_f/copy-done", "jit_f/copy-done.5"]
+    assert not covered["predicted_zero"] and covered["median_abs_log_ratio"] is not None
+
+
+def test_page_and_xspaces(out):
+    page = (out / "profile.html").read_text()
+    assert "Real profile: predicted against measured" in page and "predicted, datasheet rates" in page
+    assert page == render(json.loads((out / "profile.json").read_text()))  # a pure function of the result
+    real = out / "plugins" / "profile" / "real" / REAL.name
+    assert real.read_bytes() == REAL.read_bytes()
+    predicted = read_trace(out / "plugins" / "profile" / "predicted-jit_f" / "predicted.xplane.pb")
+    assert predicted.platform == "tpu" and {e.op for e in predicted.events} >= {"copy-done", "broadcast_add_fusion"}
+    again = out / "again"
+    assert main(["report", str(out), "--out", str(again)]) == 0
+    assert (again / "profile.html").read_text() == page
+
+
+def test_a_profile_without_programs_is_an_error(tmp_path, capsys):
+    ops = [XOp("fusion.1", "fusion", 0.0, 10.0)]
+    bare = write_xspace(tmp_path / "bare.xplane.pb", ops, peak_flops_per_s=1e12, hbm_bytes_per_s=1e12)
+    assert main(["profile", str(bare), "--target", "v6e", "--out", str(tmp_path / "o")]) == 2
+    assert "holds no HLO protos" in capsys.readouterr().err
+    assert main(["profile", str(tmp_path / "missing.pb"), "--target", "v6e"]) == 2
