@@ -33,6 +33,8 @@ is priced with the costs libtpu wrote in the profile (``flops``, the HBM bytes o
 the clocks were re-synchronised (that alone moved 220 ms of 315 s between two categories there).
 xprof's ``overview_page`` finds no step on that profile ("No step time measured": it has no
 ``Steps`` line); our reader takes its module executions as steps, so step numbers are ours alone.
+Its device idle (13.4% there) counts only the idle it has "high confidence" in; ours is every gap in
+each device's window from its first op to its last (14.8% there): idle is not compared as equal.
 
 On a TPU the ops of a step run back to back on the TensorCore's ``XLA Ops`` line: an async
 collective shows as its ``*-start`` op and its ``*-done`` op (the wait for the transfer), the
