@@ -143,3 +143,17 @@ def test_gpu_layout_reads_kernels_once(derived: bool) -> None:
     (d0,) = analyze_trace(_xspace(gpu_plane(0, derived)), modules={"jit_step"}).devices
     # the all-gather [15,35] runs under the gemm [10,40] on another stream: fully overlapped
     assert (d0.compute_ns, d0.collective_ns, d0.exposed_collective_ns) == (40, 20, 0)
+
+
+def test_a_device_steps_line_gives_the_steps_without_host_annotations(tmp_path) -> None:
+    """A profile with no host ``step`` annotations takes its steps from a device ``Steps`` line
+    (the one our predicted XSpace writes), before falling back to module executions."""
+    from harness.metrics.xplane_write import XOp, write_xspace
+
+    ops = [XOp("fusion.1", "fusion", 0.0, 40.0), XOp("fusion.2", "fusion", 50.0, 90.0)]
+    path = write_xspace(
+        tmp_path / "p.xplane.pb", ops, steps=[(0.0, 45.0), (45.0, 100.0)], peak_flops_per_s=1e12, hbm_bytes_per_s=1e12
+    )
+    table = read_trace(path)
+    assert [e.op for e in table.events] == ["fusion.1", "fusion.2"]
+    assert table.steps == ((0.0, 45.0), (45.0, 100.0))
