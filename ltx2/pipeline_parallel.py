@@ -81,8 +81,8 @@ def map_layers(fn: Callable[[Any], Any], state: Any, stages: int, strategy: str)
     stacked ``[L, ...]`` in the same stored order. Each stage maps over its own ``L/S`` layers on its
     own chips (``jax.vmap`` over the stages with ``spmd_axis_name`` their mesh axes): a plain
     ``lax.map`` over the whole stack indexes a stack split over the stage axes, which the partitioner
-    answers by all-gathering every stacked weight at each layer (the 19B loop's text K/V on v6e-8,
-    2026-11-27: 30.6 GB per layer, 36.7 GB per diffusion step)."""
+    answers by all-gathering every stacked weight at each layer
+    (benchmarks/results/docstring-findings-2026-11-29.md)."""
     by_stage = _by_stage(state, stages)
     axes = stage_axes(strategy, stages)
     out = jax.vmap(lambda st: jax.lax.map(fn, st), spmd_axis_name=axes or None)(by_stage)
