@@ -70,4 +70,6 @@ def render() -> str:
                 f"## Simulator constants: `{name}`\n\n"
                 + table(["constant", "value", "unit", "uncertainty", "source"], constant_rows(name))
             )
-    return page("Hardware constants", "harness/targets.py, harness/metrics/timeline/specs.py", intro, *sections)
+    return page(
+        "Hardware constants", "harness/targets.py, harness/metrics/timeline/specs.py", intro, *sections, wide=True
+    )

@@ -176,41 +176,48 @@ def _type(cfg: Any, key: str) -> str:
     return str(hints[field]).replace("|", " or ")
 
 
+def _knob(cfg: dict[str, Any], key: str) -> str:
+    doc, _ = KNOB_DOCS[key]
+    big = cfg["ltx2_19b"]
+    facts = [f"*{_type(big, key)}*", *(f"{p} {_value(cfg[p], key)}" for p in PRESET_COLUMNS)]
+    values = allowed_values(key)
+    if values:
+        facts.append("one of " + ", ".join(code(repr(v)) for v in values))
+    return f"### `{key}`\n\n" + " · ".join(facts) + f"\n\n{doc}\n"
+
+
 def render() -> str:
     configs = {p: base_config(p) for p in preset_names()}
     big = configs["ltx2_19b"]
-    knobs, arch = [], []
+    knobs = [_knob(configs, k) for k in knob_keys() if k in KNOB_DOCS]
+    arch = []
     for key in knob_keys():
-        doc = KNOB_DOCS.get(key)
-        allowed = ", ".join(code(repr(v)) for v in allowed_values(key))
-        row = [code(key), _type(big, key), *(_value(configs[p], key) for p in PRESET_COLUMNS)]
-        if doc:
-            knobs.append([*row, allowed, doc[0]])
-        else:
+        if key not in KNOB_DOCS:
             cls = type(getattr(big, key.split(".")[0])).__name__
-            arch.append([*row, f"`{cls}` field, named as in its reference"])
+            row = [code(key), _type(big, key), *(_value(configs[p], key) for p in PRESET_COLUMNS)]
+            arch.append([*row, f"`{cls}`"])
     presets = [code(p) for p in PRESET_COLUMNS]
     rules = (
         "## Sharding rules\n\n`sharding.rules.<logical axis>` = a list of mesh axes (`[]`: replicated) or one axis "
         "name replaces one rule of the transformer's strategy; the rules derive a strategy named after them "
-        "(`naive+mlp=tensor+mlp_in=-`). Mesh axes: " + ", ".join(code(a) for a in MESH_AXES) + ".\n\n"
+        "(`naive+mlp=tensor+mlp_in=-`). Mesh axes: " + ", ".join(code(a) for a in MESH_AXES) + ". "
+        "[Layouts and kernels](../layouts.md) explains the logical names.\n\n"
         '```toml\n[[variants]]\nname = "naive-ffn-fixed"\n[variants.overrides]\n'
         '"transformer.sharding" = "naive"\n"sharding.rules.mlp_in" = []\n"sharding.rules.mlp" = ["tensor"]\n```\n'
     )
     intro = (
         "Any field of `ltx2.PipelineConfig` is a manifest override, `<component>.<field>`, in `[model] overrides`, "
         "a variant's `overrides` or a `[matrix]` axis. Overrides change the variant id and the compile-cache key; "
-        "an unknown key or a value the component refuses is an error naming the file, line and key. Preset "
-        "columns give the value each preset starts from (names as in `ltx2.PRESETS`)."
+        "an unknown key or a value the component refuses is an error naming the file, line and key. Each entry "
+        "gives the value each preset starts from (names as in `ltx2.PRESETS`)."
     )
-    head = ["key", "type", *presets]
     return page(
         "Config overrides",
         "harness/docgen/knobs.py, ltx2.PipelineConfig",
         intro,
-        "## Performance knobs and run-time choices\n\n" + table([*head, "values", "what it does"], knobs),
+        "## Performance knobs and run-time choices\n\n" + "\n".join(knobs),
         rules,
         "## Reference-model fields\n\nThe architecture and schedule of the model as its reference (diffusers, "
         "Gemma-3) names them: changing one is a different model or sampler, not a performance knob.\n\n"
-        + table([*head, "what"], arch),
+        + table(["key", "type", *presets, "config"], arch),
     )

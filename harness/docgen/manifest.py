@@ -50,6 +50,8 @@ def default_of(path: str, key: Key) -> str:
     if key.default is not None:
         return key.default
     section, name = section_of(path), path.rsplit(".", 1)[-1]
+    if section == "" and key.type == "table":
+        return "each key at its default"
     cls = _DATACLASSES.get(section)
     fields = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
     if name not in fields:

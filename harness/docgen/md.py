@@ -28,5 +28,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def page(title: str, source: str, intro: str, *sections: str) -> str:
-    return "\n".join([f"# {title}\n", GENERATED.format(source=source), intro.strip() + "\n", *sections])
+def page(title: str, source: str, intro: str, *sections: str, wide: bool = False) -> str:
+    """A generated page; ``wide`` hides the table of contents, leaving the room to a wide table."""
+    head = "---\nhide:\n  - toc\n---\n\n" if wide else ""
+    return head + "\n".join([f"# {title}\n", GENERATED.format(source=source), intro.strip() + "\n", *sections])

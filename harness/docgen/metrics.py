@@ -15,7 +15,10 @@ from harness.results.metric_names import METRICS
 DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("time", "Wall time of one call of the stage, per repeat after warm-up (raw samples; reports show the median)."),
     ("recompiles", "XLA compilations during the timed repeats (jax.monitoring); anything above 0 is a recompile."),
-    ("transfers.*", "Host/device transfers during the timed repeats, by direction (jax transfer guard counts)."),
+    (
+        "transfers.*",
+        "Implicit host/device transfers in one untimed call after the repeats, by direction (jax's transfer guard).",
+    ),
     ("collectives.total.count", "Collective ops in the compiled program, all kinds."),
     ("collectives.total.bytes", "Bytes the program's collectives move per device, all kinds."),
     ("collectives.*.count", "Collective ops of this kind in the compiled program (async start/done pairs count once)."),
@@ -60,8 +63,11 @@ def _rule(metric: str) -> str:
         return "ratio of medians beyond [gate] timing_ratio and a significant Mann-Whitney test"
     if spec.kind == "monotonic":
         return "any increase regresses"
-    tol = f"{spec.tolerance:g}" if spec.tolerance else "exact"
-    return f"relative change beyond {tol} (or [gate.tolerances])" + (" when present" if spec.optional else "")
+    if spec.kind == "exact" or not spec.tolerance:
+        return "must equal the baseline (or within [gate.tolerances])"
+    return f"relative change beyond {spec.tolerance:g} (or [gate.tolerances])" + (
+        " when present" if spec.optional else ""
+    )
 
 
 def rows() -> list[list[str]]:
@@ -85,4 +91,5 @@ def render() -> str:
         "harness/results/metric_names.py, harness/results/compare.py CATALOG",
         intro,
         table(["metric", "family", "unit", "kind", "how it is gated", "definition"], rows()),
+        wide=True,
     )

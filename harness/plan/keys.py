@@ -162,7 +162,8 @@ KEYS: dict[str, Key] = dict(
             "model.preset",
             Key(
                 "string",
-                "The ltx2 preset (`tiny`, `small`, `medium`, `ltx2-19b`, `ltx2.3-22b`).",
+                "The ltx2 preset: `tiny` (tests), `small` (CPU benchmarks), `medium`, `ltx2_19b` (LTX-2.0 sizes), "
+                "`ltx2_3_22b` (LTX-2.3).",
                 "[model]\npreset = 'small'",
                 "ltx2.PRESETS",
                 default=_REQ,
@@ -372,7 +373,7 @@ topology = "v6e:2x4"
 mesh = {{ data = 2, tensor = 4 }}
 
 [model]
-preset = "ltx2-19b"
+preset = "ltx2_19b"
 
 [[variants]]
 name = "naive"

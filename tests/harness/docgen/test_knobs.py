@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from harness.docgen import knobs
-from harness.model import check_override
+from harness.model import check_override, preset_names
+from harness.plan.keys import KEYS
 from ltx2.config import KNOBS
 from ltx2.pipeline_config import PipelineOptions
 from ltx2.text.gemma import TextEncoderConfig
@@ -44,3 +45,8 @@ def test_the_page_lists_every_field():
     text = knobs.render()
     for key in knobs.knob_keys():
         assert f"`{key}`" in text, key
+
+
+def test_the_preset_key_names_every_preset():
+    for preset in preset_names():
+        assert f"`{preset}`" in KEYS["model.preset"].doc, preset
