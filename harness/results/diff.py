@@ -5,13 +5,16 @@ time by category and its ops' self time by scope, means over devices, in ns), pe
 
 * the step's time (its window), per category (``compute``, each collective kind's exposed time,
   ``idle``: they sum to the window) and per scope: the mean per step of each side, the delta
-  (head - base) with a percentile-bootstrap interval of the difference of means
-  (:func:`harness.results.stats.bootstrap_mean_diff_ci`; means, not medians, so the parts still
-  sum to the whole), and the delta's share of the step's delta;
+  (head - base) with an interval of the difference of means from batches of consecutive calls
+  (:func:`harness.results.stats.mean_diff_ci`: calls on a shared machine are autocorrelated and
+  drift, so a call is not an independent sample; means, not medians, so the parts still sum to
+  the whole), and the delta's share of the step's delta;
 * a delta is *significant* when its interval excludes 0. A stage's diff tests many parts at once
-  (tens of scopes), so the intervals are simultaneous: Bonferroni, each at ``1 - 0.05 / m`` for
-  the ``m`` parts of its table (categories, scopes), so that all of an A/A diff's intervals hold
-  0 with ~95 % probability, not each one;
+  (the step, categories, tens of scopes), so the intervals are simultaneous: Bonferroni, each at
+  ``1 - 0.05 / m`` for the ``m`` parts of the stage's diff, so that all of an A/A diff's intervals
+  hold 0 with >= 95 % probability, not each one. That holds the noise of each side's run; the
+  machine's drift between the two runs is not in it (under load it is large: A/A rates within one
+  trace and between two, benchmarks/results/aa-intervals-2026-11-29.md);
 * from the static attribution (``static.attribution.by_scope``): collective count and bytes
   deltas by scope and kind (deterministic: no interval).
 
@@ -124,18 +127,11 @@ def _series(samples: Sequence[Mapping[str, Any]], field: str, depth: int | None)
     return {k: [row.get(k, 0.0) for row in rows] for k in keys}
 
 
-def _delta(
-    key: str, base: Sequence[float], head: Sequence[float], step_delta: float | None, seed: int, parts: int = 1
-) -> Delta:
+def _delta(key: str, base: Sequence[float], head: Sequence[float], step_delta: float | None, parts: int) -> Delta:
     mb = sum(base) / len(base) if base else 0.0
     mh = sum(head) / len(head) if head else 0.0
-    alpha = (1.0 - stats.CONFIDENCE) / parts  # Bonferroni over the parts of one table
-    resamples = max(stats.BOOTSTRAP_RESAMPLES, min(40_000, int(50 / alpha)))  # >= 25 resamples in each tail
-    ci = (
-        stats.bootstrap_mean_diff_ci(base, head, confidence=1.0 - alpha, resamples=resamples, seed=seed)
-        if len(base) > 1 and len(head) > 1
-        else None
-    )
+    confidence = 1.0 - (1.0 - stats.CONFIDENCE) / parts  # Bonferroni over the parts of the stage's diff
+    ci = stats.mean_diff_ci(base, head, confidence=confidence) if len(base) > 1 and len(head) > 1 else None
     share = (mh - mb) / step_delta if step_delta else None
     return Delta(key, mb, mh, ci, share)
 
@@ -146,14 +142,18 @@ def _deltas(
     field: str,
     step_delta: float | None,
     depth: int | None,
+    parts: int,
 ) -> tuple[Delta, ...]:
     b, h = _series(base, field, depth), _series(head, field, depth)
     keys = list(dict.fromkeys([*b, *h]))
-    out = [
-        _delta(k, b.get(k, [0.0] * len(base)), h.get(k, [0.0] * len(head)), step_delta, i, len(keys))
-        for i, k in enumerate(keys)
-    ]
+    out = [_delta(k, b.get(k, [0.0] * len(base)), h.get(k, [0.0] * len(head)), step_delta, parts) for k in keys]
     return tuple(sorted(out, key=lambda d: -abs(d.delta_ns)))
+
+
+def _parts(base: Sequence[Mapping[str, Any]], head: Sequence[Mapping[str, Any]], depth: int | None) -> int:
+    """How many intervals a stage's diff holds: the step, its categories and its scopes."""
+    keys = [set(_series([*base, *head], f, d)) for f, d in (("categories", None), ("by_scope", depth))]
+    return 1 + sum(len(k) for k in keys)
 
 
 def collective_deltas(base: StageEntry | None, head: StageEntry | None) -> tuple[CollectiveDelta, ...]:
@@ -224,10 +224,11 @@ def diff_stage(base: Record, head: Record, stage: str, *, depth: int | None = No
     scopes: tuple[Delta, ...] = ()
     if sb and sh:
         wb, wh = [float(s["window_ns"]) for s in sb], [float(s["window_ns"]) for s in sh]
-        step = _delta(STEP, wb, wh, None, 0)
+        parts = _parts(sb, sh, depth)
+        step = _delta(STEP, wb, wh, None, parts)
         step = Delta(STEP, step.base_ns, step.head_ns, step.ci, 1.0 if step.delta_ns else None)
-        categories = _deltas(sb, sh, "categories", step.delta_ns, None)
-        scopes = _deltas(sb, sh, "by_scope", step.delta_ns, depth)
+        categories = _deltas(sb, sh, "categories", step.delta_ns, None, parts)
+        scopes = _deltas(sb, sh, "by_scope", step.delta_ns, depth, parts)
     mb, mh = _median(eb), _median(eh)
     if not comparable(base, head):
         speedup, note = None, DIFFERENT_WORKLOAD

@@ -4,16 +4,16 @@ A worker summarises its timed samples with :func:`summarize` (stored in the reco
 comparison works from the raw samples:
 
 * the *ratio* is ``median(head) / median(base)`` (> 1 is slower);
-* its uncertainty is a percentile bootstrap confidence interval of that ratio
-  (base and head resampled independently, seeded, so a report is reproducible);
-* *significance* is a two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``),
-  which assumes nothing about the shape of the noise (timings are skewed, with
+* its uncertainty is a percentile moving-block bootstrap interval of that ratio;
+* *significance* is a two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``) on the means
+  of pairs of consecutive calls (:func:`batch_means`: calls on a shared machine are not
+  independent), which assumes nothing about the shape of the noise (timings are skewed, with
   a long slow tail) and is insensitive to a few outliers.
 
 A timing regresses only if the ratio is beyond the manifest's threshold *and* the
 difference is significant at ``alpha``: significance alone fires on
 tiny, real but irrelevant shifts; the ratio alone fires on noise. With few samples
-the exact test cannot reach ``alpha`` at all (3 vs 3 samples: p >= 0.1), so every
+the exact test cannot reach ``alpha`` at all (6 vs 6 calls, 3 pairs: p >= 0.1), so every
 verdict says whether its test *could* have fired (:func:`min_p_value`).
 
 Deterministic values (collective counts, bytes, memory, FLOPs) have no noise: they
@@ -126,9 +126,10 @@ def min_p_value(n_base: int, n_head: int) -> float:
 
 
 def min_samples(alpha: float = DEFAULT_ALPHA) -> int:
-    """Fewest samples per side (equal sizes) for which the test can reach ``alpha``."""
+    """Fewest timed calls per side (equal sizes) for which the timing test (:func:`timing_p`, on
+    batches of :data:`CALLS_PER_BATCH` calls) can reach ``alpha``."""
     n = 1
-    while min_p_value(n, n) >= alpha:
+    while min_p_value(timing_units(n), timing_units(n)) >= alpha:
         n += 1
     return n
 
@@ -144,6 +145,32 @@ def mann_whitney_p(base: Samples, head: Samples) -> float:
     return 1.0 if math.isnan(p) else p
 
 
+def timing_p(base: Samples, head: Samples) -> float:
+    """The timing test: :func:`mann_whitney_p` of the two sides' :func:`batch_means` of
+    :data:`CALLS_PER_BATCH` consecutive calls each (batches, not calls, are the unit: see there)."""
+    b, h = _array(base), _array(head)
+    return mann_whitney_p(batch_means(b, timing_units(b.size)), batch_means(h, timing_units(h.size)))
+
+
+def block_resample(
+    xs: np.ndarray, rng: np.random.Generator, resamples: int, size: int | None = None, *, distinct: bool = False
+) -> np.ndarray:
+    """``resamples`` moving-block bootstrap resamples of ``xs`` (rows of ``size`` values, default
+    ``xs.size``): blocks of :data:`CALLS_PER_BATCH` consecutive calls drawn and joined, so the
+    resampled runs keep the dependence of neighbouring calls (Kunsch, "The jackknife and the
+    bootstrap for general stationary observations", Ann. Statist. 17(3), 1989). ``distinct``: no
+    block twice in a row (where the run has enough), as subsampling does, so that resampled batch
+    means do not tie and an exact rank test stays exact."""
+    size = xs.size if size is None else size
+    block = min(CALLS_PER_BATCH, xs.size)
+    n_starts, k = xs.size - block + 1, -(-size // block)
+    if distinct and k <= n_starts:
+        starts = np.argsort(rng.random((resamples, n_starts)), axis=1)[:, :k]
+    else:
+        starts = rng.integers(0, n_starts, (resamples, k))
+    return xs[(starts[:, :, None] + np.arange(block)).reshape(resamples, -1)[:, :size]]
+
+
 def bootstrap_ratio_ci(
     base: Samples,
     head: Samples,
@@ -152,11 +179,12 @@ def bootstrap_ratio_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``median(head) / median(base)``."""
+    """Percentile interval of ``median(head) / median(base)``, each side resampled by
+    :func:`block_resample` (seeded, so a report is reproducible)."""
     b, h = _array(base), _array(head)
     rng = np.random.default_rng(seed)
-    mb = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
-    mh = np.median(h[rng.integers(0, h.size, (resamples, h.size))], axis=1)
+    mb = np.median(block_resample(b, rng, resamples), axis=1)
+    mh = np.median(block_resample(h, rng, resamples), axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(mb == 0, np.where(mh == 0, 1.0, np.inf), mh / np.where(mb == 0, 1.0, mb))
     tail = (1.0 - confidence) / 2 * 100
@@ -164,37 +192,52 @@ def bootstrap_ratio_ci(
     return float(lo), float(hi)
 
 
-def bootstrap_mean_diff_ci(
-    base: Samples,
-    head: Samples,
-    *,
-    confidence: float = CONFIDENCE,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Studentized (bootstrap-t) interval of ``mean(head) - mean(base)``, sides resampled
-    independently, seeded: the uncertainty of a time delta from per-step samples (a step's time by
-    scope adds up, so means, unlike medians, keep the scopes summing to the step).
+def batch_means(samples: Samples, batches: int) -> np.ndarray:
+    """The means of ``batches`` contiguous runs of consecutive calls (sizes differ by at most one).
 
-    Studentized, not percentile: with the few samples a trace gives (8 steps a side) the percentile
-    interval is too narrow (it ignores that the spread itself is estimated; an A/A pair of one
-    program's steps came out "significant" in 1 run of 4 here), and one slow step (the machine
-    busy elsewhere) widens a studentized interval instead of shifting it. Welch's standard error."""
-    b, h = _array(base), _array(head)
+    Consecutive calls on a shared machine are not independent: another job's burst slows several in
+    a row and the machine drifts within a run, so a test that counts every call as one observation
+    overstates its evidence. Means of contiguous batches are nearly independent and nearly normal
+    when the batches are longer than the dependence: the method of (non-overlapping) batch means,
+    Schmeiser, "Batch size effects in the analysis of simulation output", Oper. Res. 30(3), 1982;
+    Carlstein, "The use of subseries values for estimating the variance of a general statistic
+    from a stationary sequence", Ann. Statist. 14(3), 1986. A/A flag rates with and without batches,
+    on traces of a loaded 2-core machine: benchmarks/results/aa-intervals-2026-11-29.md."""
+    xs = _array(samples)
+    k = max(1, min(int(batches), xs.size))
+    return np.array([b.mean() for b in np.array_split(xs, k)])
+
+
+DIFF_BATCHES = 4  # a diff's unit: a quarter of each side's traced calls (a sweep traces 8: pairs)
+CALLS_PER_BATCH = 2  # a timing gate's unit: two consecutive calls (10 repeats: 5 batches)
+
+
+def timing_units(n: int) -> int:
+    """How many batches of :data:`CALLS_PER_BATCH` consecutive calls ``n`` timed calls make."""
+    return max(1, n // CALLS_PER_BATCH)
+
+
+def mean_diff_ci(
+    base: Samples, head: Samples, *, confidence: float = CONFIDENCE, batches: int = DIFF_BATCHES
+) -> tuple[float, float]:
+    """Interval of ``mean(head) - mean(base)`` from each side's :func:`batch_means` (contiguous
+    batches of consecutive calls, the unit), Welch's t with Satterthwaite's degrees of freedom:
+    the uncertainty of a time delta from per-step samples (a step's time by scope adds up, so
+    means, unlike medians, keep the scopes summing to the step). It holds the calls' dependence and
+    drift within each side's run; the drift of the machine *between* the two runs is not in it."""
+    from scipy import stats as sps
+
+    b, h = batch_means(base, batches), batch_means(head, batches)
     diff = float(h.mean() - b.mean())
-    se = math.sqrt(b.var(ddof=1) / b.size + h.var(ddof=1) / h.size) if b.size > 1 and h.size > 1 else 0.0
-    if se == 0.0:
+    vb = b.var(ddof=1) / b.size if b.size > 1 else 0.0
+    vh = h.var(ddof=1) / h.size if h.size > 1 else 0.0
+    if vb + vh == 0.0:
         return diff, diff  # no spread on either side: the difference is exact
-    rng = np.random.default_rng(seed)
-    rb = b[rng.integers(0, b.size, (resamples, b.size))]
-    rh = h[rng.integers(0, h.size, (resamples, h.size))]
-    se_star = np.sqrt(rb.var(axis=1, ddof=1) / b.size + rh.var(axis=1, ddof=1) / h.size)
-    d_star = rh.mean(axis=1) - rb.mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_star = np.where(se_star > 0, (d_star - diff) / se_star, 0.0)
-    tail = (1.0 - confidence) / 2 * 100
-    t_lo, t_hi = np.percentile(t_star, [tail, 100 - tail])
-    return diff - float(t_hi) * se, diff - float(t_lo) * se
+    dof = (vb + vh) ** 2 / (
+        (vb**2 / (b.size - 1) if b.size > 1 else 0.0) + (vh**2 / (h.size - 1) if h.size > 1 else 0.0)
+    )
+    half = float(sps.t.ppf(0.5 + confidence / 2, dof)) * math.sqrt(vb + vh)
+    return diff - half, diff + half
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -236,7 +279,7 @@ class Verdict:
             return "must match exactly" if self.tolerance == 0 else f"tolerance ±{self.tolerance:.2%}"
         assert self.p_value is not None and self.ci is not None and self.alpha is not None
         assert self.threshold is not None
-        test = f"Mann-Whitney p={_p(self.p_value)} {'<' if self.significant else '>='} {self.alpha:g}"
+        test = f"Mann-Whitney (pairs of calls) p={_p(self.p_value)} {'<' if self.significant else '>='} {self.alpha:g}"
         text = (
             f"{test}, {CONFIDENCE:.0%} CI of ratio [{self.ci[0]:.3f}, {self.ci[1]:.3f}], "
             f"n={self.n_base}/{self.n_head}, threshold {self.threshold:.2f}x"
@@ -250,10 +293,8 @@ class Verdict:
                 f"{'' if agree else ' (not consistent)'}"
             )
         if not self.can_fire:
-            text += (
-                f"; too few samples: p cannot go below {_p(min_p_value(self.n_base, self.n_head))}, "
-                f"need >= {min_samples(self.alpha)} per side"
-            )
+            floor = min_p_value(timing_units(self.n_base), timing_units(self.n_head))
+            text += f"; too few samples: p cannot go below {_p(floor)}, need >= {min_samples(self.alpha)} per side"
         return text
 
 
@@ -294,9 +335,9 @@ def compare_samples(
     b, h = _array(base), _array(head)
     mb, mh = float(np.median(b)), float(np.median(h))
     r = ratio(mb, mh)
-    p = mann_whitney_p(b, h)
+    p = timing_p(b, h)
     ci = bootstrap_ratio_ci(b, h, seed=seed)
-    can_fire = min_p_value(b.size, h.size) < alpha
+    can_fire = min_p_value(timing_units(b.size), timing_units(h.size)) < alpha
     significant = p < alpha
     if regressed(r, p, threshold, alpha):
         verdict = REGRESSED
@@ -375,7 +416,7 @@ def timing_shift(base: Samples, head: Samples, alpha: float, min_ratio: float) -
     if min_ratio < 1.0:
         raise ValueError(f"min_ratio is a slowdown factor >= 1, got {min_ratio}")
     r = ratio(median(base), median(head))
-    if mann_whitney_p(base, head) >= alpha:
+    if timing_p(base, head) >= alpha:
         return UNDECIDED
     return SLOWER if r >= min_ratio else FASTER if r <= 1.0 / min_ratio else UNDECIDED
 
@@ -410,8 +451,9 @@ def gate_error_rates(
     """The timing rule's false-alarm rate and power per (repeats, threshold, alpha), by resampling.
 
     Each trial draws a baseline run and a head run (two different measured runs when there are
-    several, so the noise between runs counts; the same one otherwise), ``n`` samples from each
-    with replacement, and applies the rule to (base, head) for the false alarm and to
+    several, so the noise between runs counts; the same one otherwise), ``n`` calls from each in
+    blocks of consecutive calls (:func:`block_resample`), and applies the rule (the test on
+    batches, as :func:`timing_p`) to (base, head) for the false alarm and to
     (base, head * (1 + slowdown)) for the power. The p-value and ratio of a trial do not depend on
     the threshold or alpha, so every cell of the grid reads the same trials."""
     pools = [_array(r) for r in runs]
@@ -421,17 +463,23 @@ def gate_error_rates(
     out = []
     for n in repeats:
         pairs = [rng.choice(len(pools), 2, replace=False) if len(pools) > 1 else (0, 0) for _ in range(trials)]
-        b = np.stack([rng.choice(pools[i], n) for i, _ in pairs])
-        h = np.stack([rng.choice(pools[j], n) for _, j in pairs])
+        b = np.concatenate([block_resample(pools[i], rng, 1, n, distinct=True) for i, _ in pairs])
+        h = np.concatenate([block_resample(pools[j], rng, 1, n, distinct=True) for _, j in pairs])
         mb = np.median(b, axis=1)
-        aa = np.median(h, axis=1) / mb, mann_whitney_p_rows(b, h)
-        ab = np.median(h * (1.0 + slowdown), axis=1) / mb, mann_whitney_p_rows(b, h * (1.0 + slowdown))
+        bb, bh = _batch_rows(b), _batch_rows(h)
+        aa = np.median(h, axis=1) / mb, mann_whitney_p_rows(bb, bh)
+        ab = np.median(h * (1.0 + slowdown), axis=1) / mb, mann_whitney_p_rows(bb, bh * (1.0 + slowdown))
         for threshold in thresholds:
             for alpha in alphas:
                 fa = float(np.mean(regressed(aa[0], aa[1], threshold, alpha)))
                 power = float(np.mean(regressed(ab[0], ab[1], threshold, alpha)))
                 out.append(ErrorRates(int(n), float(threshold), float(alpha), slowdown, fa, power, trials))
     return out
+
+
+def _batch_rows(a: np.ndarray) -> np.ndarray:
+    """:func:`batch_means` of each row of a (trials, n) array."""
+    return np.stack([c.mean(axis=1) for c in np.array_split(a, timing_units(a.shape[1]), axis=1)], axis=1)
 
 
 def mann_whitney_p_rows(base: np.ndarray, head: np.ndarray) -> np.ndarray:

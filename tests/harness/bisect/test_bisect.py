@@ -137,12 +137,12 @@ def test_history_is_checked(tmp_path):
 
 
 def test_timing_shift():
-    base = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99]
+    base = [1.0, 1.01, 0.98, 0.99, 1.02, 1.03, 0.97, 0.99, 1.04, 1.05]  # 5 pairs (no tied means): p 0.0079
     slow = [1.2 * x for x in base]
     assert stats.timing_shift(base, slow, 0.01, 1.05) == stats.SLOWER
     assert stats.timing_shift(slow, base, 0.01, 1.05) == stats.FASTER
     assert stats.timing_shift(base, [1.02 * x for x in base], 0.01, 1.05) == stats.UNDECIDED  # below min_ratio
-    assert stats.timing_shift(base[:2], slow[:2], 0.01, 1.05) == stats.UNDECIDED  # 2 vs 2 cannot reach 0.01
+    assert stats.timing_shift(base[:8], slow[:8], 0.01, 1.05) == stats.UNDECIDED  # 4 pairs cannot reach 0.01
 
 
 def test_cut_manifest_round_trips_through_toml():

@@ -30,8 +30,35 @@ def test_bad_samples_are_rejected(bad):
 def test_min_p_value_says_when_the_test_can_fire():
     assert stats.min_p_value(3, 3) == pytest.approx(0.1)  # 2 / C(6, 3)
     assert stats.min_p_value(4, 4) == pytest.approx(2 / 70)
-    assert stats.min_samples(0.05) == 4
-    assert stats.min_samples(0.01) == 5
+    assert stats.min_samples(0.05) == 8  # calls: 4 pairs a side
+    assert stats.min_samples(0.01) == 10
+
+
+def test_batch_means_are_contiguous_and_the_timing_test_counts_pairs():
+    assert list(stats.batch_means([1, 2, 3, 4, 5, 6, 7], 3)) == [2.0, 4.5, 6.5]
+    assert list(stats.batch_means([1, 2], 4)) == [1.0, 2.0]
+    # 5 vs 5 calls separated: per call p = 2 / C(10, 5); in pairs (2 vs 2) p = 2 / C(4, 2)
+    assert stats.timing_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / math.comb(4, 2))
+    assert stats.timing_p(range(10), range(10, 20)) == pytest.approx(2 / math.comb(10, 5))
+
+
+def test_autocorrelated_calls_keep_the_timing_tests_false_alarms_near_alpha():
+    """AR(1) calls (rho 0.25: recorded runs' lag-1 autocorrelation was 0.12-0.26), 400 A/A pairs of
+    20 calls: counted as independent calls, Mann-Whitney fired on 12 % at alpha 0.05; in pairs on
+    8 % (pairs absorb the neighbours' dependence, not all of it; seeded: the same draws every run)."""
+    rng = np.random.default_rng(5)
+
+    def run() -> np.ndarray:
+        e = rng.standard_normal(40)
+        x = np.zeros(40)
+        for i in range(1, 40):
+            x[i] = 0.25 * x[i - 1] + e[i]
+        return 1.0 + 0.02 * x[20:]
+
+    pairs = [(run(), run()) for _ in range(400)]
+    calls = np.mean([stats.mann_whitney_p(a, b) < 0.05 for a, b in pairs])
+    batched = np.mean([stats.timing_p(a, b) < 0.05 for a, b in pairs])
+    assert batched < 0.10 < calls, (batched, calls)
 
 
 def test_mann_whitney_separated_and_identical_sets():
@@ -47,15 +74,18 @@ def test_bootstrap_ci_covers_the_true_ratio_and_is_reproducible():
     assert stats.bootstrap_ratio_ci(base, head) == (lo, hi)
 
 
-def test_bootstrap_mean_diff_ci_covers_the_true_delta_and_includes_zero_for_equal_sets():
+def test_mean_diff_ci_covers_the_true_delta_and_includes_zero_for_equal_sets():
     rng = np.random.default_rng(3)
     base, head = lognormal(rng, 1.0, 16), lognormal(rng, 1.2, 16)
-    lo, hi = stats.bootstrap_mean_diff_ci(base, head)
+    lo, hi = stats.mean_diff_ci(base, head)
     assert lo < 0.2 < hi and lo > 0.1  # 5% jitter on 16 samples: the mean's error is ~0.015 a side
-    assert stats.bootstrap_mean_diff_ci(base, head) == (lo, hi)
-    same_lo, same_hi = stats.bootstrap_mean_diff_ci(base, lognormal(rng, 1.0, 16))
+    same_lo, same_hi = stats.mean_diff_ci(base, lognormal(rng, 1.0, 16))
     assert same_lo < 0.0 < same_hi
-    assert stats.bootstrap_mean_diff_ci([2.0] * 4, [2.5] * 4) == (0.5, 0.5)
+    assert stats.mean_diff_ci([2.0] * 4, [2.5] * 4) == (0.5, 0.5)
+    # in 2 batches a side, (1, 3) vs (2, 4): Welch's se sqrt(2 / 2 + 2 / 2), 2 degrees of freedom
+    lo, hi = stats.mean_diff_ci([1, 1, 3, 3], [2, 2, 4, 4], batches=2)
+    half = 4.302652729911275 * math.sqrt(2.0)  # t(0.975, 2) * se
+    assert (lo, hi) == pytest.approx((1.0 - half, 1.0 + half))
 
 
 def test_compare_samples_verdicts():
@@ -70,7 +100,7 @@ def test_compare_samples_verdicts():
     # a big but unprovable change: three samples each can never reach p < 0.05
     few = stats.compare_samples(base[:3], [x * 1.5 for x in base[:3]])
     assert few.verdict == stats.NOISE and not few.can_fire
-    assert "too few samples" in few.describe() and "need >= 4 per side" in few.describe()
+    assert "too few samples" in few.describe() and "need >= 8 per side" in few.describe()
 
 
 def test_significant_but_small_shift_is_unchanged():
