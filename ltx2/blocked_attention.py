@@ -4,8 +4,8 @@ The algorithm of FlashAttention (Dao et al., 2022, "FlashAttention: Fast and Mem
 Exact Attention with IO-Awareness"), written with ``lax.map`` / ``lax.scan`` so XLA:CPU runs one
 small tile per loop step: a group of heads x ``block_q`` queries against ``block_kv`` keys. The
 tile's logits stay in cache; the plain einsum path streams ``[B, N, L, S]`` float32 logits
-through memory three times (matmul, exp, matmul), which on a 2-core machine made attention
-2-4x slower than PyTorch's CPU flash SDPA. Same math as the XLA path: float32 logits, softmax
+through memory three times (matmul, exp, matmul), which made attention slower than PyTorch's CPU
+flash SDPA (benchmarks/results/docstring-findings-2026-11-29.md). Same math as the XLA path: float32 logits, softmax
 statistics and accumulators; probabilities cast to the value dtype for the value matmul.
 
 Shapes: B batch, L queries, S keys, N heads, K head dim, G head groups of ``hb`` heads, ``nq``
@@ -34,7 +34,7 @@ def heads_per_step(heads: int, tile: int, budget: int = TILE_ELEMENTS) -> int:
 def even_tiles(size: int, block: int) -> tuple[int, int]:
     """(tile, count) covering ``size`` with the fewest tiles of at most ``block`` (rounded up to 8),
     split evenly: 576 queries -> 3 x 192 rather than 3 x 256 with 192 padded rows (the `small`
-    preset's video self-attention; the even split measured 48 -> 33 ms at 16 heads x 64)."""
+    preset's video self-attention; measured: benchmarks/results/docstring-findings-2026-11-29.md)."""
     count = math.ceil(size / min(block, size))
     tile = size if count == 1 else 8 * math.ceil(math.ceil(size / count) / 8)
     return tile, math.ceil(size / tile)

@@ -14,11 +14,11 @@ one more key/value projection of the remote tokens per shard (+10% of the step's
 
 The all-gather starts before the local projections and runs beside them: the projections and the
 all-gather carry one XLA scheduling group (:func:`overlapped`). Compiled for v7x without the group,
-libtpu issued the transfer and waited for it at once (0.27 ms per layer with nothing beside it).
+libtpu issued the transfer and waited for it at once (benchmarks/results/docstring-findings-2026-11-29.md).
 Each remote chunk's keys are rotated by its rows of the RoPE tables, which the transformer hands
 over rolled per chunk offset and split like the tokens (:func:`chunk_tables`, once per forward):
-tables kept whole instead were all-gathered in every layer (2 x 25 MB per device per layer compiled
-for v6e) or sliced per chunk (0.3 GB of copies per layer for v7x).
+tables kept whole instead were all-gathered in every layer, or sliced per chunk in copies, as
+compiled (benchmarks/results/docstring-findings-2026-11-29.md).
 
 The arithmetic is the attention module's: ``to_k``/``to_v`` (:func:`ltx2.layers.linear`), ``norm_k``
 across all heads (the head shards' sums of squares added with ``psum``), RoPE, the splash kernel per
@@ -84,8 +84,8 @@ def scheduling_group() -> int:
 def overlapped(group: int | None) -> contextlib.AbstractContextManager[Any]:
     """Ops traced inside carry XLA's ``_scheduling_group_id`` ``group``: the latency-hiding scheduler
     runs a group's async collective (the input's all-gather) beside the group's other ops (the local
-    Q/K/V projections). Without it libtpu issued the transfer and waited for it at once (compiled
-    for v7x: 0.27 ms per layer with nothing beside it). libtpu refuses a group whose ops are joined
+    Q/K/V projections). Without it libtpu issued the transfer and waited for it at once (the module
+    docstring). libtpu refuses a group whose ops are joined
     through ops outside it ("annotation groups with gaps"), so the kernel on the local chunk, which
     reads the projections through the norms, stays out. Nothing for ``None``."""
     if group is None:
