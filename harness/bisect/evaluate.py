@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import catalogue
 from harness.bisect.git import Worktrees
 from harness.bisect.search import Measurement
 from harness.results import store
-from harness.results.compare import spec_for, value_of
+from harness.results.compare import value_of
 
-MEASURED_METRICS = ("time", "recompiles", "transfers.")
 WAIT_KEYS = ("max_load", "max_load_wait_s")  # the bisection's runs do not wait for a quiet machine
 
 
@@ -43,11 +43,11 @@ class Metric:
 
     @property
     def timing(self) -> bool:
-        return spec_for(self.metric).kind == "timing"
+        return catalogue.get(self.metric).rule == "timing"
 
     @property
     def family(self) -> str:
-        return "measured" if self.metric.startswith(MEASURED_METRICS) else "static"
+        return "measured" if catalogue.family(self.metric) == "measured" else "static"
 
     def __str__(self) -> str:
         return f"{self.variant} / {self.stage} / {self.metric}"

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets
+from harness.catalogue import split_tolerance_key
 from harness.plan.overrides import (
     Matrix,
     Model,
@@ -64,7 +65,6 @@ from harness.plan.toml import (
     str_list,
     type_name,
 )
-from harness.results.metric_names import split_tolerance_key
 
 SCHEMA_VERSION = 1
 PLATFORMS = ("cpu", "tpu", "gpu")

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import testing
+from harness.catalogue import split_tolerance_key
 from harness.plan import manifest as mf
 from harness.plan.overrides import PRESET_KEY, RULES_PREFIX, SETTING_PREFIXES
 from harness.plan.toml import Invalid, KeyPath, type_name
-from harness.results.metric_names import split_tolerance_key
 
 if TYPE_CHECKING:
     from harness.model import PipelineConfig, WorkloadError

@@ -4,6 +4,9 @@
     df = pd.read_csv("reports/cpu/results.csv")
     df[df.metric == "time"].pivot(index="variant", columns="stage", values="median")
 
+Each metric row says what the metric is, from its catalogue entry (:mod:`harness.catalogue`):
+``family`` (static, measured, trace, predicted), ``kind`` (deterministic, timing, info), ``rule``
+(how the gate compares it: timing, exact, relative, monotonic, info) and ``unit``.
 Timing rows carry the sample summary (n, median, q1, q3, min, max); every row has
 ``value``. With a baseline, rows also carry baseline, delta, ratio, verdict and
 gated. A variant or stage that failed without producing metrics gets one row with
@@ -22,8 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import catalogue
 from harness.results import stats
-from harness.results.compare import Comparison, flatten_stage, spec_for
+from harness.results.compare import Comparison, flatten_stage
 from harness.results.record import Record
 from harness.results.storage import write_atomic
 
@@ -35,7 +39,9 @@ COLUMNS = (
     "stage",
     "stage_status",
     "metric",
+    "family",
     "kind",
+    "rule",
     "unit",
     "value",
     "n",
@@ -76,13 +82,15 @@ def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> l
             if not metrics:  # a failed stage: keep it visible
                 out.append({**base, "stage": stage, "stage_status": entry.verdict, "metric": "", "value": None})
             for metric, mv in metrics.items():
-                spec = spec_for(metric)
+                spec = catalogue.get(metric)
                 row = {
                     **base,
                     "stage": stage,
                     "stage_status": entry.verdict,
                     "metric": metric,
+                    "family": spec.family,
                     "kind": spec.kind,
+                    "rule": spec.rule,
                     "unit": spec.unit,
                     "value": mv.value,
                 }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import catalogue
 from harness.fmt import fmt_bytes, fmt_html, fmt_num, fmt_ratio, fmt_time
 from harness.plan.manifest import Gate
 from harness.report import detail, plots, predicted, tables, xprof
@@ -323,6 +324,12 @@ def traces_section(records: Sequence[Record], out_dir: str | Path) -> str:
     )
 
 
+def _metric_cell(metric: str) -> str:
+    """A metric's name with its catalogue label and definition as a tooltip."""
+    m = catalogue.get(metric)
+    return f'<td class="l" title="{e(m.label)}: {e(m.definition)}">{e(metric)}</td>'
+
+
 def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -> str:
     counts = {v: len(result.by_verdict(v)) for v in _VERDICT_ORDER}
     summary = " ".join(f'<span class="verdict verdict-{v}">{n} {v}</span>' for v, n in counts.items() if n)
@@ -344,7 +351,7 @@ def comparison_section(result: ComparisonSet, gate: Gate, baseline_label: str) -
     def rows(cs: Sequence[Comparison]) -> list[str]:
         return [
             f'<tr class="{"gated" if c.gated else "ungated"}"><td class="l">{e(c.variant)}</td>'
-            f'<td class="l">{e(c.stage)}</td><td class="l">{e(c.metric)}</td>'
+            f'<td class="l">{e(c.stage)}</td>{_metric_cell(c.metric)}'
             f"<td>{fmt_html(c.baseline, c.unit)}</td><td>{fmt_html(c.now, c.unit)}</td>"
             f"<td>{fmt_html(c.delta, c.unit) if c.delta is not None else '-'}</td><td>{fmt_ratio(c.ratio)}</td>"
             f'{verdict_cell(c.verdict)}<td class="l">{"yes" if c.gated else "no"}</td>'

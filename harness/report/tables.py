@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import catalogue
 from harness.results import stats
 from harness.results.compare import flatten_stage
 from harness.results.diff import DIFFERENT_WORKLOAD, comparable
@@ -127,7 +128,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
             note = None if speedup is None else f"{speedup:.2f}x"
             if ref_name and not comparable(r, by_name[ref_name]):
                 speedup, note = None, DIFFERENT_WORKLOAD
-            memory = m.get("memory.bound_bytes") or m.get("memory.peak_bytes")
+            memory = m.get(catalogue.MEMORY_BOUND) or m.get(catalogue.MEMORY_PEAK)
             rows.append(
                 StageRow(
                     variant=r.variant.name,
@@ -138,17 +139,17 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                     time=time,
                     speedup=speedup,
                     speedup_reference=ref_name if note is not None else None,
-                    compile_s=_value(m, "compile_s"),
-                    recompiles=_value(m, "recompiles"),
+                    compile_s=_value(m, catalogue.COMPILE_S),
+                    recompiles=_value(m, catalogue.RECOMPILES),
                     memory_bytes=memory.value if memory else None,
-                    collective_count=_value(m, "collectives.total.count"),
-                    collective_bytes=_value(m, "collectives.total.bytes"),
-                    wasted_fraction=_value(m, "trace.wasted_fraction"),
+                    collective_count=_value(m, catalogue.collective(catalogue.TOTAL, "count")),
+                    collective_bytes=_value(m, catalogue.collective(catalogue.TOTAL, "bytes")),
+                    wasted_fraction=_value(m, catalogue.TRACE_WASTED),
                     error=entry.error,
                     speedup_note=note,
                     scope_coverage=(entry.trace or {}).get("scope_coverage"),
                     workload=workload_label(r),
-                    under_load="time" in m and m["time"].loaded,
+                    under_load=catalogue.TIME in m and m[catalogue.TIME].loaded,
                 )
             )
     return rows

@@ -1,17 +1,12 @@
 """Flatten result records into per-(variant, stage, metric) values and compare two sets.
 
 A record (:class:`~harness.results.record.Record`) nests its numbers per stage under ``static``,
-``measured``, ``trace`` and ``predicted``. :func:`flatten_record` turns one stage into a flat map
-of dotted metric names (``time``, ``collectives.all-gather.count``,
-``memory.bound_bytes``, ...) -> :class:`MetricValue`; :data:`CATALOG` says for each
-name how it is compared:
-
-    timing      raw samples, ratio of medians + Mann-Whitney (stats.compare_samples)
-    exact       a count that must not change (tolerance 0 unless the manifest says so)
-    relative    a deterministic amount (bytes, FLOPs) within a relative tolerance
-    monotonic   recompiles, does_not_fit (1 when the stage's memory exceeds the device's, where the fit
-                is known): any increase is a regression, whatever the tolerance
-    info        shown in reports, never gated (compile time, trace shares, transfers, predicted)
+``measured``, ``trace`` and ``predicted``. :func:`flatten_stage` turns one stage into a flat map of
+dotted metric names (``time``, ``collectives.all-gather.count``, ``memory.bound_bytes``, ...) ->
+:class:`MetricValue`: every metric of :data:`harness.catalogue.METRICS` with a ``path`` is read from
+it, the few without one (timed samples, collectives by kind, trace means over devices, the fit)
+are computed here. The catalogue says for each name how it is compared (its ``rule``: timing,
+exact, relative, monotonic, info) and with what default tolerance.
 
 :func:`compare_records` matches variants by name and yields one
 :class:`Comparison` per metric present on either side. Reports and the gate both
@@ -20,60 +15,24 @@ use it, so they can never disagree.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import catalogue
+from harness.catalogue import Metric
 from harness.plan.manifest import Gate
 from harness.results import stats
-from harness.results.metric_names import MEMORY_FIELDS, tolerance_forms
 from harness.results.record import DOES_NOT_FIT, Record, StageEntry
 from harness.vocabulary import Change
 
 MISSING, NEW = Change.MISSING, Change.NEW
-KINDS = ("timing", "exact", "relative", "monotonic", "info")
 
 
-@dataclass(frozen=True)
-class MetricSpec:
-    kind: str
-    unit: str  # "s", "bytes", "count", "flops", "fraction"
-    tolerance: float = 0.0  # default relative tolerance (exact/relative kinds)
-    optional: bool = False  # may be absent from a run for a good reason (a warm start has no cold compile)
-
-
-# Pattern -> spec; the first matching pattern wins (fnmatch syntax).
-CATALOG: tuple[tuple[str, MetricSpec], ...] = (
-    ("time", MetricSpec("timing", "s")),
-    ("recompiles", MetricSpec("monotonic", "count")),
-    ("does_not_fit", MetricSpec("monotonic", "count")),  # 1: over the device's memory; fit -> not is a regression
-    ("collectives.*.count", MetricSpec("exact", "count")),
-    ("collectives.*.bytes", MetricSpec("relative", "bytes", 0.0)),
-    ("memory.alias_bytes", MetricSpec("info", "bytes")),
-    ("memory.generated_code_bytes", MetricSpec("info", "bytes")),
-    ("memory.*", MetricSpec("relative", "bytes", 0.02)),
-    ("cost.flops", MetricSpec("relative", "flops", 0.01)),
-    ("cost.bytes_accessed", MetricSpec("relative", "bytes", 0.01)),
-    ("analytic_flops", MetricSpec("relative", "flops", 0.0)),
-    ("compile_s", MetricSpec("info", "s")),
-    ("compile.cold_s", MetricSpec("relative", "s", 0.5, optional=True)),  # only when the first compile missed
-    ("compile.warm_s", MetricSpec("relative", "s", 0.5)),
-    ("compile.warm_misses", MetricSpec("monotonic", "count")),  # an unexpected persistent-cache miss
-    ("compile.*", MetricSpec("info", "")),
-    ("trace.*_fraction", MetricSpec("info", "fraction")),
-    ("trace.*", MetricSpec("info", "s")),
-    ("predicted.*_fraction", MetricSpec("info", "fraction")),
-    ("predicted.*", MetricSpec("info", "s")),  # a model's output, not a measurement: shown, never gated
-    ("transfers.*", MetricSpec("info", "count")),
-    ("*", MetricSpec("info", "")),
-)
-GATED_KINDS = ("timing", "exact", "relative", "monotonic")
-
-
-def spec_for(metric: str) -> MetricSpec:
-    return next(spec for pattern, spec in CATALOG if fnmatch.fnmatchcase(metric, pattern))
+def spec_for(metric: str) -> Metric:
+    """The catalogue's entry for a metric (:func:`harness.catalogue.get`)."""
+    return catalogue.get(metric)
 
 
 @dataclass(frozen=True)
@@ -95,21 +54,33 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
-def _measured(measured: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+def _at(obj: Mapping[str, Any] | None, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _paths(fam: str, obj: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+    """Every catalogued metric of the family ``fam`` that sits at its ``path`` in ``obj``."""
+    for m in catalogue.of_family(fam):
+        if m.path is not None:
+            raw = _at(obj, m.path)
+            v = float(raw) if isinstance(raw, bool) and m.unit == "" else _num(raw)
+            if v is not None:
+                out[m.name] = MetricValue(v / m.divisor)
+
+
+def _time(measured: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     samples = tuple(float(s) for s in measured.get("samples_s") or () if _num(s) is not None)
     if samples:
         rounds = tuple(tuple(float(x) for x in r) for r in measured.get("rounds_s") or () if r)
         loaded = bool((measured.get("load") or {}).get("loaded"))
-        out["time"] = MetricValue(stats.median(samples), samples, rounds, loaded)
-    recompiles = _num((measured.get("recompiles") or {}).get("count"))
-    if recompiles is not None:
-        out["recompiles"] = MetricValue(recompiles)
-    for direction, n in (measured.get("transfers") or {}).items():
-        if (v := _num(n)) is not None:
-            out[f"transfers.{direction}"] = MetricValue(v)
+        out[catalogue.TIME] = MetricValue(stats.median(samples), samples, rounds, loaded)
 
 
-def _static(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+def _collectives(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     by_kind = (static.get("collectives") or {}).get("by_kind")
     if isinstance(by_kind, Mapping):
         total_count = total_bytes = 0.0
@@ -117,26 +88,10 @@ def _static(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
             count, nbytes = _num(c.get("count")) or 0.0, _num(c.get("operand_bytes")) or 0.0
             total_count, total_bytes = total_count + count, total_bytes + nbytes
             if count:  # zero kinds are implied (see _implied_zero)
-                out[f"collectives.{kind}.count"] = MetricValue(count)
-                out[f"collectives.{kind}.bytes"] = MetricValue(nbytes)
-        out["collectives.total.count"] = MetricValue(total_count)
-        out["collectives.total.bytes"] = MetricValue(total_bytes)
-    for name in MEMORY_FIELDS:
-        if (v := _num((static.get("memory") or {}).get(name))) is not None:
-            out[f"memory.{name}"] = MetricValue(v)
-    for name in ("flops", "bytes_accessed", "transcendentals"):
-        if (v := _num((static.get("cost") or {}).get(name))) is not None:
-            out[f"cost.{name}"] = MetricValue(v)
-    if (v := _num(static.get("analytic_flops"))) is not None:
-        out["analytic_flops"] = MetricValue(v)
-    if (v := _num((static.get("timing") or {}).get("compile_seconds"))) is not None:
-        out["compile_s"] = MetricValue(v)
-    cache = static.get("compile_cache") or {}
-    for key in ("cold_s", "warm_s", "warm_misses"):
-        if (v := _num(cache.get(key))) is not None:
-            out[f"compile.{key}"] = MetricValue(v)
-    if isinstance((cache.get("first") or {}).get("hit"), bool):
-        out["compile.first_hit"] = MetricValue(float(cache["first"]["hit"]))
+                out[catalogue.collective(kind, "count")] = MetricValue(count)
+                out[catalogue.collective(kind, "bytes")] = MetricValue(nbytes)
+        out[catalogue.collective(catalogue.TOTAL, "count")] = MetricValue(total_count)
+        out[catalogue.collective(catalogue.TOTAL, "bytes")] = MetricValue(total_bytes)
 
 
 def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
@@ -148,30 +103,30 @@ def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
         return sum(_num(d.get(key)) or 0.0 for d in devices) / len(devices)
 
     steps = max(1, int(_num(trace.get("steps")) or 1))
-    for key in ("compute", "exposed_collective", "idle"):
-        out[f"trace.{key}_s"] = MetricValue(mean(f"{key}_ns") / 1e9 / steps)
-    out["trace.wasted_fraction"] = MetricValue(mean("wasted_fraction"))
-
-
-def _predicted(predicted: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
-    for key in ("step_s", "video_s", "exposed_all_gather_fraction", "wasted_fraction"):
-        if (v := _num(predicted.get(key))) is not None:
-            out[f"predicted.{key}"] = MetricValue(v)
+    for m in catalogue.of_family("trace"):
+        if m.path and m.path.startswith("devices."):  # a per-device value: its mean (seconds: per step)
+            v = mean(m.path.removeprefix("devices.")) / m.divisor
+            out[m.name] = MetricValue(v / steps if m.unit == "s" else v)
 
 
 def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
     """Every metric of one stage entry of a record (absent families give no metrics)."""
     out: dict[str, MetricValue] = {}
     if entry.measured:
-        _measured(entry.measured, out)
+        _time(entry.measured, out)
+        _paths("measured", entry.measured, out)
     if entry.static:
-        _static(entry.static, out)
+        _collectives(entry.static, out)
+        _paths("static", entry.static, out)
     if entry.trace:
         _trace(entry.trace, out)
+        _paths("trace", entry.trace, out)
     if entry.predicted:
-        _predicted(entry.predicted, out)
+        _paths("predicted", entry.predicted, out)
     if entry.verdict == DOES_NOT_FIT or "memory_fit" in entry.extra or ((entry.static or {}).get("target") or {}):
-        out["does_not_fit"] = MetricValue(1.0 if entry.verdict == DOES_NOT_FIT else 0.0)  # where the fit is known
+        out[catalogue.DOES_NOT_FIT] = MetricValue(
+            1.0 if entry.verdict == DOES_NOT_FIT else 0.0
+        )  # where the fit is known
     return out
 
 
@@ -186,7 +141,7 @@ def flatten_record(record: Record) -> dict[tuple[str, str], MetricValue]:
 
 def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], stage: str) -> MetricValue | None:
     """A collective kind absent from a stage that has static collectives occurred zero times."""
-    if metric.startswith("collectives.") and (stage, "collectives.total.count") in metrics:
+    if metric.startswith("collectives.") and (stage, catalogue.collective(catalogue.TOTAL, "count")) in metrics:
         return MetricValue(0.0)
     return None
 
@@ -208,7 +163,7 @@ def tolerance_keys(stage: str, metric: str) -> list[str]:
     qualified by the record family (``static.memory``) and by the stage
     (``denoise_step.static.memory``). Stage-qualified keys win, then longer names.
     """
-    forms = tolerance_forms(metric)
+    forms = catalogue.tolerance_forms(metric)
     return list(dict.fromkeys([f"{stage}.{f}" for f in forms] + forms))
 
 
@@ -227,7 +182,7 @@ class Comparison:
     variant: str
     stage: str
     metric: str
-    kind: str
+    kind: str  # the catalogue's gate rule: timing, exact, relative, monotonic, info
     unit: str
     baseline: float | None
     now: float | None
@@ -263,19 +218,19 @@ def compare_metric(
 ) -> Comparison:
     spec = spec_for(metric)
     # seconds (timings, compile times) say something only against the same kind of machine
-    gated = spec.kind in GATED_KINDS and ((spec.kind != "timing" and spec.unit != "s") or timings)
+    gated = spec.gated and (spec.kind != "timing" or timings)
     common: dict[str, Any] = dict(
         variant=variant,
         stage=stage,
         metric=metric,
-        kind=spec.kind,
+        kind=spec.rule,
         unit=spec.unit,
         baseline=base.value if base else None,
         now=head.value if head else None,
     )
     if base is None or head is None:
         return Comparison(**common, verdict=NEW if base is None else MISSING, gated=gated)
-    if spec.kind == "timing":
+    if spec.rule == "timing":
         rounds = tuple(zip(base.rounds, head.rounds, strict=True)) if len(base.rounds) == len(head.rounds) else ()
         v = stats.compare_samples(
             base.samples or (base.value,),
@@ -291,15 +246,15 @@ def compare_metric(
         )
         if common["under_load"]:
             detail += f"; samples taken under load ({common['under_load']})"
-    elif spec.kind == "info" and spec.unit in ("s", "fraction"):
+    elif spec.rule == "info" and spec.unit in ("s", "fraction"):
         # One measurement per side (compile time, a trace): a change beyond the timing threshold
         # is reported as noise, since nothing can show it is more than that.
         v = stats.compare_samples((base.value,), (head.value,), gate.timing_ratio, gate.alpha, seed=seed)
         detail = "informational: one measurement per side, no significance test possible"
-    elif spec.kind == "info":
+    elif spec.rule == "info":
         v = stats.compare_values(base.value, head.value, 0.0)
         detail = "informational"
-    elif spec.kind == "monotonic":
+    elif spec.rule == "monotonic":
         v = stats.compare_values(base.value, head.value, 0.0)
         detail = "any increase fails"
     else:
@@ -351,23 +306,8 @@ def compare_records(
         if base_rec.variant.id != head_rec.variant.id:
             out.changed_settings[name] = (base_rec.variant.id, head_rec.variant.id)
         b, h = flatten_record(base_rec), flatten_record(head_rec)
-        for stage, metric in sorted(set(b) | set(h), key=lambda k: (k[0], _metric_order(k[1]), k[1])):
+        for stage, metric in sorted(set(b) | set(h), key=lambda k: (k[0], catalogue.rank(k[1]), k[1])):
             bv = b.get((stage, metric)) or _implied_zero(metric, b, stage)
             hv = h.get((stage, metric)) or _implied_zero(metric, h, stage)
             out.comparisons.append(compare_metric(name, stage, metric, bv, hv, gate, timings=timings))
     return out
-
-
-def _metric_order(metric: str) -> int:
-    order = (
-        "time",
-        "recompiles",
-        "does_not_fit",
-        "collectives.",
-        "memory.",
-        "cost.",
-        "analytic_flops",
-        "compile",
-        "trace.",
-    )
-    return next((i for i, p in enumerate(order) if metric.startswith(p)), len(order))

@@ -64,7 +64,8 @@ def test_failed_variant_has_no_metrics(recorded):
     ],
 )
 def test_catalog(metric, kind, unit, tolerance):
-    assert compare.spec_for(metric) == compare.MetricSpec(kind, unit, tolerance)
+    spec = compare.spec_for(metric)
+    assert (spec.rule, spec.unit, spec.tolerance) == (kind, unit, tolerance)
 
 
 def test_tolerance_keys_accept_the_manifest_spellings():

@@ -1,0 +1,452 @@
+"""The metric catalogue: every metric a record's stage flattens to, declared once.
+
+A :class:`Metric` says what one flat, dotted metric name (``time``, ``memory.peak_bytes``,
+``collectives.all-gather.count``, ``predicted.step_s``) is: its record family, unit, kind, which
+way is better, how the gate compares it and with what default tolerance, a short label and a
+one-line definition, and where its value sits in its family's JSON object (``path``). Everything
+that lists or describes metrics derives from :data:`METRICS`: the flattening of a record
+(:func:`harness.results.compare.flatten_stage` reads every metric with a ``path`` generically), the
+gate's rules and tolerances, the tolerance keys a manifest may write (:func:`split_tolerance_key`),
+the CSV's kind and unit columns, the page's labels and tooltips, the CLI's tables and the docs'
+metric reference.
+
+API (a leaf: imports only :mod:`harness.vocabulary`):
+
+* :data:`METRICS` -- every metric, in the order tables list them; :data:`NAMES` name -> Metric;
+* :func:`get` -- the Metric of a name (an uncatalogued name reads as :data:`UNKNOWN`: shown, never
+  gated); :func:`rank` -- its place in table order; :func:`of_family` -- one family's metrics;
+* :func:`tolerance_forms`, :func:`tolerance_names`, :func:`split_tolerance_key` -- the manifest's
+  ``[gate] tolerances`` keys (a metric, a dotted prefix of it, or a collective metric without its
+  kind, optionally after its family and a stage name).
+
+Adding a metric is one entry here plus the producer that writes it into its family: with a
+``path`` nothing else changes (it is flattened, compared, gated by its rule, written to the CSV and
+shown with its label); a metric with ``path=None`` is computed by the flattener from several fields
+(its definition says how).
+
+Fields: ``kind`` is what the number is: ``deterministic`` (a function of the compiled program and
+the spec: the same program gives the same value anywhere), ``timing`` (a time measured on this
+machine: gated only against the same kind of machine) or ``info`` (shown, never gated). ``rule`` is
+how the gate compares it: ``timing`` (raw samples, ratio of medians + Mann-Whitney), ``exact`` (a
+count that must not change), ``relative`` (within ``tolerance`` of the baseline), ``monotonic`` (any
+increase is a regression) or ``info``. ``better``: ``lower``, ``higher`` or ``""`` (neither: a
+change is only a change).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass
+
+from harness.vocabulary import KINDS
+
+FAMILIES = ("measured", "static", "trace", "predicted")
+KIND_NAMES = ("deterministic", "timing", "info")
+RULES = ("timing", "exact", "relative", "monotonic", "info")
+GATED_RULES = ("timing", "exact", "relative", "monotonic")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a stage (see the module docstring for the fields)."""
+
+    name: str
+    family: str
+    unit: str  # "s", "bytes", "count", "flops", "fraction", "" (a flag)
+    kind: str  # one of KIND_NAMES
+    rule: str  # one of RULES
+    label: str
+    definition: str
+    better: str = "lower"
+    tolerance: float = 0.0  # default relative tolerance (exact and relative rules)
+    optional: bool = False  # may be absent from a run for a good reason (a warm start has no cold compile)
+    # The dotted path of the value in its family's JSON object (``devices.<key>``: a trace's per-device
+    # value, its mean over the devices; seconds per traced step); None: computed by the flattener.
+    path: str | None = None
+    divisor: float = 1.0  # the recorded value over this is the metric (ns -> s: 1e9)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES or self.kind not in KIND_NAMES or self.rule not in RULES:
+            raise ValueError(
+                f"metric {self.name!r}: family, kind or rule unknown ({self.family}, {self.kind}, {self.rule})"
+            )
+        if (self.kind == "info") != (self.rule == "info") or (self.rule == "timing") > (self.kind == "timing"):
+            raise ValueError(f"metric {self.name!r}: kind {self.kind!r} does not go with rule {self.rule!r}")
+
+    @property
+    def gated(self) -> bool:
+        """Whether the gate can fail on it at all (timings only with ``--timings on``)."""
+        return self.rule in GATED_RULES
+
+
+# The names code reads by name (the report's summary columns, the flattener's computed metrics).
+TIME, RECOMPILES, DOES_NOT_FIT, COMPILE_S = "time", "recompiles", "does_not_fit", "compile_s"
+MEMORY_BOUND, MEMORY_PEAK, TRACE_WASTED = "memory.bound_bytes", "memory.peak_bytes", "trace.wasted_fraction"
+TOTAL = "total"  # the collectives of every kind together
+
+
+def collective(kind: str, what: str) -> str:
+    """The metric of one collective kind (or :data:`TOTAL`): ``what`` is ``count`` or ``bytes``."""
+    return f"collectives.{kind}.{what}"
+
+
+MEMORY_FIELDS = {
+    "argument_bytes": "the program's arguments (parameters, inputs) per device",
+    "output_bytes": "the program's outputs per device",
+    "temp_bytes": "scratch the program allocates per device",
+    "peak_bytes": "the compiler's peak memory per device",
+    "bound_bytes": "arguments + outputs + temporaries - aliased, per device: the memory the stage needs",
+    "alias_bytes": "outputs that reuse an argument's buffer (donation), per device",
+    "generated_code_bytes": "the compiled code's size",
+}
+TRANSFER_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
+
+
+def _collectives() -> list[Metric]:
+    out = []
+    for kind in (*KINDS, TOTAL):
+        what = "all collectives" if kind == TOTAL else f"{kind} collectives"
+        out.append(
+            Metric(
+                collective(kind, "count"),
+                "static",
+                "count",
+                "deterministic",
+                "exact",
+                f"{kind} count",
+                f"{what} one call of the compiled program runs (loops unrolled by trip count); "
+                "a kind absent from a stage with collectives ran 0 times",
+            )
+        )
+        out.append(
+            Metric(
+                collective(kind, "bytes"),
+                "static",
+                "bytes",
+                "deterministic",
+                "relative",
+                f"{kind} bytes",
+                f"operand bytes of {what} per call, per device",
+            )
+        )
+    return out
+
+
+def _memory() -> list[Metric]:
+    return [
+        Metric(
+            f"memory.{name}",
+            "static",
+            "bytes",
+            "info" if name in ("alias_bytes", "generated_code_bytes") else "deterministic",
+            "info" if name in ("alias_bytes", "generated_code_bytes") else "relative",
+            name.removesuffix("_bytes").replace("_", " ") + " memory",
+            definition + " (memory_analysis)",
+            tolerance=0.0 if name in ("alias_bytes", "generated_code_bytes") else 0.02,
+            path=f"memory.{name}",
+        )
+        for name, definition in MEMORY_FIELDS.items()
+    ]
+
+
+def _predicted() -> list[Metric]:
+    info = dict(family="predicted", kind="info", rule="info")
+    return [
+        Metric(
+            "predicted.step_s",
+            unit="s",
+            label="predicted step",
+            definition="one call's time on the timeline simulated from the compiled, scheduled program",
+            path="step_s",
+            **info,
+        ),
+        Metric(
+            "predicted.video_s",
+            unit="s",
+            label="predicted per video",
+            definition="predicted step x the calls one video makes",
+            path="video_s",
+            **info,
+        ),
+        Metric(
+            "predicted.exposed_all_gather_fraction",
+            unit="fraction",
+            label="our exposed AG (predicted)",
+            definition="all-gather time not overlapped by compute / step window, predicted",
+            path="exposed_all_gather_fraction",
+            **info,
+        ),
+        Metric(
+            "predicted.wasted_fraction",
+            unit="fraction",
+            label="our wasted (predicted)",
+            definition="(exposed collective time + idle) / step window, predicted",
+            path="wasted_fraction",
+            **info,
+        ),
+    ]
+
+
+def _trace() -> list[Metric]:
+    info = dict(family="trace", kind="info", rule="info")
+    mean = "mean over the traced devices with a window, per traced step"
+    return [
+        Metric(
+            "trace.compute_s",
+            unit="s",
+            label="traced compute",
+            definition=f"op time on the compute stream; {mean}",
+            path="devices.compute_ns",
+            divisor=1e9,
+            **info,
+        ),
+        Metric(
+            "trace.exposed_collective_s",
+            unit="s",
+            label="traced exposed collectives",
+            definition=f"collective time not overlapped by compute; {mean}",
+            path="devices.exposed_collective_ns",
+            divisor=1e9,
+            **info,
+        ),
+        Metric(
+            "trace.idle_s",
+            unit="s",
+            label="traced idle",
+            definition=f"time with no op running; {mean}",
+            path="devices.idle_ns",
+            divisor=1e9,
+            **info,
+        ),
+        Metric(
+            TRACE_WASTED,
+            unit="fraction",
+            label="our wasted (traced)",
+            definition="(exposed collective time + idle) / window, mean over the traced devices",
+            path="devices.wasted_fraction",
+            **info,
+        ),
+    ]
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        TIME,
+        "measured",
+        "s",
+        "timing",
+        "timing",
+        "time",
+        "a stage call's wall time: the median of the timed samples (warm-up excluded), compared by its samples",
+        path=None,
+    ),
+    Metric(
+        RECOMPILES,
+        "measured",
+        "count",
+        "deterministic",
+        "monotonic",
+        "recompiles",
+        "compilations inside the timed region (should be 0)",
+        path="recompiles.count",
+    ),
+    Metric(
+        DOES_NOT_FIT,
+        "static",
+        "",
+        "deterministic",
+        "monotonic",
+        "does not fit",
+        "1 when the stage's memory exceeds the device's, 0 where the fit is known",
+    ),
+    *_collectives(),
+    *_memory(),
+    Metric(
+        "cost.flops",
+        "static",
+        "flops",
+        "deterministic",
+        "relative",
+        "FLOPs",
+        "XLA cost_analysis FLOPs per call",
+        better="",
+        tolerance=0.01,
+        path="cost.flops",
+    ),
+    Metric(
+        "cost.bytes_accessed",
+        "static",
+        "bytes",
+        "deterministic",
+        "relative",
+        "bytes accessed",
+        "XLA cost_analysis bytes accessed per call",
+        tolerance=0.01,
+        path="cost.bytes_accessed",
+    ),
+    Metric(
+        "cost.transcendentals",
+        "static",
+        "count",
+        "info",
+        "info",
+        "transcendentals",
+        "XLA cost_analysis transcendental ops per call",
+        better="",
+        path="cost.transcendentals",
+    ),
+    Metric(
+        "analytic_flops",
+        "static",
+        "flops",
+        "deterministic",
+        "relative",
+        "analytic FLOPs",
+        "the model's own FLOPs count for the stage (ltx2)",
+        better="",
+        path="analytic_flops",
+    ),
+    Metric(
+        "compile.cold_s",
+        "static",
+        "s",
+        "timing",
+        "relative",
+        "cold compile",
+        "compile time with the persistent cache missing (only when the first compile missed)",
+        tolerance=0.5,
+        optional=True,
+        path="compile_cache.cold_s",
+    ),
+    Metric(
+        "compile.first_hit",
+        "static",
+        "",
+        "info",
+        "info",
+        "first compile hit the cache",
+        "1 when the first compile was served by the persistent cache",
+        better="",
+        path="compile_cache.first.hit",
+    ),
+    Metric(
+        "compile.warm_misses",
+        "static",
+        "count",
+        "deterministic",
+        "monotonic",
+        "warm cache misses",
+        "persistent-cache misses on a warm compile (expected 0)",
+        path="compile_cache.warm_misses",
+    ),
+    Metric(
+        "compile.warm_s",
+        "static",
+        "s",
+        "timing",
+        "relative",
+        "warm compile",
+        "compile time served by the persistent cache",
+        tolerance=0.5,
+        path="compile_cache.warm_s",
+    ),
+    Metric(
+        COMPILE_S,
+        "static",
+        "s",
+        "info",
+        "info",
+        "compile",
+        "the stage's compile time as the worker timed it",
+        path="timing.compile_seconds",
+    ),
+    *_trace(),
+    *_predicted(),
+    *(
+        Metric(
+            f"transfers.{d}",
+            "measured",
+            "count",
+            "info",
+            "info",
+            d.replace("_", " ") + " transfers",
+            f"implicit {d.replace('_', '-')} transfers in one untimed call (jax transfer guard)",
+            path=f"transfers.{d}",
+        )
+        for d in TRANSFER_DIRECTIONS
+    ),
+)
+NAMES: dict[str, Metric] = {m.name: m for m in METRICS}
+UNKNOWN = Metric("(unknown)", "static", "", "info", "info", "", "not in the catalogue: shown, never gated", better="")
+
+
+def get(name: str) -> Metric:
+    """The catalogue's entry for ``name``; an uncatalogued name (a collective kind an older record
+    has) reads as :data:`UNKNOWN` under its own name: shown, never gated."""
+    metric = NAMES.get(name)
+    if metric is not None:
+        return metric
+    if name.startswith("collectives.") and (kin := NAMES.get(collective(TOTAL, name.rsplit(".", 1)[-1]))):
+        return Metric(name, kin.family, kin.unit, kin.kind, kin.rule, name, kin.definition, kin.better, kin.tolerance)
+    return Metric(name, family(name), "", "info", "info", name, UNKNOWN.definition, better="")
+
+
+def rank(name: str) -> int:
+    """A metric's place in table order (uncatalogued ones last)."""
+    return _RANK.get(name, len(_RANK))
+
+
+_RANK = {m.name: i for i, m in enumerate(METRICS)}
+
+
+def of_family(fam: str) -> tuple[Metric, ...]:
+    """The catalogued metrics of one record family, in table order."""
+    return tuple(m for m in METRICS if m.family == fam)
+
+
+def family(name: str) -> str:
+    """The record family (``measured``, ``static``, ``trace``, ``predicted``) a metric comes from."""
+    if name in NAMES:
+        return NAMES[name].family
+    prefix = name.split(".")[0]
+    if prefix in ("trace", "predicted"):
+        return prefix
+    return "measured" if prefix in ("time", "recompiles", "transfers") else "static"
+
+
+# --------------------------------------------------------------------------- tolerance keys
+
+
+def tolerance_forms(name: str) -> list[str]:
+    """The tolerance keys (without a stage) that apply to a metric, most specific first."""
+    parts = name.split(".")
+    names = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+    if parts[0] == "collectives" and len(parts) == 3:
+        names.insert(1, f"collectives.{parts[2]}")
+    fam = family(name)
+    forms = [form for n in names for form in (n if n == fam or n.startswith(f"{fam}.") else f"{fam}.{n}", n)]
+    return list(dict.fromkeys(forms))
+
+
+@functools.cache
+def tolerance_names() -> frozenset[str]:
+    """Every tolerance key (without a stage) that names at least one metric."""
+    return frozenset(form for m in METRICS for form in tolerance_forms(m.name))
+
+
+def split_tolerance_key(key: str) -> tuple[str | None, str]:
+    """``(stage or None, the metric part)`` of a tolerance key; ValueError if it names no metric.
+    A key that names no metric would silently gate nothing, so the manifest rejects it."""
+    names = tolerance_names()
+    if key in names:
+        return None, key
+    stage, _, rest = key.partition(".")
+    if rest in names and stage not in FAMILIES and stage not in {n.split(".")[0] for n in names}:
+        return stage, rest
+    close = difflib.get_close_matches(rest if rest in names else key, sorted(names), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(
+        f"matches no metric (a metric name or prefix, e.g. 'time', 'static.memory', "
+        f"'collectives.count', optionally after a stage name){hint}"
+    )
