@@ -3,8 +3,10 @@
     python docs/screenshots.py            # writes docs/img/report-<section>.png
 
 Renders ``python -m harness report tests/harness/fixtures/rerun_cpu8.jsonl --baseline
-tests/harness/fixtures/sweep_cpu8.jsonl`` (the page docs/report.png shows), then, per section, a copy of
-the page showing that section alone with numbered marks on the parts the documentation explains, taken
+tests/harness/fixtures/sweep_cpu8.jsonl`` (the page docs/report.png shows) and, for the sections only a
+compile-only sweep has, the page of ``tests/harness/fixtures/tpu_b181d3b.jsonl`` (compile-only v6e and
+v7x records; ``--tpu RESULTS`` takes another), then, per section, a copy of the page showing that
+section alone with numbered marks on the parts the documentation explains, taken
 by headless Chromium (Debian's ``chromium``) and cropped to its content. The numbers match the lists
 in docs/report.md.
 """
@@ -34,7 +36,8 @@ FLAGS = (
     "--virtual-time-budget=3000",
 )
 
-# name -> (the section's heading, or "header"; [(CSS selector, mark)]; window height)
+TPU_RESULTS = "tests/harness/fixtures/tpu_b181d3b.jsonl"
+# name -> (the section's heading, or "header"; [(CSS selector, mark)]; window height). Of the CPU page.
 SECTIONS: dict[str, tuple[str, list[tuple[str, str]], int]] = {
     "header": (
         "header",
@@ -79,6 +82,40 @@ SECTIONS: dict[str, tuple[str, list[tuple[str, str]], int]] = {
     "traces": ("Traces", [("#trace-links", "1")], 700),
 }
 
+# The same, of the compile-only page.
+TPU_SECTIONS: dict[str, tuple[str, list[tuple[str, str]], int]] = {
+    "target": (
+        "On the target",
+        [
+            ("#target-analysis tbody tr:first-child td:nth-child(5)", "1"),
+            ("#target-analysis tbody tr:first-child td:nth-child(8)", "2"),
+            ("#target-analysis tbody tr:first-child td:nth-child(13)", "3"),
+            ("#target-analysis tbody tr:first-child td:nth-child(14)", "4"),
+        ],
+        700,
+    ),
+    "predicted": (
+        "Predicted (simulated",
+        [
+            ("#predicted-table tbody tr:first-child td:nth-child(3)", "1"),
+            ("#predicted-table tbody tr:first-child td:nth-child(4)", "2"),
+            ("#predicted-table tbody tr:first-child td:nth-child(5)", "3"),
+            ("#predicted-table tbody tr:first-child td:nth-child(9)", "4"),
+            ("#predicted-table tbody tr:first-child td:nth-child(11)", "5"),
+            ("#predicted-table tbody tr:first-child td:nth-child(12)", "6"),
+        ],
+        700,
+    ),
+    "xprof": (
+        "In XProf",
+        [
+            ("#xprof-table tbody tr:first-child td:nth-child(4)", "1"),
+            ("#xprof-table tbody tr:first-child td:nth-child(8)", "2"),
+        ],
+        800,
+    ),
+}
+
 _SCRIPT = """<script>
 window.addEventListener('load', () => {
   const want = %(heading)s, marks = %(marks)s;
@@ -109,10 +146,10 @@ window.addEventListener('load', () => {
 </script></body>"""
 
 
-def render_report(out: Path) -> Path:
-    fixtures = "tests/harness/fixtures"  # relative, as the page then names them
-    cmd = [sys.executable, "-m", "harness", "report", f"{fixtures}/rerun_cpu8.jsonl"]
-    cmd += ["--baseline", f"{fixtures}/sweep_cpu8.jsonl", "--out", str(out)]
+def render_report(out: Path, results: str, baseline: str | None = None) -> Path:
+    """The report page of ``results`` (paths relative to the repository, as the page then names them)."""
+    cmd = [sys.executable, "-m", "harness", "report", results, "--out", str(out)]
+    cmd += ["--baseline", baseline] if baseline else []
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     return out / "index.html"
 
@@ -134,8 +171,8 @@ def crop(path: Path) -> None:
         image.crop((0, 0, image.width, min(image.height, box[3] + 16))).save(path)
 
 
-def shoot(index: Path, name: str, work: Path) -> Path:
-    heading, marks, height = SECTIONS[name]
+def shoot(index: Path, name: str, section: tuple[str, list[tuple[str, str]], int], work: Path) -> Path:
+    heading, marks, height = section
     page = index.with_name(f"shot-{name}.html")
     script = _SCRIPT % {"heading": json.dumps(heading), "marks": json.dumps(marks)}
     page.write_text(index.read_text().replace("</body>", script, 1))
@@ -149,15 +186,23 @@ def shoot(index: Path, name: str, work: Path) -> Path:
     return shot
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    tpu = argv[argv.index("--tpu") + 1] if "--tpu" in argv else TPU_RESULTS
     OUT.mkdir(parents=True, exist_ok=True)
+    fixtures = "tests/harness/fixtures"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        index = render_report(work / "report")
-        for name in SECTIONS:
-            print(shoot(index, name, work).relative_to(ROOT))
+        index = render_report(work / "cpu", f"{fixtures}/rerun_cpu8.jsonl", f"{fixtures}/sweep_cpu8.jsonl")
+        for name, section in SECTIONS.items():
+            print(shoot(index, name, section, work).relative_to(ROOT))
+        if not (ROOT / tpu).exists():
+            print(f"{tpu}: not found; the compile-only sections were not taken", file=sys.stderr)
+            return 1
+        index = render_report(work / "tpu", tpu)
+        for name, section in TPU_SECTIONS.items():
+            print(shoot(index, name, section, work).relative_to(ROOT))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
