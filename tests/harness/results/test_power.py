@@ -11,7 +11,7 @@ import pytest
 
 from harness import cli
 from harness.results import stats
-from harness.results.power import Cell, grid, recommend, sample_runs
+from harness.results.power import Cell, find, grid, recommend, sample_runs
 
 _spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
 synthetic = importlib.util.module_from_spec(_spec)
@@ -98,19 +98,46 @@ def test_sample_runs_groups_records_per_timing():
 
 
 def test_command_on_aa_results(tmp_path, capsys):
+    """The rates the command prints are the grid's, cell for cell: the manifest's setting (12 repeats,
+    1.10x, alpha 0.05), the recommendation and each timing's line, recomputed here from the same runs."""
+    from harness.commands import gate_power
+    from harness.plan.manifest import load_manifest
+
     template = synthetic.ok_template()
-    paths = []
+    paths, records = [], []
     for i in range(3):
         path = tmp_path / f"run{i}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in synthetic.synthetic_run(10 + i, template, jitter=0.01)))
+        rows = synthetic.synthetic_run(10 + i, template, jitter=0.01)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         paths += ["--results", str(path)]
+        records += synthetic.records(rows)
     out_json = tmp_path / "rates.json"
     manifest = Path(__file__).parents[1] / "fixtures" / "sweep_cpu8.toml"
     code = cli.main(["gate-power", str(manifest), *paths, "--trials", "50", "--json", str(out_json)])
-    out = capsys.readouterr().out
-    assert code in (0, 1) and "current" in out and "recommended" in out
-    cells = json.loads(out_json.read_text())
-    assert {c["repeats"] for c in cells} >= {5, 10, 30} and all(0 <= c["false_alarm"] <= 1 for c in cells)
+    out = capsys.readouterr().out.splitlines()
+    gate = load_manifest(manifest).gate
+    cells = grid(
+        sample_runs(records),
+        sorted({*gate_power.REPEATS, 12}),
+        sorted({*gate_power.THRESHOLDS, gate.timing_ratio}),
+        sorted({*gate_power.ALPHAS, gate.alpha}),
+        0.05,
+        trials=50,
+    )
+    current = find(cells, 12, gate.timing_ratio, gate.alpha)
+    best = recommend(cells, 0.01, 0.95)
+    assert current is not None and out[1] == gate_power.row("current", current)
+    assert out[2] == gate_power.row("recommended", best) and code == (0 if best is not None else 1)
+    shown = best or max(cells, key=lambda c: (c.false_alarm <= 0.01, c.power, -c.repeats))
+    for key, r in shown.per_timing.items():
+        assert f"  {key[0]} / {key[1]}: false alarms {r.false_alarm:.2%}, power {r.power:.2%}" in out
+    # a quiet synthetic machine (1 % jitter): no false alarm at 1.10x, which also never sees 5 %; a
+    # lower threshold of the grid does, and is what the command recommends
+    assert (current.false_alarm, current.power) == (0.0, 0.0)
+    assert best is not None and best.threshold < 1.05 and best.power >= 0.95 and best.false_alarm <= 0.01
+    rows = json.loads(out_json.read_text())
+    assert len(rows) == len(cells) and [r["false_alarm"] for r in rows] == [c.false_alarm for c in cells]
+    assert [r["power"] for r in rows] == [c.power for c in cells]
 
 
 def test_row_wise_mann_whitney_matches_the_gate_test():
