@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "search": "harness.commands.search",
     "bisect": "harness.commands.bisect",
     "gate-power": "harness.commands.gate_power",
+    "history": "harness.commands.history",
     "calibrate": "harness.commands.calibrate",
     "profile": "harness.commands.profile",
     "run-variant": "harness.commands.run_variant",
