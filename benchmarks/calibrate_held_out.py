@@ -5,7 +5,7 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
 (``plugins/profile/<time>/vm.xplane.pb``). This script:
 
 1. fits the per-op-class constants on every such pair with the library behind ``python -m harness
-   calibrate`` (:func:`harness.commands.calibrate.program_samples`,
+   calibrate`` (:func:`harness.calibration.traces.program_samples`,
    :func:`harness.metrics.timeline.calibrate.fit`), starting from that sweep's
    ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
    reported, never lowered here;
@@ -15,7 +15,7 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
    so each fitted rate is multiplied by a sharing ratio (the op overhead divided): with
    ``--sharing traced`` (default) and calibration traces of the held-out device count, the fitted
    spec's predicted step over the traced step's wall (median over the calibration programs,
-   :func:`harness.commands.calibrate.traced_sharing`); otherwise the held-out
+   :func:`harness.calibration.traces.traced_sharing`); otherwise the held-out
    sweep's CPU calibration's micro-benchmark ratio (its ``<N>``-device value over its one-device
    value ``single``), the in-sample stages by their own sweep's; curve, collectives, topology stay;
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.commands.calibrate import program_samples, read_program, traced_sharing  # noqa: E402
+from harness.calibration.traces import program_samples, read_program, traced_sharing  # noqa: E402
 from harness.metrics.hlo import parse  # noqa: E402
 from harness.metrics.timeline import TimelineSpec, predict  # noqa: E402
 from harness.metrics.timeline import calibrate as fitting  # noqa: E402
@@ -151,7 +151,7 @@ def fit_pairs(
     pairs: Sequence[tuple[Path, Path]], base: TimelineSpec, min_ops: int, weighting: str = fitting.DEFAULT_WEIGHTING
 ) -> tuple[fitting.Fit, list[str], tuple[float, str] | None]:
     """The library's fit over every pair (CalibrationError: too few ops of a class, named), one line
-    per pair, and the traces' sharing ratio (:func:`harness.commands.calibrate.traced_sharing`)."""
+    per pair, and the traces' sharing ratio (:func:`harness.calibration.traces.traced_sharing`)."""
     pts: list[fitting.Sample] = []
     lines, programs = [], []
     for hlo, trace in pairs:

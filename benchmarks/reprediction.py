@@ -45,7 +45,8 @@ def _targets(manifest: str, names: Sequence[str], stages: Sequence[str]) -> dict
     """Per variant: the compile cache key of each stage and the mesh devices' coordinates, in mesh
     order, as a compile-only worker gets them (runs in a venv with libtpu, this tree on the path)."""
     from harness import targets
-    from harness.plan.variants import load_sweep, select
+    from harness.expansion import load_sweep
+    from harness.plan.variants import select
 
     sweep = load_sweep(manifest)
     variants = select(sweep.variants, list(names))

@@ -36,7 +36,8 @@ def dump(
     """Compile ``stage`` of one variant as a compile-only worker would (its ``target.compiler_options``
     included, then ``options`` on top), and write its HLO and devices under ``label`` (default: the variant's name)."""
     from harness import targets
-    from harness.plan.variants import load_sweep, select
+    from harness.expansion import load_sweep
+    from harness.plan.variants import select
     from harness.run.runner import worker_spec
 
     sweep = load_sweep(manifest)

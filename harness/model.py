@@ -2,7 +2,7 @@
 manifest's dotted overrides applied) and the checks expanding a manifest asks of the model (stage
 names, mesh axes, workload sizes against the latent grid and the mesh). Outside ``run/`` and
 ``search/``, the one module that imports ``ltx2``: reading a manifest (:mod:`harness.plan`) loads
-neither it nor JAX; expanding one (:func:`harness.plan.variants.expand`) imports this module then.
+neither it nor JAX; expanding one (:func:`harness.expansion.expand`) imports this module then.
 
 ``transformer.sharding = "context"`` replaces one field of one component config; each
 replace re-validates that component, and :func:`build_config` checks the components together

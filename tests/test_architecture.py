@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -254,7 +254,8 @@ def test_reading_every_manifest_loads_neither_jax_nor_the_model() -> None:
         "paths = sorted(pathlib.Path('experiments').rglob('*.toml'))\n"
         "names = [harness.plan.manifest.load_manifest(p).name for p in paths]\n"
         f"print(len(names), sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-        "harness.plan.variants.load_sweep(paths[0])\n"
+        "import harness.expansion\n"
+        "harness.expansion.load_sweep(paths[0])\n"
         "print('ltx2' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -262,3 +263,60 @@ def test_reading_every_manifest_loads_neither_jax_nor_the_model() -> None:
     read, expanded = done.stdout.strip().splitlines()[-2:]
     assert read == f"{len(list((ROOT / 'experiments').rglob('*.toml')))} []"
     assert expanded == "True"
+
+
+# The harness's folders and top-level modules, lowest first: a module imports only modules of its own
+# layer or of layers below it (function-level and TYPE_CHECKING imports included). ARCHITECTURE.md
+# says why each sits where it does.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("harness.vocabulary", "harness.catalogue", "harness.fmt", "harness.agreement"),
+    ("harness.targets", "harness.testing"),
+    ("harness.plan",),
+    ("harness.model",),
+    ("harness.expansion",),
+    ("harness.metrics",),
+    ("harness.results",),
+    ("harness.calibration",),
+    ("harness.report",),
+    ("harness.run",),
+    ("harness.search", "harness.bisect"),
+    ("harness.commands", "harness.docgen", "harness.cli", "harness.__main__", "harness"),
+)
+
+
+def layer_of(module: str, layers: Sequence[Sequence[str]] = LAYERS) -> int | None:
+    """The index of the layer a module belongs to (its longest matching prefix; a package's own name,
+    ``harness``, only itself), None if none."""
+    best: tuple[int, int] | None = None
+    for i, prefixes in enumerate(layers):
+        for p in prefixes:
+            inside = module.startswith(p + ".") and "." in p
+            if (module == p or inside) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: Sequence[Sequence[str]] = LAYERS) -> list[str]:
+    """``a -> b`` for every import of a module from a higher layer (and of a module in no layer)."""
+    bad = []
+    for a, targets in sorted(graph.items()):
+        la = layer_of(a, layers)
+        for b in sorted(targets):
+            lb = layer_of(b, layers)
+            if a.split(".")[0] == b.split(".")[0] and (la is None or lb is None or lb > la):
+                bad.append(f"{a} -> {b}")
+    return bad
+
+
+def test_the_harness_imports_only_downward_in_its_folder_order() -> None:
+    graph = import_graph(ROOT, ["harness"])
+    assert [m for m in graph if layer_of(m) is None] == []
+    assert upward_imports(graph) == []
+
+
+def test_the_folder_order_check_sees_an_upward_import() -> None:
+    graph = {"pkg.low.a": {"pkg.high.b"}, "pkg.high.b": {"pkg.low.a"}, "pkg.new": {"pkg.low.a"}}
+    assert upward_imports(graph, (("pkg.low",), ("pkg.high",), ("pkg",))) == [
+        "pkg.low.a -> pkg.high.b",
+        "pkg.new -> pkg.low.a",  # a module in no layer: the order has to say where it sits
+    ]

@@ -121,7 +121,7 @@ def _show(result: Any, metric: Metric, repo: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from harness.bisect.driver import Request, bisect
     from harness.bisect.evaluate import HarnessMeasure
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
     from harness.results.compare import tolerance_for
 
     try:

@@ -44,7 +44,7 @@ def _outputs(folder: Path, processes: int) -> list[dict[str, Any]] | None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.commands.sweep import write_sweep_report
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
     from harness.results import store
     from harness.results.lock import sweep_lock
     from harness.results.record import Outcome, build_record

@@ -90,7 +90,7 @@ def _pairs_by_name(
 
 def _against(args: argparse.Namespace) -> list[tuple[Record, Record]]:
     from harness.commands.gate import REPO_ROOT, interleaved, worktree
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
 
     sweep = load_sweep(Path(args.targets[0]))
     if args.variant:

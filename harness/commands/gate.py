@@ -189,7 +189,7 @@ def worktree(rev: str) -> Iterator[Path]:
 
 
 def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
     from harness.report import write_report
     from harness.results.gate import GateResult, evaluate
 

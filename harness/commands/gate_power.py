@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _records(args: argparse.Namespace) -> list[Record]:
     if args.results:
         return [r for path in args.results for r in load_records_any(path)]
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
     from harness.run.runner import SweepOptions, run_sweep
 
     sweep = load_sweep(args.manifest)

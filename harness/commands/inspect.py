@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.plan.variants import load_sweep, select  # the model loads only when a verb needs it
+    from harness.expansion import load_sweep  # the model loads only when a verb needs it
+    from harness.plan.variants import select
     from harness.report.static_text import format_static
     from harness.results.record import build_record
     from harness.run.launcher import LocalLauncher

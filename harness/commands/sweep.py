@@ -91,7 +91,8 @@ def _xpk(args: argparse.Namespace, sweep_id: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.plan.variants import load_sweep, select  # the model loads only when a verb needs it
+    from harness.expansion import load_sweep  # the model loads only when a verb needs it
+    from harness.plan.variants import select
     from harness.run.runner import SweepOptions, run_sweep
 
     sweep = load_sweep(args.manifest)

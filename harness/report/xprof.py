@@ -12,11 +12,13 @@ They sit here beside our own shares, each labelled with what it means:
 * **our exposed AG**: all-gather time not overlapped by compute, over the step's window;
 * **our wasted**: exposed collective time plus idle, over the window.
 
-The ladder (:func:`ladder_rows`): for a manifest with ``[reference]`` (its path is in every
-record), per rung the published numbers beside ours, and for each rung after the first, how the
-step changed from the rung before: published and predicted, and what our prediction says moved
-most (the critical path's scope and category with the largest change per video, and XProf's
-category with the largest change in op time). Pure Python over records: no JAX, no metrics import.
+The ladder (:func:`ladder_rows`): for records of a manifest with ``[reference]`` (the table
+travels in each record, ``manifest.reference``, so the page is a function of the records alone;
+records written before it did show no ladder), per rung the published numbers beside ours, and for
+each rung after the first, how the step changed from the rung before: published and predicted, and
+what our prediction says moved most (the critical path's scope and category with the largest
+change per video, and XProf's category with the largest change in op time). Pure Python over
+records: no JAX, no metrics import.
 """
 
 from __future__ import annotations
@@ -25,11 +27,9 @@ import html
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.fmt import fmt_pct, fmt_time
-from harness.plan.manifest import ManifestError, load_manifest
 from harness.results.record import Record
 
 e = html.escape
@@ -103,22 +103,14 @@ def xprof_rows(records: Sequence[Record]) -> list[XprofRow]:
 # ---------------------------------------------------------------- the published ladder
 
 
-def load_reference(records: Sequence[Record]) -> tuple[dict[str, Any] | None, str]:
-    """The ``[reference]`` of the manifest the records were run from (its path is in each record),
-    and a note (why there is none, or that the file changed since the run)."""
-    paths = {(r.manifest.path, r.manifest.sha256) for r in records}
-    for path, sha in sorted(paths):
-        if not Path(path).is_file():
-            continue
-        try:
-            m = load_manifest(path)
-        except ManifestError as err:
-            return None, f"{path}: {err.reason}"
-        if m.reference is None:
-            continue
-        note = "" if m.sha256 == sha else f"{path} changed since these records were made"
-        return m.reference.to_dict(), note
-    return None, ""
+def load_reference(records: Sequence[Record]) -> tuple[Mapping[str, Any] | None, str]:
+    """The published ``[reference]`` the records carry (``manifest.reference``), and a note ("" or
+    that the records carry different tables, of which the first is shown)."""
+    tables = [r.manifest.reference for r in records if r.manifest.reference]
+    if not tables:
+        return None, ""
+    differ = any(t != tables[0] for t in tables)
+    return tables[0], "these records carry different [reference] tables; the first is shown" if differ else ""
 
 
 @dataclass(frozen=True)

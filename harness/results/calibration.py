@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness import agreement
 from harness.results import stats
 from harness.results.record import Record
 from harness.vocabulary import StageStatus
@@ -104,4 +105,4 @@ def summarize(pts: Sequence[Point]) -> Summary | None:
         return None
     pred, meas = [p.predicted_s for p in gated], [p.measured_s for p in gated]
     worst = max(abs(math.log(p / m)) for p, m in zip(pred, meas, strict=True))
-    return Summary(len(gated), stats.spearman(pred, meas), stats.median_abs_log_ratio(pred, meas), worst)
+    return Summary(len(gated), agreement.spearman(pred, meas), agreement.median_abs_log_ratio(pred, meas), worst)

@@ -4,7 +4,7 @@ A :class:`Record` is what a run leaves behind (``record_version`` 1)::
 
     record_version  1
     sweep_id        "cpu"                      -> reports/<sweep_id>/results.jsonl
-    manifest        {path, sha256}
+    manifest        {path, sha256[, reference]}   reference: the manifest's published [reference] table
     variant         {name, id, overrides, description[, reference]}   reference: the variant it is
                     compared with (absent in records written before it existed)
     config          {preset, overrides, resolved, workload, run}
@@ -169,8 +169,13 @@ def _known(cls: type, raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 @dataclass(frozen=True)
 class ManifestRef:
+    """The manifest a record was run from, and what of it the report shows: its published
+    ``[reference]`` table (:meth:`harness.plan.reference.Reference.to_dict`; absent in records
+    written before records carried it, and where the manifest has none)."""
+
     path: str
     sha256: str
+    reference: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,8 @@ class Record:
             out[name] = {k: _plain(v) for k, v in dataclasses.asdict(out[name]).items()}
         if out["variant"]["reference"] is None:  # as written by harnesses before references existed
             del out["variant"]["reference"]
+        if out["manifest"]["reference"] is None:  # likewise, before records carried the manifest's [reference]
+            del out["manifest"]["reference"]
         if out["target"]["compiler_options"] is None:  # as written before compiler options existed
             del out["target"]["compiler_options"]
         out["stages"] = {name: e.to_dict() for name, e in self.stages.items()}
@@ -370,7 +377,9 @@ def build_record(
     target = variant.target.resolved()
     return Record(
         sweep_id=sweep_id,
-        manifest=ManifestRef(str(manifest.path), manifest.sha256),
+        manifest=ManifestRef(
+            str(manifest.path), manifest.sha256, manifest.reference.to_dict() if manifest.reference else None
+        ),
         variant=VariantRef(variant.name, variant.id, dict(variant.overrides), variant.description, variant.reference),
         config=RunConfig(
             variant.preset,

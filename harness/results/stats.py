@@ -376,33 +376,6 @@ def compare_values(base: float, head: float, tolerance: float = 0.0) -> Verdict:
     return Verdict(verdict, ratio(base, head), base, head, tolerance=tolerance)
 
 
-# --------------------------------------------------------------------------- predicted against measured
-
-
-def spearman(xs: Samples, ys: Samples) -> float:
-    """Spearman's rank correlation of paired values (ties share their mean rank); nan below 3 pairs
-    or when either side is constant."""
-    from scipy import stats as st
-
-    x, y = _array(xs), _array(ys)
-    if len(x) != len(y):
-        raise ValueError(f"spearman: {len(x)} x values but {len(y)} y values")
-    if len(x) < 3 or np.all(x == x[0]) or np.all(y == y[0]):
-        return math.nan
-    return float(st.spearmanr(x, y).statistic)
-
-
-def median_abs_log_ratio(predicted: Samples, measured: Samples) -> float:
-    """``median |ln(predicted / measured)|``: how far off a typical prediction is, either way
-    (``ln 1.5`` = 0.405: within 1.5x of the measurement)."""
-    p, m = _array(predicted), _array(measured)
-    if len(p) != len(m) or not len(p):
-        raise ValueError(f"median_abs_log_ratio: needs equally many values, got {len(p)} and {len(m)}")
-    if np.any(p <= 0) or np.any(m <= 0):
-        raise ValueError("median_abs_log_ratio: times must be positive")
-    return float(np.median(np.abs(np.log(p / m))))
-
-
 # --------------------------------------------------------------------------- sequential comparisons
 
 SLOWER, FASTER, UNDECIDED = "slower", "faster", "undecided"

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.expansion import resolve
 from harness.plan.manifest import Manifest, ManifestError
-from harness.plan.variants import Sweep, Variant, resolve
+from harness.plan.variants import Sweep, Variant
 from harness.results import store
 from harness.results.record import Record
 from harness.run.runner import SweepOptions, run_sweep

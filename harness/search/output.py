@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.agreement import spearman
 from harness.fmt import fmt_pct
 from harness.plan.manifest import Manifest
-from harness.results.stats import spearman
 from harness.results.uncertain import Uncertain, ordering
 from harness.search.page import rules_text, search_page
 from harness.search.space import Candidate

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets
+from harness.expansion import load_sweep, resolve
 from harness.model import build_config, check_override, model_workload
 from harness.plan.manifest import Manifest
 from harness.plan.search_space import SearchSpace
-from harness.plan.variants import Sweep, load_sweep, resolve
+from harness.plan.variants import Sweep
 from harness.results.store import check_sweep_id
 from harness.search.analytic import Hardware
 from harness.search.evaluate import SweepEvaluator

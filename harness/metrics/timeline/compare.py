@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness import agreement as scores
 from harness.metrics.hlo.model import HloModule
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import NS, Simulator
 from harness.metrics.timeline.specs import TimelineSpec
-from harness.results import stats
 
 _ESTIMATED = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)"?')
 WORST = 10
@@ -83,13 +83,13 @@ def agreement(
     pred = [predicted_ns[n] for n in names]
     comp = [cycles[n] / clock_hz * NS if clock_hz else cycles[n] for n in names]
     ratios = [p / c for p, c in zip(pred, comp, strict=True)]
-    median = stats.median(ratios)
+    median = scores.median(ratios)
     off = sorted(
         ((n, p, cycles[n], r / median) for n, p, r in zip(names, pred, ratios, strict=True)),
         key=lambda w: (-abs(math.log(w[3])), w[0]),
     )
     unit = "predicted ns / compiler ns" if clock_hz else "predicted ns per compiler cycle"
-    return Agreement(len(names), stats.spearman(pred, comp), median, unit, tuple(off[:WORST]))
+    return Agreement(len(names), scores.spearman(pred, comp), median, unit, tuple(off[:WORST]))
 
 
 def compare_program(module: HloModule | Program, spec: TimelineSpec, clock_hz: float | None = None) -> Agreement | None:

@@ -113,7 +113,7 @@ class Bench:
         return self.root / "tmp"
 
     def variant_id(self, name: str) -> str:
-        from harness.plan.variants import load_sweep
+        from harness.expansion import load_sweep
 
         return next(v.id for v in load_sweep(self.manifest).variants if v.name == name)
 

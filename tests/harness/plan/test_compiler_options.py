@@ -13,9 +13,10 @@ import jax.numpy as jnp
 import pytest
 
 from harness import targets
+from harness.expansion import expand
 from harness.metrics.static import CompilerOptionError, lower_and_compile
 from harness.plan.manifest import Target, parse_manifest
-from harness.plan.variants import expand, resolved_settings, select
+from harness.plan.variants import resolved_settings, select
 from harness.results.record import TargetInfo
 from harness.run.compile_cache import cache_key
 from harness.run.launcher import worker_env
@@ -157,7 +158,7 @@ def test_options_reach_the_compiler_and_an_unknown_one_names_the_key() -> None:
 
 
 def test_experiment_variants_with_the_async_flags(tmp_path: Path) -> None:
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
 
     root = Path(__file__).resolve().parents[3] / "experiments"
     for file, name, ref in (("v6e.toml", "trillium-async", "trillium"), ("v7x.toml", "ironwood-async", "ironwood")):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.model import build_config
-from harness.plan.variants import load_sweep
 from ltx2.sharding import strategy_names
 
 EXPERIMENTS = sorted((Path(__file__).parents[3] / "experiments").glob("*.toml"))

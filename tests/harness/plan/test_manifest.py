@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.plan.manifest import SCHEMA_VERSION, ManifestError, Target, load_manifest
 from harness.plan.toml import format_path, locate
-from harness.plan.variants import load_sweep
 from tests.harness.plan.manifest_cases import BAD, BASE
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.model import build_config
 from harness.plan.manifest import ManifestError, load_manifest
-from harness.plan.variants import load_sweep
 from tests.harness.plan.manifest_cases import BASE
 
 MAXDIFFUSION = Path(__file__).parents[3] / "experiments" / "maxdiffusion-v7x.toml"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.model import build_config
-from harness.plan.variants import ID_LENGTH, Variant, load_sweep, matrix_points, select, variant_id
+from harness.plan.variants import ID_LENGTH, Variant, matrix_points, select, variant_id
 
 HEADER = """\
 schema_version = 1

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import agreement
 from harness.report.predicted import calibration_section
-from harness.results import calibration, stats
+from harness.results import calibration
 from harness.results.store import load_records
 
 _spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
@@ -18,21 +19,21 @@ _spec.loader.exec_module(synthetic)
 
 
 def test_spearman_ranks() -> None:
-    assert stats.spearman([1, 2, 3, 4], [10, 20, 30, 400]) == pytest.approx(1.0)  # monotone, not linear
-    assert stats.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert agreement.spearman([1, 2, 3, 4], [10, 20, 30, 400]) == pytest.approx(1.0)  # monotone, not linear
+    assert agreement.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     # one swapped pair of 4: 1 - 6 * (1 + 1) / (4 * 15) = 0.8
-    assert stats.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
-    assert stats.spearman([1, 2, 3], [1, 1, 2]) == pytest.approx(math.sqrt(3) / 2)  # ties share their mean rank
-    assert math.isnan(stats.spearman([1, 2], [1, 2])) and math.isnan(stats.spearman([1, 2, 3], [5, 5, 5]))
+    assert agreement.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert agreement.spearman([1, 2, 3], [1, 1, 2]) == pytest.approx(math.sqrt(3) / 2)  # ties share their mean rank
+    assert math.isnan(agreement.spearman([1, 2], [1, 2])) and math.isnan(agreement.spearman([1, 2, 3], [5, 5, 5]))
     with pytest.raises(ValueError, match="3 x values but 2"):
-        stats.spearman([1, 2, 3], [1, 2])
+        agreement.spearman([1, 2, 3], [1, 2])
 
 
 def test_median_abs_log_ratio() -> None:
-    assert stats.median_abs_log_ratio([1.5, 1.0, 0.5], [1.0, 1.0, 1.0]) == pytest.approx(math.log(1.5))
-    assert stats.median_abs_log_ratio([2.0, 0.5], [1.0, 1.0]) == pytest.approx(math.log(2))  # either way alike
+    assert agreement.median_abs_log_ratio([1.5, 1.0, 0.5], [1.0, 1.0, 1.0]) == pytest.approx(math.log(1.5))
+    assert agreement.median_abs_log_ratio([2.0, 0.5], [1.0, 1.0]) == pytest.approx(math.log(2))  # either way alike
     with pytest.raises(ValueError, match="positive"):
-        stats.median_abs_log_ratio([0.0], [1.0])
+        agreement.median_abs_log_ratio([0.0], [1.0])
 
 
 def _record(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.plan.manifest import Run
-from harness.plan.variants import load_sweep
 from harness.results import record as rec
 from harness.results.record import RECORD_VERSION, Outcome, Record, RecordError, build_record, parse, upgrade
 

@@ -21,8 +21,8 @@ def main(manifest: str, processes: int, process_id: int, coordinator: str, out: 
     import numpy as np
     from jax.experimental import multihost_utils
 
+    from harness.expansion import load_sweep
     from harness.model import build_config, model_workload
-    from harness.plan.variants import load_sweep
     from harness.run.jax_stage import JaxStage
     from ltx2 import build_mesh, build_stage
 

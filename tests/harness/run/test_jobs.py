@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from harness import cli
-from harness.plan.variants import load_sweep
+from harness.expansion import load_sweep
 from harness.results.store import load_records
 from harness.run import parallel
 from harness.run.launcher import LocalLauncher

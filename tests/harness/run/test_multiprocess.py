@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.expansion import load_sweep
 from harness.plan.manifest import ManifestError
-from harness.plan.variants import load_sweep
 from harness.run.distributed import merge_results
 from harness.run.launcher import DEVICE_COUNT_FLAG, free_port, worker_env
 from harness.run.runner import worker_spec

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.plan.variants import load_sweep
+from harness.expansion import load_sweep
 from harness.results.store import load_records
 from harness.run.launcher import DEVICE_COUNT_FLAG, LocalLauncher, worker_command, worker_env
 from harness.run.runner import SweepOptions, run_sweep, worker_spec

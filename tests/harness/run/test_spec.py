@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.plan.manifest import Run, Target, Workload
-from harness.plan.variants import load_sweep
 from harness.run.runner import worker_spec
 from harness.run.spec import SPEC_VERSION, WorkerSpec, resolve_mode
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.expansion import load_sweep
 from harness.model import build_config, rules_of
 from harness.plan.manifest import load_manifest
-from harness.plan.variants import load_sweep
 from harness.search.output import console_table, mark_ties, rank_agreement, rows, toml_value, write_outputs
 from harness.search.strategy import search
 from tests.harness.search.test_search_manifest import HEAD

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.expansion import load_sweep
 from harness.model import rules_of
-from harness.plan.variants import load_sweep
 from ltx2 import sharding
 from tests.ltx2.test_strategies import _check_step
 

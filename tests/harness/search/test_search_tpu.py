@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.variants import load_sweep
+from harness.expansion import load_sweep
 
 REPO = Path(__file__).resolve().parents[3]
 

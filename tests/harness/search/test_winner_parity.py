@@ -12,8 +12,9 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
+from harness.expansion import load_sweep
 from harness.model import rules_of
-from harness.plan.variants import Variant, load_sweep
+from harness.plan.variants import Variant
 from ltx2 import LTX2Transformer, sharding
 from tests.ltx2 import test_strategies as ts
 
