@@ -12,12 +12,12 @@ for timings, its raw samples. Two searches:
 * :func:`bisect_timing` for timings, as Chromium's Pinpoint does: samples of a commit are taken in
   rounds interleaved with runs of GOOD and BAD (so a busy spell of the machine lands on both sides),
   and a comparison is decided by :func:`harness.results.stats.timing_shift` (a two-sided
-  Mann-Whitney test at ``alpha / max_rounds`` per look, Bonferroni over the looks, and a median
-  ratio of at least ``min_ratio``). GOOD and BAD must first be shown to differ; a commit then
-  counts as bad when it is significantly slower than GOOD and its median is nearer BAD's (on a log
-  scale), good when it is significantly faster than BAD and nearer GOOD's. A comparison that stays
-  undecided after ``max_rounds`` rounds, or a search that spends its run budget, ends as "could
-  not decide", with the narrowest range known.
+  Mann-Whitney test on pairs of consecutive calls at ``alpha / max_rounds`` per look, Bonferroni
+  over the looks, and a median ratio of at least ``min_ratio``). GOOD and BAD must first be shown
+  to differ; a commit then counts as bad when it is significantly slower than GOOD and its median
+  is nearer BAD's (on a log scale), good when it is significantly faster than BAD and nearer
+  GOOD's. A comparison that stays undecided after ``max_rounds`` rounds, or a search that spends
+  its run budget, ends as "could not decide", with the narrowest range known.
 """
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ class TimingPlan:
 
     def describe(self) -> str:
         return (
-            f"two-sided Mann-Whitney on interleaved samples, p < {self.alpha:g}/{self.max_rounds} per look "
+            f"two-sided Mann-Whitney on interleaved samples (pairs of calls), p < {self.alpha:g}/{self.max_rounds} "
+            "per look "
             f"(Bonferroni over {self.max_rounds} rounds) and a median ratio >= {self.min_ratio:g}; "
             f"budget {self.budget} runs"
         )

@@ -8,7 +8,7 @@ baseline was recorded at.
 Deterministic metrics (collectives, memory, FLOPs, recompiles): binary search, at most
 ceil(log2 N) + 1 runs for N commits; a commit is bad when its value regressed from GOOD's beyond
 the manifest's [gate] tolerance for the metric. Timings (``time``): interleaved sampling as
-Chromium's Pinpoint does, two-sided Mann-Whitney per look at alpha / rounds (Bonferroni) and a
+Chromium's Pinpoint does, two-sided Mann-Whitney (pairs of calls) per look at alpha / rounds (Bonferroni) and a
 median ratio of at least --min-ratio; "could not decide" when GOOD and BAD are not shown to differ
 or a commit stays between them within --max-rounds, or the --budget of runs is spent.
 

@@ -19,7 +19,7 @@ the manifest's ``[gate] tolerances`` (counts exact by default); any increase in
 recompiles fails; a stage that fit the device's memory in the baseline and does not now
 (``does-not-fit``) fails (its measured metrics, not taken, are not "missing"); a timing
 fails only with a median ratio above ``timing_ratio``
-*and* a Mann-Whitney p-value below ``alpha``. Timings are gated only when both runs
+*and* a Mann-Whitney p-value (on pairs of consecutive calls) below ``alpha``. Timings are gated only when both runs
 come from the same kind of machine (CPU model, device kind and count), since a
 committed baseline's timings say nothing about a different machine's speed;
 deterministic metrics are gated everywhere.
