@@ -31,7 +31,8 @@ METRICS: dict[str, str] = {
     "diffusion_s": "seconds per video in the denoising loop",
     "text_encode_s": "seconds per video in text encoding",
 }
-FRACTIONS = frozenset({"all_gather_wasted_fraction"})
+AG_WASTED, VIDEO_S, DIFFUSION_S = "all_gather_wasted_fraction", "video_s", "diffusion_s"
+FRACTIONS = frozenset({AG_WASTED})
 _KEYS = ("source", "hardware", "description", "diffusion_stage", "rungs")
 
 
@@ -66,6 +67,12 @@ class Reference:
             "diffusion_stage": self.diffusion_stage,
             "rungs": [{"variant": r.variant, "values": dict(r.values), "note": r.note} for r in self.rungs],
         }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Reference:
+        """The table back from :meth:`to_dict`'s form (as a record carries it)."""
+        rungs = tuple(Rung(r["variant"], tuple(r["values"].items()), r.get("note", "")) for r in raw["rungs"])
+        return cls(raw["source"], raw["hardware"], rungs, raw.get("description", ""), raw["diffusion_stage"])
 
 
 def _rung(name: str, raw: Any) -> Rung:

@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from harness.fmt import fmt_bytes, fmt_time
 from harness.report import tables
 from harness.results.diff import Delta, StageDiff
+from harness.results.families import Predicted
 from harness.results.record import Record
 from harness.vocabulary import label
 
@@ -40,9 +40,9 @@ def grid(rows: list[list[str]], right_from: int) -> list[str]:
     return lines
 
 
-def _shares(predicted: Mapping[str, Any]) -> str:
+def _shares(predicted: Predicted) -> str:
     """``12/30``: the predicted step's exposed all-gather and wasted shares, in percent."""
-    ag, wasted = predicted.get("exposed_all_gather_fraction"), predicted.get("wasted_fraction")
+    ag, wasted = predicted.exposed_all_gather_fraction, predicted.wasted_fraction
     return "-" if ag is None or wasted is None else f"{ag * 100:.0f}/{wasted * 100:.0f}"
 
 
@@ -82,12 +82,12 @@ DROP_ORDER = ("rcmp", "scoped", "wasted", "colls", "AG/wst%", "coll bytes", "com
 
 def _summary_cells(records: Sequence[Record]) -> list[list[str]]:
     coverage = {
-        (r.variant.name, s): (e.trace or {}).get("scope_coverage") for r in records for s, e in r.stages.items()
+        (r.variant.name, s): e.trace.scope_coverage if e.trace else None for r in records for s, e in r.stages.items()
     }
-    pred = {(r.variant.name, s): e.predicted or {} for r in records for s, e in r.stages.items()}
+    pred = {(r.variant.name, s): e.predicted or Predicted() for r in records for s, e in r.stages.items()}
     rows = []
     for r in tables.stage_rows(records):
-        p = pred.get((r.variant, r.stage)) or {}
+        p = pred.get((r.variant, r.stage)) or Predicted()
         speedup = "-" if r.speedup_note is None else r.speedup_note.split(" ")[0]  # "n/a (different workload)": n/a
         rows.append(
             [
@@ -96,7 +96,7 @@ def _summary_cells(records: Sequence[Record]) -> list[list[str]]:
                 r.status,
                 fmt_time(r.time.median if r.time else None),
                 speedup,
-                fmt_time(p.get("step_s")),
+                fmt_time(p.step_s),
                 _shares(p),
                 fmt_time(r.compile_s),
                 _cell(r.recompiles, ".0f"),

@@ -15,15 +15,15 @@ import html
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.report import predicted
 from harness.report.charts import bar_chart
-from harness.report.static_text import attributed, static_attributed
+from harness.report.static_text import COVERAGE_KEYS, attributed, static_attributed
 from harness.report.tables import XPROF_PORT
 from harness.results.diff import Delta, StageDiff
+from harness.results.families import Attribution, ScopeStatic, Trace
 from harness.results.record import Record, StageEntry
 from harness.vocabulary import UNATTRIBUTED, label
 
@@ -44,11 +44,12 @@ def _slug(*parts: str) -> str:
 
 def trace_block(r: Record, stage: str, entry: StageEntry, out_dir: str | Path) -> str:
     """The trace's folder (link), the command that opens it, and the Perfetto Chrome-JSON."""
-    path = r.artifacts.traces.get(stage) or (entry.trace or {}).get("log_dir")
+    trace = entry.trace or Trace()
+    path = r.artifacts.traces.get(stage) or trace.log_dir
     if not path:
         return '<p class="note">No trace of this stage.</p>'
     rel = Path(os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))).as_posix()
-    chrome = (entry.trace or {}).get("chrome_trace")
+    chrome = trace.chrome_trace
     perfetto = ""
     if chrome:
         crel = Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix()
@@ -64,37 +65,39 @@ def trace_block(r: Record, stage: str, entry: StageEntry, out_dir: str | Path) -
 
 
 def coverage_line(entry: StageEntry) -> str:
-    trace, attribution = entry.trace or {}, (entry.static or {}).get("attribution") or {}
-    cov = attribution.get("coverage") or {}
-    by_scope = trace.get("by_scope") or {}
-    rest = by_scope.get(UNATTRIBUTED)
+    trace, attribution = entry.trace or Trace(), _attribution(entry)
+    cov = attribution.coverage or {}
+    rest = (trace.by_scope or {}).get(UNATTRIBUTED)
     return (
         '<p class="coverage">Attributed to a model scope: traced op time '
-        f"{attributed(trace.get('scope_coverage'), trace.get('scope_inferred'))}"
+        f"{attributed(trace.scope_coverage, trace.scope_inferred)}"
         f"{f' (unattributed {_ms_ns(rest)} per step)' if rest else ''}, FLOPs {static_attributed(cov, 'flops')}, "
         f"bytes {static_attributed(cov, 'bytes')}, collective bytes {static_attributed(cov, 'collective_bytes')}.</p>"
     )
 
 
-def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], table_id: str, what: str) -> str:
+def _attribution(entry: StageEntry) -> Attribution:
+    return (entry.static.attribution if entry.static else None) or Attribution()
+
+
+def scope_time_table(by_scope: Mapping[str, float], static: Attribution, table_id: str, what: str) -> str:
     """Time per step by scope (``by_scope``: ns, from any timeline) beside the static FLOPs, bytes and
     collectives of the same scopes; sortable, filterable, with a chart of the largest."""
-    statics = static.get("by_scope") or {}
+    statics = static.by_scope or {}
     scopes = sorted(set(by_scope) | set(statics), key=lambda s: -by_scope.get(s, 0.0))
     total = sum(by_scope.values()) or None
     rows = []
     for s in scopes:
-        ns, st = by_scope.get(s), statics.get(s) or {}
-        colls = st.get("collectives") or {}
-        count = sum(c.get("count", 0) for c in colls.values())
-        nbytes = sum(c.get("bytes", 0) for c in colls.values())
+        ns, st = by_scope.get(s), statics.get(s) or ScopeStatic()
+        colls = st.collectives or {}
+        count, nbytes = st.collective_count, st.collective_bytes
         rows.append(
             "<tr>"
             + ui.cell(label(s), left=True)
             + ui.cell(_ms_ns(ns), ns or 0)
             + ui.cell(fmt_pct(ns / total if ns is not None and total else None), ns or 0)
-            + ui.cell(fmt_flops(st.get("flops")), st.get("flops") or 0)
-            + ui.cell(fmt_bytes(st.get("bytes")), st.get("bytes") or 0)
+            + ui.cell(fmt_flops(st.flops), st.flops or 0)
+            + ui.cell(fmt_bytes(st.bytes), st.bytes or 0)
             + ui.cell(fmt_num(count) if colls else "-", count)
             + ui.cell(fmt_bytes(nbytes) if colls else "-", nbytes)
             + "</tr>"
@@ -108,17 +111,17 @@ def scope_time_table(by_scope: Mapping[str, float], static: Mapping[str, Any], t
 
 
 def top_ops_table(entry: StageEntry, table_id: str, n: int = 15) -> str:
-    ops = list((entry.trace or {}).get("top_ops") or ())[:n]
+    ops = list((entry.trace.top_ops if entry.trace else None) or ())[:n]
     if not ops:
         return ""
     rows = [
         "<tr>"
-        + ui.cell(f"<code>{e(str(o.get('op')))}</code>", left=True, raw=True)
-        + ui.cell(label(str(o.get("scope") or "")), left=True)
-        + ui.cell(str(o.get("source") or "-"), left=True)
-        + ui.cell(str(o.get("category")), left=True)
-        + ui.cell(fmt_num(o.get("count")), o.get("count") or 0)
-        + ui.cell(fmt_time((o.get("total_ns") or 0) / 1e9), o.get("total_ns") or 0)
+        + ui.cell(f"<code>{e(str(o.op))}</code>", left=True, raw=True)
+        + ui.cell(label(str(o.scope or "")), left=True)
+        + ui.cell(str(o.source or "-"), left=True)
+        + ui.cell(str(o.category), left=True)
+        + ui.cell(fmt_num(o.count), o.count or 0)
+        + ui.cell(fmt_time((o.total_ns or 0) / 1e9), o.total_ns or 0)
         + "</tr>"
         for o in ops
     ]
@@ -128,18 +131,18 @@ def top_ops_table(entry: StageEntry, table_id: str, n: int = 15) -> str:
 
 
 def collective_sites_table(entry: StageEntry, table_id: str) -> str:
-    sites = ((entry.static or {}).get("attribution") or {}).get("collective_sites") or []
+    sites = _attribution(entry).collective_sites or ()
     if not sites:
         return '<p class="note">No collectives in this program.</p>'
     rows = [
         "<tr>"
-        + ui.cell(label(s.get("scope", "")), left=True)
-        + ui.cell(str(s.get("kind")), left=True)
-        + ui.cell(fmt_num(s.get("count")), s.get("count") or 0)
-        + ui.cell(fmt_bytes(s.get("bytes")), s.get("bytes") or 0)
-        + ui.cell(str(s.get("cause") or "-"), left=True)
-        + ui.cell(", ".join(s.get("axes") or ()) or "-", left=True)
-        + ui.cell(str(s.get("logical") or "-"), left=True)
+        + ui.cell(label(s.scope or ""), left=True)
+        + ui.cell(str(s.kind), left=True)
+        + ui.cell(fmt_num(s.count), s.count or 0)
+        + ui.cell(fmt_bytes(s.bytes), s.bytes or 0)
+        + ui.cell(str(s.cause or "-"), left=True)
+        + ui.cell(", ".join(s.axes or ()) or "-", left=True)
+        + ui.cell(str(s.logical or "-"), left=True)
         + "</tr>"
         for s in sites
     ]
@@ -236,7 +239,6 @@ def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], S
         parts = []
         for stage, entry in r.stages.items():
             slug = _slug(r.variant.name, stage)
-            trace = entry.trace or {}
             parts.append(
                 f"<h4>{e(stage)}</h4>{trace_block(r, stage, entry, out_dir)}{coverage_line(entry)}"
                 + predicted.gantt_block(entry, f"gantt-{slug}", f"{r.variant.name} / {stage}")
@@ -246,8 +248,8 @@ def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], S
                 continue
             parts.append(
                 scope_time_table(
-                    trace.get("by_scope") or {},
-                    (entry.static or {}).get("attribution") or {},
+                    (entry.trace.by_scope if entry.trace else None) or {},
+                    _attribution(entry),
                     f"scopes-{slug}",
                     f"{r.variant.name} / {stage}",
                 )
@@ -278,13 +280,13 @@ def coverage_section(records: Sequence[Record]) -> str:
     rows = []
     for r in records:
         for stage, entry in r.stages.items():
-            trace, cov = entry.trace or {}, ((entry.static or {}).get("attribution") or {}).get("coverage") or {}
-            if not trace.get("scope_coverage") and not cov:
+            trace, cov = entry.trace or Trace(), _attribution(entry).coverage or {}
+            if not trace.scope_coverage and not cov:
                 continue
-            rest = (trace.get("by_scope") or {}).get(UNATTRIBUTED)
-            traced = trace.get("scope_coverage")
-            statics = [(static_attributed(cov, k), cov.get(k)) for k in ("flops", "bytes", "collective_bytes")]
-            values = [(attributed(traced, trace.get("scope_inferred")), traced), *statics]
+            rest = (trace.by_scope or {}).get(UNATTRIBUTED)
+            traced = trace.scope_coverage
+            statics = [(static_attributed(cov, k), cov.get(k)) for k in COVERAGE_KEYS]
+            values = [(attributed(traced, trace.scope_inferred), traced), *statics]
             rows.append(
                 f'<tr data-variant="{e(r.variant.name)}">'
                 + ui.cell(r.variant.name, left=True)

@@ -21,6 +21,7 @@ from harness.report import detail, plots, predicted, tables, xprof
 from harness.report import interactive as ui
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
 from harness.results.diff import StageDiff, reference_diffs
+from harness.results.families import TargetMemory
 from harness.results.record import Record, StageEntry
 from harness.results.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
 
@@ -103,7 +104,7 @@ def header_section(info: Mapping[str, Any], title: str | None) -> str:
     manifest = info["manifest"]
     versions = ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items()) if v)
     commit = ", ".join(c[:12] for c in info["commits"]) + (" (dirty tree)" if info["dirty"] else "")
-    mesh = ", ".join(f"{a}={s}" for a, s in (t.get("mesh") or {}).items())
+    mesh = ", ".join(f"{a}={s}" for a, s in (t["mesh"] if "mesh" in t else {}).items())
     span = f"{info['span'][0]} to {info['span'][1]}" if info["span"] else "-"
     items = [
         (
@@ -197,8 +198,9 @@ def _fits(row: tables.TargetRow) -> str:
 
 def _unfit(entry: StageEntry) -> str:
     """Why a stage read as does-not-fit from its target analysis (records without an error text)."""
-    memory = ((entry.static or {}).get("target") or {}).get("memory") or {}
-    needed, hbm = memory.get("needed_bytes"), memory.get("hbm_bytes")
+    target = entry.static.target if entry.static else None
+    memory = (target.memory if target else None) or TargetMemory()
+    needed, hbm = memory.needed_bytes, memory.hbm_bytes
     return f"needs {fmt_bytes(needed)} per device, the target has {fmt_bytes(hbm)}" if needed else entry.status
 
 
@@ -265,9 +267,9 @@ def collectives_section(records: Sequence[Record]) -> str:
             for kind, c in tables.collectives_by_kind(r, stage).items():
                 body.append(
                     f'<tr><td class="l">{e(r.variant.name)}</td><td class="l">{e(stage)}</td>'
-                    f'<td class="l">{e(kind)}</td><td>{fmt_num(c.get("count"))}</td>'
-                    f"<td>{fmt_html(c.get('operand_bytes'), 'bytes')}</td>"
-                    f"<td>{fmt_html(c.get('result_bytes'), 'bytes')}</td>"
+                    f'<td class="l">{e(kind)}</td><td>{fmt_num(c.count)}</td>'
+                    f"<td>{fmt_html(c.operand_bytes, 'bytes')}</td>"
+                    f"<td>{fmt_html(c.result_bytes, 'bytes')}</td>"
                     "</tr>"
                 )
     if not body:

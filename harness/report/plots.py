@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.report.tables import StageRow, ok_records
+from harness.results.families import Trace
 from harness.results.record import Record
 from harness.vocabulary import COMPUTE, KINDS
 
@@ -75,20 +76,20 @@ def stage_times(rows: Sequence[StageRow]) -> str | None:
     return to_png(fig)
 
 
-def _breakdown(trace: Mapping[str, Any]) -> dict[str, float] | None:
+def _breakdown(trace: Trace) -> dict[str, float] | None:
     """Mean ms per traced step per device: compute, exposed time by collective kind, idle."""
-    devices = [d for d in trace.get("devices") or () if d.get("window_ns")]
+    devices = [d for d in trace.devices or () if d.window_ns]
     if not devices:
         return None
-    steps = max(1, int(trace.get("steps") or 1))
+    steps = max(1, int(trace.steps or 1))
     out: dict[str, float] = {COMPUTE: 0.0}
     for d in devices:
-        out[COMPUTE] += d.get("compute_ns", 0.0)
-        by_kind = d.get("collective_ns_by_kind") or {}
+        out[COMPUTE] += d.compute_ns or 0.0
+        by_kind = d.collective_ns_by_kind or {}
         total = sum(by_kind.values())
         for kind, ns in by_kind.items():  # share the exposed time out by each kind's covered time
-            out[kind] = out.get(kind, 0.0) + (d.get("exposed_collective_ns", 0.0) * ns / total if total else 0.0)
-        out["idle"] = out.get("idle", 0.0) + d.get("idle_ns", 0.0)
+            out[kind] = out.get(kind, 0.0) + ((d.exposed_collective_ns or 0.0) * ns / total if total else 0.0)
+        out["idle"] = out.get("idle", 0.0) + (d.idle_ns or 0.0)
     return {k: v / len(devices) / steps / 1e6 for k, v in out.items()}
 
 
@@ -98,7 +99,7 @@ def time_breakdown(records: Sequence[Record]) -> str | None:
         (r.variant.name, stage, b)
         for r in ok_records(records)
         for stage, entry in r.stages.items()
-        if (b := _breakdown(entry.trace or {})) is not None
+        if entry.trace is not None and (b := _breakdown(entry.trace)) is not None
     ]
     if not bars:
         return None
@@ -129,9 +130,9 @@ def collective_bytes(records: Sequence[Record]) -> str | None:
     bars = []
     for r in ok_records(records):
         for stage, entry in r.stages.items():
-            by_kind = ((entry.static or {}).get("collectives") or {}).get("by_kind")
-            if by_kind is not None:
-                bars.append((r.variant.name, stage, {k: c.get("operand_bytes", 0) for k, c in by_kind.items()}))
+            colls = entry.static.collectives if entry.static else None
+            if colls is not None and colls.by_kind is not None:
+                bars.append((r.variant.name, stage, {k: c.operand_bytes or 0 for k, c in colls.by_kind.items()}))
     if not bars or not any(sum(b.values()) for _, _, b in bars):
         return None
     n_stages = len({s for _, s, _ in bars})
@@ -155,7 +156,7 @@ def memory(records: Sequence[Record]) -> str | None:
         (r.variant.name, stage, m)
         for r in ok_records(records)
         for stage, entry in r.stages.items()
-        if (m := (entry.static or {}).get("memory"))
+        if entry.static and (m := entry.static.memory)
     ]
     if not bars:
         return None
@@ -163,10 +164,10 @@ def memory(records: Sequence[Record]) -> str | None:
     fig, ax = _figure(len(bars))
     bottom = np.zeros(len(bars))
     for key, label, colour in _MEMORY:
-        vals = np.array([(m.get(key) or 0) / MIB for _, _, m in bars])
+        vals = np.array([(getattr(m, key) or 0) / MIB for _, _, m in bars])
         ax.bar(range(len(bars)), vals, 0.6, bottom=bottom, label=label, color=colour)
         bottom += vals
-    peaks = [(m.get("bound_bytes") or m.get("peak_bytes") or 0) / MIB for _, _, m in bars]
+    peaks = [(m.bound_bytes or m.peak_bytes or 0) / MIB for _, _, m in bars]
     ax.scatter(range(len(bars)), peaks, marker="_", s=900, color="black", zorder=3, label="peak (bound)")
     ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
     ax.set_ylabel("MiB per device")

@@ -11,14 +11,14 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.fmt import fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.results import calibration
+from harness.results.families import GanttEvent, Predicted, Roofline, Sensitivity, SensitivityConstant
 from harness.results.record import Record, StageEntry
 from harness.results.uncertain import Uncertain, ranking_text
 
@@ -57,21 +57,20 @@ class PredictedRow:
     host_loop: bool = False  # one measured call is the loop: compare it with the per-video column
 
 
-def sensitivity_line(sens: Mapping[str, Any] | None) -> str:
+def sensitivity_line(sens: Sensitivity | None) -> str:
     """``most sensitive: <constant> +-20% -> step x..y`` from :func:`harness.metrics.timeline.sensitivity`."""
-    if not sens or not sens.get("most"):
+    if not sens or not sens.most:
         return ""
-    one = (sens.get("constants") or {}).get(sens["most"]) or {}
-    low, high = one.get("low_step_s"), one.get("high_step_s")
-    if low is None or high is None:
+    one = (sens.constants or {}).get(sens.most) or SensitivityConstant()
+    if one.low_step_s is None or one.high_step_s is None:
         return ""
-    lo, hi = sorted((float(low), float(high)))
-    factor = float(sens.get("factor", 0.2))
-    return f"most sensitive: {sens['most']} \u00b1{factor:.0%} -> step {fmt_time(lo)}..{fmt_time(hi)}"
+    lo, hi = sorted((float(one.low_step_s), float(one.high_step_s)))
+    factor = float(0.2 if sens.factor is None else sens.factor)
+    return f"most sensitive: {sens.most} \u00b1{factor:.0%} -> step {fmt_time(lo)}..{fmt_time(hi)}"
 
 
 def _measured(entry: StageEntry) -> float | None:
-    xs = sorted(float(s) for s in (entry.measured or {}).get("samples_s") or ())
+    xs = sorted(entry.measured.samples if entry.measured else ())
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2 if xs else None
 
 
@@ -82,23 +81,24 @@ def predicted_rows(records: Sequence[Record]) -> list[PredictedRow]:
             p = entry.predicted
             if not p:
                 continue
-            roof = ((entry.static or {}).get("target") or {}).get("roofline") or {}
+            target = entry.static.target if entry.static else None
+            roof = (target.roofline if target else None) or Roofline()
             rows.append(
                 PredictedRow(
                     r.variant.name,
                     stage,
-                    str((p.get("spec") or {}).get("name") or "-"),
-                    p.get("step_s"),
-                    p.get("video_s"),
-                    int(p.get("calls_per_video") or 1),
-                    p.get("exposed_all_gather_fraction"),
-                    p.get("wasted_fraction"),
-                    (roof.get("step_s"), roof.get("step_serial_s")),
+                    str(p.spec_name or "-"),
+                    p.step_s,
+                    p.video_s,
+                    int(p.calls_per_video or 1),
+                    p.exposed_all_gather_fraction,
+                    p.wasted_fraction,
+                    (roof.step_s, roof.step_serial_s),
                     _measured(entry),  # a host loop's: one call, i.e. its "per video" column
-                    sensitivity_line(p.get("sensitivity")),
-                    p.get("chrome_trace"),
+                    sensitivity_line(p.sensitivity),
+                    p.chrome_trace,
                     Uncertain.of(p),
-                    bool(p.get("host_loop")),
+                    bool(p.host_loop),
                 )
             )
     return rows
@@ -196,15 +196,15 @@ def rankings_html(rows: Sequence[PredictedRow]) -> str:
 GANTT_LABEL_W, GANTT_W, GANTT_ROW, GANTT_TOP, GANTT_AXIS = 150, 560, 20, 24, 22
 
 
-def gantt_svg(events: Sequence[Mapping[str, Any]], chart_id: str, title: str) -> str:
+def gantt_svg(events: Sequence[GanttEvent], chart_id: str, title: str) -> str:
     """One transformer block's predicted timeline: a compute lane and one lane per collective kind
     (each event a bar, its name and times in a tooltip), a time axis in microseconds."""
-    spans = [ev for ev in events if ev.get("end_ns") is not None and ev.get("start_ns") is not None]
+    spans = [ev for ev in events if ev.end_ns is not None and ev.start_ns is not None]
     if not spans:
         return ""
-    lanes = list(dict.fromkeys(str(ev.get("lane") or "compute") for ev in spans))
+    lanes = list(dict.fromkeys(str(ev.lane or "compute") for ev in spans))
     lanes.sort(key=lambda lane: (lane != "compute", lane))
-    end = max(float(ev["end_ns"]) for ev in spans) or 1.0
+    end = max(float(ev.end_ns or 0.0) for ev in spans) or 1.0
     scale = GANTT_W / end
     height = GANTT_TOP + GANTT_ROW * len(lanes) + GANTT_AXIS
     width = GANTT_LABEL_W + GANTT_W + 20
@@ -213,12 +213,10 @@ def gantt_svg(events: Sequence[Mapping[str, Any]], chart_id: str, title: str) ->
         y = GANTT_TOP + i * GANTT_ROW
         parts.append(f'<text class="label" x="{GANTT_LABEL_W - 6}" y="{y + 13}" text-anchor="end">{e(lane)}</text>')
         colour = LANE_COLOURS.get(lane, "#72b7b2")
-        for ev in (ev for ev in spans if str(ev.get("lane") or "compute") == lane):
-            x0, x1 = float(ev["start_ns"]) * scale, float(ev["end_ns"]) * scale
-            tip = (
-                f"{ev.get('name', '')} ({ev.get('category', lane)}) {ev.get('scope') or ''}: "
-                f"{float(ev['start_ns']) / 1e3:.1f}..{float(ev['end_ns']) / 1e3:.1f} us"
-            )
+        for ev in (ev for ev in spans if str(ev.lane or "compute") == lane):
+            start, stop = float(ev.start_ns or 0.0), float(ev.end_ns or 0.0)
+            x0, x1 = start * scale, stop * scale
+            tip = f"{ev.name or ''} ({ev.category or lane}) {ev.scope or ''}: {start / 1e3:.1f}..{stop / 1e3:.1f} us"
             parts.append(
                 f'<rect x="{GANTT_LABEL_W + x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 0.6):.1f}" '
                 f'height="{GANTT_ROW - 6}" fill="{colour}"><title>{e(tip)}</title></rect>'
@@ -241,12 +239,12 @@ def gantt_svg(events: Sequence[Mapping[str, Any]], chart_id: str, title: str) ->
 
 def gantt_block(entry: StageEntry, chart_id: str, label: str) -> str:
     """The stage's predicted block Gantt and sensitivity line for the per-variant detail ("" without one)."""
-    p = entry.predicted or {}
-    svg = gantt_svg(p.get("block_gantt") or (), chart_id, f"Predicted: one transformer block, {label}")
-    line = sensitivity_line(p.get("sensitivity"))
+    p = entry.predicted or Predicted()
+    svg = gantt_svg(p.block_gantt or (), chart_id, f"Predicted: one transformer block, {label}")
+    line = sensitivity_line(p.sensitivity)
     if not svg and not line:
         return ""
-    step = f"predicted step {fmt_time(p.get('step_s'))} ({(p.get('spec') or {}).get('name', '-')})"
+    step = f"predicted step {fmt_time(p.step_s)} ({p.spec_name or '-'})"
     return (
         f'<div class="predicted-detail"><p class="note">{e(step)}; {e(line or "no sensitivity")}</p>' + svg + "</div>"
     )

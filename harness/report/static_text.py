@@ -11,29 +11,39 @@ from typing import Any
 
 from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
 from harness.report.console import WIDTH, grid
+from harness.results.families import (
+    Attribution,
+    CollectiveSite,
+    OnTarget,
+    Roofline,
+    ScopeStatic,
+    Static,
+    TargetMemory,
+    read,
+)
 from harness.vocabulary import label
 
 INDENT = "  "
+INFERRED = "inferred"
 
 
-def _facts(static: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _facts(static: Static) -> list[tuple[str, str]]:
     """(what, value) lines: compile, cost, memory, tokens."""
     out = []
-    if timing := static.get("timing"):
-        lower, compile_s = fmt_time(timing.get("lower_seconds")), fmt_time(timing.get("compile_seconds"))
-        out.append(("compile", f"lower {lower}, compile {compile_s}"))
-    if cost := static.get("cost"):
-        text = f"{fmt_flops(cost.get('flops'))}, {fmt_bytes(cost.get('bytes_accessed'))} accessed"
+    if static.timing:
+        out.append(("compile", f"lower {fmt_time(static.lower_s)}, compile {fmt_time(static.compile_s)}"))
+    if static.cost:
+        text = f"{fmt_flops(static.cost_flops)}, {fmt_bytes(static.cost_bytes)} accessed"
         out.append(("cost / device", text + " (XLA's count: loop bodies once)"))
-    if static.get("analytic_flops") is not None:
-        out.append(("model FLOPs", f"{fmt_flops(static['analytic_flops'])} (analytic, whole program, all devices)"))
-    if memory := static.get("memory"):
+    if static.analytic_flops is not None:
+        out.append(("model FLOPs", f"{fmt_flops(static.analytic_flops)} (analytic, whole program, all devices)"))
+    if memory := static.memory:
         names = ("argument", "output", "temp", "peak", "bound")
-        out.append(("memory / device", ", ".join(f"{n} {fmt_bytes(memory.get(f'{n}_bytes'))}" for n in names)))
-    if tokens := static.get("tokens"):
-        out.append(("tokens", _tokens(tokens)))
-    if oom := static.get("oom"):
-        out.append(("out of memory", str(oom.get("message") or oom)))
+        out.append(("memory / device", ", ".join(f"{n} {fmt_bytes(getattr(memory, f'{n}_bytes'))}" for n in names)))
+    if static.tokens:
+        out.append(("tokens", _tokens(static.tokens)))
+    if static.oom:
+        out.append(("out of memory", static.oom_message))
     return out
 
 
@@ -47,39 +57,35 @@ def _tokens(t: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _target(t: Mapping[str, Any]) -> list[tuple[str, str]]:
-    memory, roof, spec = t.get("memory") or {}, t.get("roofline") or {}, t.get("spec") or {}
-    fit = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[t.get("fits")]
-    need = f"{fmt_bytes(memory.get('needed_bytes'))} of {fmt_bytes(memory.get('hbm_bytes'))} HBM"
-    out = [("target", f"{spec.get('device_kind') or '?'}: {fit} ({need} per device)")]
-    out.append(("FLOPs / device", f"{fmt_flops(t.get('flops_per_device'))} per call"))
-    if roof.get("step_s") is not None:
-        bound = f", {roof['bound_by']}-bound" if roof.get("bound_by") else ""
-        calls = t.get("calls_per_video") or 1
-        video = fmt_time(t.get("roofline_per_video_s"))
-        out.append(("roofline", f"{fmt_time(roof['step_s'])} per call{bound}; {video} per video ({calls} calls)"))
+def _target(t: OnTarget) -> list[tuple[str, str]]:
+    memory, roof = t.memory or TargetMemory(), t.roofline or Roofline()
+    fit = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[t.fits]
+    need = f"{fmt_bytes(memory.needed_bytes)} of {fmt_bytes(memory.hbm_bytes)} HBM"
+    out = [("target", f"{t.device_kind or '?'}: {fit} ({need} per device)")]
+    out.append(("FLOPs / device", f"{fmt_flops(t.flops_per_device)} per call"))
+    if roof.step_s is not None:
+        bound = f", {roof.bound_by}-bound" if roof.bound_by else ""
+        calls = t.calls_per_video or 1
+        video = fmt_time(t.roofline_per_video_s)
+        out.append(("roofline", f"{fmt_time(roof.step_s)} per call{bound}; {video} per video ({calls} calls)"))
     return out
 
 
-def _kinds(static: Mapping[str, Any]) -> list[str]:
-    by_kind = (static.get("collectives") or {}).get("by_kind") or {}
+def _kinds(static: Static) -> list[str]:
+    by_kind = (static.collectives.by_kind if static.collectives else None) or {}
     rows = [["collective (per call)", "count", "operand", "result"]]
     rows += [
-        [k, fmt_num(c["count"]), fmt_bytes(c.get("operand_bytes")), fmt_bytes(c.get("result_bytes"))]
+        [k, fmt_num(c.count), fmt_bytes(c.operand_bytes), fmt_bytes(c.result_bytes)]
         for k, c in by_kind.items()
-        if c.get("count")
+        if c.count
     ]
     return grid(rows, right_from=1) if len(rows) > 1 else []
 
 
-def _collective_bytes(scope: Mapping[str, Any]) -> float:
-    return sum(float(c.get("bytes") or 0) for c in (scope.get("collectives") or {}).values())
-
-
-def _scopes(by_scope: Mapping[str, Mapping[str, Any]], key: str, top: int) -> list[str]:
+def _scopes(by_scope: Mapping[str, ScopeStatic], key: str, top: int) -> list[str]:
     """The ``top`` scopes by ``key`` (flops, bytes or collective bytes) with their share of the total."""
     amount = {
-        s: (_collective_bytes(v) if key == "collectives" else float(v.get(key) or 0)) for s, v in by_scope.items()
+        s: (v.collective_bytes if key == "collectives" else float(getattr(v, key) or 0)) for s, v in by_scope.items()
     }
     total = sum(amount.values())
     ranked = [s for s in sorted(amount, key=lambda s: -amount[s]) if amount[s] > 0][:top]
@@ -92,11 +98,11 @@ def _scopes(by_scope: Mapping[str, Mapping[str, Any]], key: str, top: int) -> li
     rows = [[f"top scopes by {title}", title, "share", *(names[k] for k in others)]]
     for s in ranked:
         v = by_scope[s]
-        colls = sum(float(c.get("count") or 0) for c in (v.get("collectives") or {}).values())
+        colls = v.collective_count
         cells = {
-            "flops": fmt_flops(v.get("flops")),
-            "bytes": fmt_bytes(v.get("bytes")),
-            "collectives": f"{fmt_num(colls)} ({fmt_bytes(_collective_bytes(v))})" if colls else "-",
+            "flops": fmt_flops(v.flops),
+            "bytes": fmt_bytes(v.bytes),
+            "collectives": f"{fmt_num(colls)} ({fmt_bytes(v.collective_bytes)})" if colls else "-",
         }
         rows.append([label(s), show(amount[s]), fmt_pct(amount[s] / total), *(cells[k] for k in others)])
     return _fit(rows, right_from=1)
@@ -114,9 +120,9 @@ def _fit(rows: list[list[str]], right_from: int) -> list[str]:
     return grid(out, right_from=right_from)
 
 
-def _sites(sites: list[Mapping[str, Any]], top: int) -> list[str]:
+def _sites(sites: list[CollectiveSite], top: int) -> list[str]:
     """The ``top`` collective sites by bytes: scope, kind, count, bytes, then the cause on its own lines."""
-    ranked = sorted(sites, key=lambda s: -float(s.get("bytes") or 0))[:top]
+    ranked = sorted(sites, key=lambda s: -float(s.bytes or 0))[:top]
     if not ranked:
         return []
     rows = [["top collective sites (per call)", "kind", "mesh axes", "count", "bytes"]]
@@ -124,14 +130,14 @@ def _sites(sites: list[Mapping[str, Any]], top: int) -> list[str]:
     for s in ranked:
         rows.append(
             [
-                label(str(s.get("scope", ""))),
-                str(s.get("kind")),
-                ", ".join(s.get("axes") or ()) or "-",
-                fmt_num(s.get("count")),
-                fmt_bytes(s.get("bytes")),
+                label(str(s.scope or "")),
+                str(s.kind),
+                ", ".join(s.axes or ()) or "-",
+                fmt_num(s.count),
+                fmt_bytes(s.bytes),
             ]
         )
-        causes.append(str(s.get("cause") or "cause unknown"))
+        causes.append(str(s.cause or "cause unknown"))
     lines = grid(rows, right_from=3)
     out = lines[:2]
     for line, cause in zip(lines[2:], causes, strict=True):
@@ -147,10 +153,15 @@ def attributed(share: float | None, inferred: float | None) -> str:
     return fmt_pct(share) + (f" ({fmt_pct(inferred)} inferred)" if inferred else "")
 
 
+COVERAGE_KEYS = ("flops", "bytes", "collective_bytes")  # the totals a static coverage holds a share of
+
+
 def static_attributed(coverage: Mapping[str, Any], key: str) -> str:
-    """:func:`attributed` of one total (``flops``, ``bytes``, ``collective_bytes``) of a static coverage."""
-    inferred = coverage.get("inferred")
-    return attributed(coverage.get(key), inferred.get(key) if isinstance(inferred, Mapping) else None)
+    """:func:`attributed` of one total (:data:`COVERAGE_KEYS`) of a static coverage (its shares by
+    key, ``inferred``: the same keys, the share of each that was inferred)."""
+    inferred = coverage[INFERRED] if INFERRED in coverage else None
+    share = coverage[key] if key in coverage else None
+    return attributed(share, inferred[key] if isinstance(inferred, Mapping) and key in inferred else None)
 
 
 def _coverage(coverage: Mapping[str, Any]) -> str:
@@ -158,26 +169,27 @@ def _coverage(coverage: Mapping[str, Any]) -> str:
     return ", ".join(
         f"{key.replace('_', ' ')} {static_attributed(coverage, key)}"
         for key, share in coverage.items()
-        if key != "inferred" and isinstance(share, int | float)
+        if key != INFERRED and isinstance(share, int | float)
     )
 
 
-def format_static(static: Mapping[str, Any], top: int = 8) -> list[str]:
+def format_static(raw: Mapping[str, Any], top: int = 8) -> list[str]:
     """The stage's static metrics as lines of at most WIDTH characters (long text wraps)."""
-    facts = _facts(static) + (_target(static["target"]) if static.get("target") else [])
+    static: Static = read(Static, raw)
+    facts = _facts(static) + (_target(static.target) if static.target else [])
     pad = max((len(k) for k, _ in facts), default=0) + 2
     lines = []
     for key, value in facts:
         wrapped = textwrap.wrap(value, WIDTH - len(INDENT) - pad) or [""]
         lines.append(f"{key.ljust(pad)}{wrapped[0]}")
         lines += [" " * pad + w for w in wrapped[1:]]
-    attribution = static.get("attribution") or {}
+    attribution = static.attribution or Attribution()
     blocks = [_kinds(static)]
-    if by_scope := attribution.get("by_scope"):
+    if by_scope := attribution.by_scope:
         blocks += [_scopes(by_scope, key, top) for key in ("flops", "bytes", "collectives")]
-        if coverage := attribution.get("coverage"):
+        if coverage := attribution.coverage:
             blocks.append([f"attributed to a model scope: {_coverage(coverage)}"])
-    blocks.append(_sites(list(attribution.get("collective_sites") or ()), top))
+    blocks.append(_sites(list(attribution.collective_sites or ()), top))
     for block in blocks:
         if block:
             lines += ["", *block]

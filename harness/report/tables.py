@@ -16,6 +16,7 @@ from harness import catalogue
 from harness.results import stats
 from harness.results.compare import flatten_stage
 from harness.results.diff import DIFFERENT_WORKLOAD, comparable
+from harness.results.families import CollectiveTotals, Roofline, TargetMemory
 from harness.results.record import Record, StageEntry
 
 XPROF_PORT = 8791
@@ -73,7 +74,7 @@ def pick_reference(records: Sequence[Record], reference: str | None) -> str | No
 
 
 def _samples(entry: StageEntry) -> list[float]:
-    return [float(s) for s in (entry.measured or {}).get("samples_s") or ()]
+    return entry.measured.samples if entry.measured else []
 
 
 def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[StageRow]:
@@ -147,7 +148,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                     wasted_fraction=_value(m, catalogue.TRACE_WASTED),
                     error=entry.error,
                     speedup_note=note,
-                    scope_coverage=(entry.trace or {}).get("scope_coverage"),
+                    scope_coverage=entry.trace.scope_coverage if entry.trace else None,
                     workload=workload_label(r),
                     under_load=catalogue.TIME in m and m[catalogue.TIME].loaded,
                 )
@@ -170,25 +171,25 @@ def _value(m: Mapping[str, Any], key: str) -> float | None:
     return m[key].value if key in m else None
 
 
-def collectives_by_kind(record: Record, stage: str) -> dict[str, dict[str, float]]:
-    """kind -> {count, operand_bytes, result_bytes} for the kinds that occur in a stage."""
+def collectives_by_kind(record: Record, stage: str) -> dict[str, CollectiveTotals]:
+    """kind -> count, operand and result bytes, for the kinds that occur in a stage."""
     entry = record.stages.get(stage)
-    static = (entry.static if entry is not None else None) or {}
-    by_kind = (static.get("collectives") or {}).get("by_kind") or {}
-    return {k: dict(c) for k, c in by_kind.items() if c.get("count")}
+    static = entry.static if entry is not None else None
+    by_kind = (static.collectives.by_kind if static and static.collectives else None) or {}
+    return {k: c for k, c in by_kind.items() if c.count}
 
 
 def top_ops(record: Record, stage: str, n: int = 10) -> list[dict[str, Any]]:
     entry = record.stages.get(stage)
-    trace = (entry.trace if entry is not None else None) or {}
-    return list((trace.get("top_ops") or [])[:n])
+    trace = entry.trace if entry is not None else None
+    return list(((trace.top_ops if trace else None) or [])[:n])
 
 
 def trace_note(records: Sequence[Record]) -> str | None:
     for r in records:
         for entry in r.stages.values():
-            if note := (entry.trace or {}).get("note"):
-                return str(note)
+            if entry.trace and entry.trace.note:
+                return str(entry.trace.note)
     return None
 
 
@@ -212,7 +213,7 @@ def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLin
         for stage, path in r.artifacts.traces.items():
             href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
             entry = r.stages.get(stage)
-            chrome = (entry.trace or {}).get("chrome_trace") if entry is not None else None
+            chrome = entry.trace.chrome_trace if entry is not None and entry.trace else None
             perfetto = (
                 Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix() if chrome else None
             )
@@ -228,19 +229,19 @@ def header(records: Sequence[Record]) -> dict[str, Any]:
     """Sweep-level facts: manifest, machine, versions, commit, mode, time span."""
     first = next(iter(ok_records(records) or records), None)
     modes = sorted({str(r.target.mode_used) for r in records if r.target.mode_used})
-    commits = sorted({r.git.get("commit") or "unknown" for r in records})
+    commits = sorted({r.commit or "unknown" for r in records})
     times = sorted(t for r in records for t in (r.started_at, r.finished_at) if t)
-    full = first.to_dict() if first is not None else {}
+    full = first.to_dict() if first is not None else None
     return {
-        "sweep_id": full.get("sweep_id"),
-        "manifest": full.get("manifest") or {},
-        "machine": full.get("machine") or {},
-        "versions": full.get("versions") or {},
+        "sweep_id": first.sweep_id if first is not None else None,
+        "manifest": full["manifest"] if full else {},
+        "machine": full["machine"] if full else {},
+        "versions": full["versions"] if full else {},
         "commits": commits,
-        "dirty": any(r.git.get("dirty") for r in records),
+        "dirty": any(r.dirty for r in records),
         "modes": modes,
         "compile_only": modes == ["compile"],
-        "target": full.get("target") or {},
+        "target": full["target"] if full else {},
         "span": (times[0], times[-1]) if times else None,
         "variants": len(records),
         "failed": len(failed_records(records)),
@@ -276,35 +277,35 @@ def target_rows(records: Sequence[Record]) -> list[TargetRow]:
     rows = []
     for r in records:
         for stage, entry in r.stages.items():
-            static = entry.static or {}
-            t = static.get("target")
-            if not t:
+            static = entry.static
+            t = static.target if static else None
+            if not static or not t:
                 continue
-            memory, roof = t.get("memory") or {}, t.get("roofline") or {}
-            per_call = {k: float(c.get("bytes") or 0) for k, c in (t.get("collectives_per_call") or {}).items()}
-            per_video = t.get("collectives_per_video")
+            memory, roof = t.memory or TargetMemory(), t.roofline or Roofline()
+            per_call = {k: float(c.bytes or 0) for k, c in (t.collectives_per_call or {}).items()}
+            per_video = t.collectives_per_video
             rows.append(
                 TargetRow(
                     variant=r.variant.name,
                     stage=stage,
                     mode=r.target.mode_used,
-                    device_kind=(t.get("spec") or {}).get("device_kind"),
-                    fits=t.get("fits"),
-                    needed_bytes=memory.get("needed_bytes"),
-                    hbm_bytes=memory.get("hbm_bytes"),
-                    argument_bytes=memory.get("argument_bytes"),
-                    temp_bytes=memory.get("temp_bytes"),
+                    device_kind=t.device_kind,
+                    fits=t.fits,
+                    needed_bytes=memory.needed_bytes,
+                    hbm_bytes=memory.hbm_bytes,
+                    argument_bytes=memory.argument_bytes,
+                    temp_bytes=memory.temp_bytes,
                     collective_bytes_per_call=per_call,
                     collective_bytes_per_video=(
-                        sum(float(c.get("bytes") or 0) for c in per_video.values()) if per_video is not None else None
+                        sum(float(c.bytes or 0) for c in per_video.values()) if per_video is not None else None
                     ),
-                    calls_per_video=int(t.get("calls_per_video") or 1),
-                    flops_per_device=t.get("flops_per_device"),
-                    step_s=roof.get("step_s"),
-                    step_serial_s=roof.get("step_serial_s"),
-                    bound_by=roof.get("bound_by"),
-                    video_s=t.get("roofline_per_video_s"),
-                    compile_s=(static.get("timing") or {}).get("compile_seconds"),
+                    calls_per_video=int(t.calls_per_video or 1),
+                    flops_per_device=t.flops_per_device,
+                    step_s=roof.step_s,
+                    step_serial_s=roof.step_serial_s,
+                    bound_by=roof.bound_by,
+                    video_s=t.roofline_per_video_s,
+                    compile_s=static.compile_s,
                 )
             )
     return rows
@@ -316,8 +317,10 @@ def target_assumptions(records: Sequence[Record]) -> tuple[list[str], list[str]]
     sources: dict[str, None] = {}
     for r in records:
         for entry in r.stages.values():
-            t = (entry.static or {}).get("target") or {}
-            assumptions.update(dict.fromkeys((t.get("roofline") or {}).get("assumptions") or ()))
-            if src := (t.get("spec") or {}).get("source"):
+            t = entry.static.target if entry.static else None
+            if t is None:
+                continue
+            assumptions.update(dict.fromkeys((t.roofline.assumptions if t.roofline else None) or ()))
+            if src := t.spec_source:
                 sources[src] = None
     return list(assumptions), list(sources)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.fmt import fmt_pct, fmt_time
+from harness.plan.reference import AG_WASTED, DIFFUSION_S, VIDEO_S, Reference
+from harness.results.families import Predicted, XprofNode, XprofProfile
 from harness.results.record import Record
 
 e = html.escape
@@ -63,21 +65,21 @@ class XprofRow:
     wasted: float | None = None
 
 
-def _top(profile: Mapping[str, Any], n: int = 3) -> str:
-    cats = profile.get("categories") or {}
-    ranked = sorted(cats.items(), key=lambda kv: -kv[1].get("wasted_fraction", 0.0))[:n]
-    return ", ".join(f"{k} {fmt_pct(v.get('wasted_fraction'))}" for k, v in ranked)
+def _top(profile: XprofProfile, n: int = 3) -> str:
+    cats = (profile.categories or {}).items()
+    ranked = sorted(cats, key=lambda kv: -(kv[1].wasted_fraction or 0.0))[:n]
+    return ", ".join(f"{k} {fmt_pct(v.wasted_fraction)}" for k, v in ranked)
 
 
-def _row(variant: str, stage: str, source: str, profile: Mapping[str, Any], **ours: float | None) -> XprofRow:
-    root = profile.get("root") or {}
+def _row(variant: str, stage: str, source: str, profile: XprofProfile, **ours: float | None) -> XprofRow:
+    root = profile.root or XprofNode()
     return XprofRow(
         variant,
         stage,
         source,
-        profile.get("all_gather_wasted_fraction"),
-        root.get("flops_utilization"),
-        root.get("hbm_bw_utilization"),
+        profile.all_gather_wasted_fraction,
+        root.flops_utilization,
+        root.hbm_bw_utilization,
         _top(profile),
         **ours,
     )
@@ -88,25 +90,25 @@ def xprof_rows(records: Sequence[Record]) -> list[XprofRow]:
     out = []
     for r in records:
         for stage, entry in r.stages.items():
-            p = entry.predicted or {}
-            if p.get("xprof"):
-                ours = {"exposed_ag": p.get("exposed_all_gather_fraction"), "wasted": p.get("wasted_fraction")}
-                out.append(_row(r.variant.name, stage, "predicted", p["xprof"], **ours))
-            t = (entry.trace or {}).get("xprof")
+            p = entry.predicted
+            if p is not None and p.xprof:
+                ours = {"exposed_ag": p.exposed_all_gather_fraction, "wasted": p.wasted_fraction}
+                out.append(_row(r.variant.name, stage, "predicted", p.xprof, **ours))
+            t = entry.trace.xprof if entry.trace is not None else None
             if t:
                 out.append(_row(r.variant.name, stage, "trace", t))
-                if t.get("converter"):
-                    out.append(_row(r.variant.name, stage, "trace (xprof converter)", t["converter"]))
+                if t.converter:
+                    out.append(_row(r.variant.name, stage, "trace (xprof converter)", t.converter))
     return out
 
 
 # ---------------------------------------------------------------- the published ladder
 
 
-def load_reference(records: Sequence[Record]) -> tuple[Mapping[str, Any] | None, str]:
+def load_reference(records: Sequence[Record]) -> tuple[Reference | None, str]:
     """The published ``[reference]`` the records carry (``manifest.reference``), and a note ("" or
     that the records carry different tables, of which the first is shown)."""
-    tables = [r.manifest.reference for r in records if r.manifest.reference]
+    tables = [t for r in records if (t := r.manifest.published()) is not None]
     if not tables:
         return None, ""
     differ = any(t != tables[0] for t in tables)
@@ -128,25 +130,25 @@ class LadderRow:
     why: str = ""
 
 
-def _predicted(record: Record | None, stage: str) -> Mapping[str, Any]:
+def _predicted(record: Record | None, stage: str) -> Predicted:
     entry = record.stages.get(stage) if record else None
-    return (entry.predicted or {}) if entry else {}
+    return (entry.predicted if entry else None) or Predicted()
 
 
-def _by_scope_category(p: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+def _by_scope_category(p: Predicted) -> dict[tuple[str, str], float]:
     """Critical-path ns per video by (scope, first levels; category)."""
-    calls = p.get("calls_per_video") or 1
+    calls = p.calls_per_video or 1
     out: dict[tuple[str, str], float] = defaultdict(float)
-    for c in p.get("critical_path") or ():
-        scope = "/".join((c.get("scope") or "(no scope)").split("/")[:SCOPE_DEPTH])
-        out[(scope, c.get("category", "?"))] += c.get("ns", 0.0) * calls
+    for c in p.critical_path or ():
+        scope = "/".join((c.scope or "(no scope)").split("/")[:SCOPE_DEPTH])
+        out[(scope, c.category or "?")] += (c.ns or 0.0) * calls
     return out
 
 
-def _categories(p: Mapping[str, Any]) -> dict[str, float]:
-    calls = p.get("calls_per_video") or 1
-    cats = (p.get("xprof") or {}).get("categories") or {}
-    return {k: v.get("time_ns", 0.0) * calls for k, v in cats.items()}
+def _categories(p: Predicted) -> dict[str, float]:
+    calls = p.calls_per_video or 1
+    cats = (p.xprof.categories if p.xprof else None) or {}
+    return {k: (v.time_ns or 0.0) * calls for k, v in cats.items()}
 
 
 def _largest(base: Mapping[Any, float], head: Mapping[Any, float]) -> tuple[Any, float] | None:
@@ -173,26 +175,28 @@ def why(base: Record | None, head: Record | None, stage: str) -> str:
     return "; ".join(parts)
 
 
-def ladder_rows(records: Sequence[Record], reference: Mapping[str, Any]) -> list[LadderRow]:
-    """One row per rung of ``reference`` (its ``to_dict()`` form), in its order."""
+def ladder_rows(records: Sequence[Record], reference: Reference) -> list[LadderRow]:
+    """One row per rung of ``reference``, in its order."""
     by_name = {r.variant.name: r for r in records}
-    stage = reference.get("diffusion_stage", "denoise_loop")
+    stage = reference.diffusion_stage
     out = []
     previous: Record | None = None
-    for rung in reference.get("rungs", ()):
-        record = by_name.get(rung["variant"])
+    for rung in reference.rungs:
+        record = by_name.get(rung.variant)
         p = _predicted(record, stage)
-        per_video = {s: (e.predicted or {}).get("video_s") for s, e in (record.stages if record else {}).items()}
+        per_video = {
+            s: e.predicted.video_s if e.predicted else None for s, e in (record.stages if record else {}).items()
+        }
         have = [v for v in per_video.values() if v is not None]
         out.append(
             LadderRow(
-                rung["variant"],
-                rung.get("values", {}),
-                (p.get("xprof") or {}).get("all_gather_wasted_fraction"),
-                p.get("exposed_all_gather_fraction"),
-                p.get("wasted_fraction"),
+                rung.variant,
+                dict(rung.values),
+                p.xprof.all_gather_wasted_fraction if p.xprof else None,
+                p.exposed_all_gather_fraction,
+                p.wasted_fraction,
                 sum(have) if have else None,
-                p.get("video_s"),
+                p.video_s,
                 tuple(sorted(s for s, v in per_video.items() if v is None)) if record else ("(not run)",),
                 why(previous, record, stage) if previous is not None else "",
             )
@@ -210,13 +214,13 @@ def ladder_cells(row: LadderRow) -> list[str]:
     pub = row.published
     return [
         row.variant,
-        fmt_pct(pub.get("all_gather_wasted_fraction")),
+        fmt_pct(pub.get(AG_WASTED)),
         fmt_pct(row.ag_wasted),
         fmt_pct(row.exposed_ag),
         fmt_pct(row.wasted),
-        _sec(pub.get("video_s")),
+        _sec(pub.get(VIDEO_S)),
         _sec(row.video_s),
-        _sec(pub.get("diffusion_s")),
+        _sec(pub.get(DIFFUSION_S)),
         _sec(row.diffusion_s),
         ", ".join(row.missing) or "-",
         row.why or "-",
@@ -297,12 +301,12 @@ def reference_section(records: Sequence[Record]) -> str:
     if reference is None:
         return ""
     rows = ladder_rows(records, reference)
-    source = reference.get("source", "")
+    source = reference.source
     return (
         '<section id="published"><h2>Published beside predicted</h2>'
-        f"<p>{e(reference.get('description', ''))} on {e(reference.get('hardware', ''))}: "
+        f"<p>{e(reference.description)} on {e(reference.hardware)}: "
         f'<a href="{e(source)}">{e(source)}</a>. Ours: predicted, the diffusion stage '
-        f"<code>{e(reference.get('diffusion_stage', ''))}</code> for the shares and the diffusion time, "
+        f"<code>{e(reference.diffusion_stage)}</code> for the shares and the diffusion time, "
         "every predicted stage summed for per video.</p>"
         + (f'<p class="note">{e(note)}</p>' if note else "")
         + _definitions()
@@ -316,7 +320,7 @@ def console(records: Sequence[Record]) -> str:
     out: list[str] = []
     reference, note = load_reference(records)
     if reference is not None:
-        out.append(f"published ({reference.get('hardware', '')}, {reference.get('source', '')}) beside predicted:")
+        out.append(f"published ({reference.hardware}, {reference.source}) beside predicted:")
         out += [f"  note: {note}"] if note else []
         for row in ladder_rows(records, reference):
             c = ladder_cells(row)

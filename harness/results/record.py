@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.plan.manifest import Manifest, Run, Target, Workload
+from harness.plan.reference import Reference
+from harness.results.families import Family, Measured, Predicted, Static, Trace, read
 from harness.vocabulary import StageStatus, Status
 
 RECORD_VERSION = 1
@@ -177,6 +179,10 @@ class ManifestRef:
     sha256: str
     reference: Mapping[str, Any] | None = None
 
+    def published(self) -> Reference | None:
+        """The ``[reference]`` table, typed (None where the record carries none)."""
+        return Reference.from_dict(self.reference) if self.reference else None
+
 
 @dataclass(frozen=True)
 class VariantRef:
@@ -218,12 +224,18 @@ class StageEntry:
     status: str
     error: str | None = None
     notes: tuple[str, ...] = ()
-    static: Mapping[str, Any] | None = None
-    measured: Mapping[str, Any] | None = None
-    trace: Mapping[str, Any] | None = None
+    static: Static | None = None  # each family given as its JSON object, read (harness/results/families.py)
+    measured: Measured | None = None
+    trace: Trace | None = None
     phases_s: Mapping[str, float] | None = None
-    predicted: Mapping[str, Any] | None = None
+    predicted: Predicted | None = None  # likewise
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "static", read(Static, self.static))
+        object.__setattr__(self, "measured", read(Measured, self.measured))
+        object.__setattr__(self, "trace", read(Trace, self.trace))
+        object.__setattr__(self, "predicted", read(Predicted, self.predicted))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StageEntry:
@@ -241,6 +253,7 @@ class StageEntry:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {k: v.to_dict() if isinstance(v, Family) else v for k, v in out.items()}
         for optional in ("phases_s", "predicted"):  # absent in records written before they existed
             if out[optional] is None:
                 del out[optional]
@@ -279,6 +292,14 @@ class Record:
     @property
     def ok(self) -> bool:
         return self.status == Status.OK
+
+    @property
+    def commit(self) -> str | None:
+        return self.git.get("commit")
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.git.get("dirty"))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Record:
