@@ -21,6 +21,10 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
      compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
                                  per-instruction prices against them (timeline.compare.Agreement)
      calibration,                CPU only: the measured constants the spec rests on
+     identity,                   what the prediction is a function of: the spec's and the program's
+                                 fingerprints, the simulator's version, and whether the spec is a
+                                 fixed table (gated) or measured for this sweep (CPU: shown only);
+                                 :mod:`harness.metrics.timeline.identity`
      program}                    traced variants: the optimized HLO (gzip) beside the trace, which
                                  python -m harness calibrate pairs with it
 
@@ -50,6 +54,7 @@ from harness.metrics.predicted_xprof import program_costs, write_predicted_xspac
 from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.cpu_calibrate import load_or_measure
+from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
@@ -154,6 +159,7 @@ def stage_prediction(
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
     out = predicted_entry(module, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
     out["host_loop"] = host_loop
+    out["identity"] = identity(tl_spec, hlo_text, deterministic=calibration is None)
     if calibration is not None:
         out["calibration"] = calibration
     if spec.run.trace:  # the program a measured trace ran, for python -m harness calibrate

@@ -38,6 +38,14 @@ def _critical_path(sim: Simulator, ops_scope: dict[str, str]) -> tuple[dict[str,
     )
 
 
+def _critical_by_scope(sim: Simulator, ops_scope: dict[str, str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for (name, _), (ns, _count) in sim.state.critical.items():
+        scope = ops_scope.get(name, "")
+        out[scope] = out.get(scope, 0.0) + ns
+    return out
+
+
 def _is_block(scope: str) -> bool:
     return BLOCK_SCOPE in scope.split("/")
 
@@ -109,6 +117,7 @@ def simulate(program: Program, spec: TimelineSpec, scope_of: Callable[[str], str
         spec=spec,
         notes=_notes(program, spec),
         simulate_s=time.perf_counter() - start,
+        critical_by_scope=_critical_by_scope(sim, ops_scope),
     )
 
 

@@ -11,8 +11,8 @@ pair's span, so it changes no total. Pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.metrics.accounting import device_metrics
@@ -69,6 +69,9 @@ class Prediction:
     spec: TimelineSpec
     notes: tuple[str, ...] = ()
     simulate_s: float = 0.0
+    critical_by_scope: Mapping[str, float] = field(default_factory=dict)
+    """ns per scope of everything the compute stream ran or waited for (the whole critical path,
+    loops counted at their trip counts): the step by scope; its sum is the step less idle time."""
 
     @property
     def exposed_all_gather_fraction(self) -> float:
@@ -77,7 +80,8 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON: step_s, device, exposed_all_gather_fraction, wasted_fraction, critical_path,
-        block_gantt (``[{lane, name, category, start_ns, end_ns, scope}]``), spec, notes, simulate_s."""
+        block_gantt (``[{lane, name, category, start_ns, end_ns, scope}]``), spec, notes, simulate_s,
+        critical_by_scope_ns."""
         return {
             "step_s": self.step_ns / 1e9,
             "device": self.device,
@@ -88,6 +92,7 @@ class Prediction:
             "spec": self.spec.to_dict(),
             "notes": list(self.notes),
             "simulate_s": self.simulate_s,
+            "critical_by_scope_ns": dict(sorted(self.critical_by_scope.items())),
         }
 
     def chrome_trace(self, device: int = 0) -> dict[str, Any]:
