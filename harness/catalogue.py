@@ -35,8 +35,10 @@ change is only a change).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import re
 from dataclasses import dataclass
 
 from harness.vocabulary import KINDS
@@ -150,8 +152,44 @@ def _memory() -> list[Metric]:
     ]
 
 
+SCOPE, PREDICTED_SCOPE = "scope.", "predicted.scope."
+PREDICTED_TOLERANCE = 0.005  # a pure function of program and spec: a 2 % change fails, float sums do not
+_SCOPED = re.compile(r"(predicted\.)?scope\.[^.]+\.(collectives\.[^.]+\.)?")
+
+
+def scoped(scope: str, what: str, family: str = "") -> str:
+    """A metric of one model scope (``transformer/attn1/qkv``), read by its template entry (:func:`get`)."""
+    return f"{family}.{SCOPE}{scope}.{what}" if family else f"{SCOPE}{scope}.{what}"
+
+
+def template(name: str) -> str:
+    """The catalogue name a per-scope metric is read by (``scope.<scope>.flops``); other names as they are."""
+    if (m := _SCOPED.match(name)) is None or m.end() == len(name):
+        return name
+    return f"{m.group(1) or ''}{SCOPE}<scope>.{'collectives.<kind>.' if m.group(2) else ''}{name[m.end() :]}"
+
+
+def _traffic() -> list[Metric]:
+    """HBM traffic (on-chip buffers not counted), matmul FLOPs (loops by trip count), per device and call."""
+    rows = (  # name, unit, rule, label, definition
+        ("traffic.hbm_bytes", "bytes", "relative", "HBM traffic", "HBM bytes per device of one call"),
+        ("cost.matmul_flops", "flops", "relative", "matmul FLOPs", "matmul FLOPs per device of one call"),
+        ("scope.<scope>.traffic_bytes", "bytes", "relative", "scope HBM traffic", "HBM bytes of this scope's ops"),
+        ("scope.<scope>.flops", "flops", "relative", "scope matmul FLOPs", "matmul FLOPs in this scope"),
+        ("scope.<scope>.collectives.<kind>.count", "count", "exact", "scope collectives", "this kind's, here"),
+        ("scope.<scope>.collectives.<kind>.bytes", "bytes", "relative", "scope collective bytes", "their bytes"),
+    )
+    paths = {"traffic.hbm_bytes": "memory_traffic_bytes", "cost.matmul_flops": "matmul_flops"}
+    return [
+        Metric(n, "static", u, "deterministic", r, lab, d, better="" if u == "flops" else "lower", path=paths.get(n))
+        for n, u, r, lab, d in rows
+    ]
+
+
 def _predicted() -> list[Metric]:
-    info = dict(family="predicted", kind="info", rule="info")
+    # A pure function of the program and the spec: gated within PREDICTED_TOLERANCE where both sides
+    # were priced by the same fixed model (harness.results.compare.model_of), else shown only.
+    info = dict(family="predicted", kind="deterministic", rule="relative", tolerance=PREDICTED_TOLERANCE)
     return [
         Metric(
             "predicted.step_s",
@@ -183,6 +221,13 @@ def _predicted() -> list[Metric]:
             label="our wasted (predicted)",
             definition="(exposed collective time + idle) / step window, predicted",
             path="wasted_fraction",
+            **info,
+        ),
+        Metric(
+            scoped("<scope>", "time_s", "predicted"),
+            unit="s",
+            label="predicted time of a scope",
+            definition="seconds of the predicted step's critical path in this model scope (ops run or waited on)",
             **info,
         ),
     ]
@@ -284,6 +329,7 @@ METRICS: tuple[Metric, ...] = (
         tolerance=0.01,
         path="cost.bytes_accessed",
     ),
+    *_traffic(),
     Metric(
         "cost.transcendentals",
         "static",
@@ -386,6 +432,8 @@ def get(name: str) -> Metric:
     metric = NAMES.get(name)
     if metric is not None:
         return metric
+    if (tpl := NAMES.get(template(name))) is not None:
+        return dataclasses.replace(tpl, name=name, label=f"{tpl.label}: {name}", path=None)
     if name.startswith("collectives.") and (kin := NAMES.get(collective(TOTAL, name.rsplit(".", 1)[-1]))):
         return Metric(name, kin.family, kin.unit, kin.kind, kin.rule, name, kin.definition, kin.better, kin.tolerance)
     return Metric(name, family(name), "", "info", "info", name, UNKNOWN.definition, better="")

@@ -1,9 +1,12 @@
 """Manage gate baselines in reports/baselines/ (committed; one per backend and topology).
 
     baseline update <results>   write a baseline from a results file, on purpose
-                                (refuses failed variants and mixed backends); where:
-                                --out PATH, else where --manifest's gate reads it,
-                                else <dir>/<name>.json
+                                (refuses failed variants); where: --out PATH, else where
+                                --manifest's gate reads it, else <dir>/<name>.json
+    baseline update <manifest>  run the manifest afresh (every variant, reports/<stem>-baseline/)
+                                and write the baseline where its gate reads it: one command to
+                                re-baseline, e.g. after the timeline spec changed (commit the
+                                file saying why)
     baseline show <name|path>   what a baseline holds
 
 The default name is <manifest>-<backend key>, e.g. nightly-cpu-8dev, which is the
@@ -19,6 +22,7 @@ from pathlib import Path
 from harness.plan.manifest import ManifestError, load_manifest
 from harness.results import baseline as bl
 from harness.results import store as rec
+from harness.results.lock import SweepLocked
 
 HELP = "write (update) or show a gate baseline"
 
@@ -26,7 +30,12 @@ HELP = "write (update) or show a gate baseline"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     update = actions.add_parser("update", help="write a baseline from a results file")
-    update.add_argument("results", type=Path, help="reports/<sweep-id>/results.jsonl or the sweep directory")
+    update.add_argument(
+        "results",
+        type=Path,
+        help="reports/<sweep-id>/results.jsonl or the sweep directory, or a manifest (.toml) to run afresh",
+    )
+    update.add_argument("--reports", type=Path, default=Path("reports"), help="where a manifest's run goes")
     update.add_argument("--name", help="baseline name (default: <manifest>-<backend key>)")
     update.add_argument(
         "--manifest",
@@ -46,16 +55,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--dir", type=Path, default=bl.BASELINES_DIR, help=f"default: {bl.BASELINES_DIR}")
 
 
+def _run_manifest(manifest: Path, reports: Path) -> Path:
+    """Run every variant of ``manifest`` afresh; its results file (BaselineError if one failed)."""
+    from harness.plan.variants import load_sweep
+    from harness.run.runner import SweepOptions, run_sweep
+
+    sweep = load_sweep(manifest)
+    sweep_id = rec.check_sweep_id(f"{sweep.name}-baseline")
+    result = run_sweep(sweep, SweepOptions(reports_dir=reports, sweep_id=sweep_id, rerun=True))
+    return result.results_path
+
+
 def update(args: argparse.Namespace) -> int:
+    if args.results.suffix == ".toml":
+        args.manifest = args.manifest or args.results
+        if args.manifest != args.results:
+            raise bl.BaselineError(f"a manifest to run ({args.results}) and --manifest {args.manifest} disagree")
+        args.results = _run_manifest(args.results, args.reports)
     records = bl.load_records_any(args.results)
     data = bl.build(records, name=args.name, source=str(args.results))
     path = bl.baseline_path(data["name"], args.dir)
     if args.manifest is not None:
+        from harness.plan.variants import load_sweep
+
         manifest = load_manifest(args.manifest)
-        if data["key"] != bl.target_key(manifest.target):
-            raise bl.BaselineError(
-                f"{args.results} ran on {data['key']}, {args.manifest} targets {bl.target_key(manifest.target)}"
-            )
+        expected = bl.sweep_key(load_sweep(args.manifest).variants)
+        if data["key"] != expected:
+            raise bl.BaselineError(f"{args.results} ran on {data['key']}, {args.manifest} targets {expected}")
         if not args.name:
             path = bl.path_for(manifest, args.dir)
     if args.out is not None:
@@ -92,6 +118,6 @@ def show(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         return update(args) if args.action == "update" else show(args)
-    except (bl.BaselineError, rec.RecordError, ManifestError, OSError) as e:
+    except (bl.BaselineError, rec.RecordError, ManifestError, SweepLocked, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

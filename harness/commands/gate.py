@@ -10,6 +10,8 @@ for a file that is not a sweep's results.jsonl, e.g. a baseline), and exits
     1  regression in at least one gated metric
     2  the gate could not run: bad manifest, missing or mismatched baseline, a failed
        variant, too few repeats for the timing test to fire, or any internal error
+    3  the model changed: predicted metrics were priced by another timeline spec or simulator
+       version than the baseline's (nothing else regressed); re-baseline on purpose, saying why
 
 Timings are gated only when run and baseline come from the same kind of machine
 (--timings auto); deterministic metrics (collectives, memory, FLOPs, recompiles)
@@ -205,7 +207,7 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
         if not path.exists():  # known before running anything
             raise bl.BaselineError(missing_baseline(args, path))
         base = bl.load(path)
-        expected = bl.target_key(manifest.target)
+        expected = bl.sweep_key(sweep.variants)
         if base.key != expected:
             return GateResult(
                 ERROR,
@@ -241,6 +243,7 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
                         }
                         for c in result.failures
                     ],
+                    "model_changes": result.model_changes,
                     "notes": result.notes,
                 },
                 indent=1,

@@ -19,6 +19,8 @@ def _rule(spec: Metric) -> str:
     if spec.rule == "monotonic":
         return "any increase regresses"
     when = (" with --timings on" if spec.kind == "timing" else "") + (" when present" if spec.optional else "")
+    if spec.family == "predicted":
+        when += " where both sides were priced by the same fixed model; another model exits 3 (gates page)"
     if spec.rule == "exact" or not spec.tolerance:
         return f"must equal the baseline (or within [gate.tolerances]){when}"
     return f"relative change beyond {spec.tolerance:g} (or [gate.tolerances]){when}"
@@ -31,7 +33,8 @@ def rows() -> list[list[str]]:
 def render() -> str:
     intro = (
         "Each stage of a record flattens to these metric names (`collectives.<kind>.*` for every collective "
-        "kind). Kind: `deterministic` (a function of the compiled program and the spec), `timing` (measured on "
+        "kind; `scope.<scope>.*` per model scope). Kind: `deterministic` (a function of the compiled program and "
+        "the spec), `timing` (measured on "
         "this machine: gated only against the same kind of machine) or `info` (shown only). "
         "`predicted.*` metrics are model outputs, labelled predicted wherever shown."
     )

@@ -3,9 +3,10 @@
 CPU, TPU and GPU compile the same program differently (CPU upcasts bf16 collectives,
 has no reduce-scatter, reports memory differently), so a baseline only ever
 compares with runs of the same *backend key*: the target platform and its topology
-(TPU slice name) or device count, e.g. ``cpu-8dev`` or ``tpu-v6e_2x4``. The default
-name is ``<manifest stem>-<backend key>``; the file records its key and the gate
-refuses a baseline whose key differs from the run's.
+(TPU slice name) or device count, e.g. ``cpu-8dev`` or ``tpu-v6e_2x4``; a manifest whose
+variants target several (``target.topology`` per variant) has their keys joined by ``+``
+(``tpu-tpu7x_2x2x1+tpu-v6e_2x4``). The default name is ``<manifest stem>-<backend key>``;
+the file records its key and the gate refuses a baseline whose key differs from the run's.
 
 A baseline file is the records of one sweep, unchanged (raw samples included, so
 the gate can test timings), wrapped with where they came from::
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,18 @@ def target_key(target: Target) -> str:
 def record_key(record: Record) -> str:
     t = record.target
     return backend_key(t.platform, t.topology, t.devices)
+
+
+def joined_key(keys: Iterable[str]) -> str:
+    """The key of a baseline whose variants target several backends (a variant overriding
+    ``target.topology``): their keys, sorted, joined by ``+``. Variants are still compared by
+    name, each with its own target (its id holds it)."""
+    return "+".join(sorted(set(keys)))
+
+
+def sweep_key(variants: Iterable[Any]) -> str:
+    """The backend key of a sweep's variants (``Variant.target`` each): what its baseline must have."""
+    return joined_key(target_key(v.target) for v in variants)
 
 
 def default_name(manifest_path: str | Path, key: str) -> str:
@@ -97,13 +110,7 @@ def build(records: Sequence[Record], *, name: str | None = None, source: str = "
     failed = [f"{r.variant.name} ({r.status})" for r in latest if not r.ok]
     if failed:
         raise BaselineError(f"{source or 'results'}: refusing to baseline failed variants: {', '.join(failed)}")
-    keys = sorted({record_key(r) for r in latest})
-    if len(keys) != 1:
-        raise BaselineError(
-            f"{source or 'results'}: records span several backends ({', '.join(keys)}); "
-            "a baseline is per backend and topology"
-        )
-    key = keys[0]
+    key = joined_key(record_key(r) for r in latest)
     name = name or default_name(latest[0].manifest.path or latest[0].sweep_id, key)
     return {
         "baseline_version": BASELINE_VERSION,
@@ -170,10 +177,7 @@ def _load_results_file(path: Path) -> Baseline:
     records = list(rec.latest_by_variant(rec.load_records(path)).values())
     if not records:
         raise BaselineError(f"{path}: baseline has no records")
-    keys = sorted({record_key(r) for r in records})
-    if len(keys) != 1:
-        raise BaselineError(f"{path}: records span several backends ({', '.join(keys)})")
-    return Baseline(path.stem, keys[0], records, str(path), path)
+    return Baseline(path.stem, joined_key(record_key(r) for r in records), records, str(path), path)
 
 
 def load_records_any(path: str | Path) -> list[Record]:

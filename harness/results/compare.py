@@ -8,6 +8,14 @@ it, the few without one (timed samples, collectives by kind, trace means over de
 are computed here. The catalogue says for each name how it is compared (its ``rule``: timing,
 exact, relative, monotonic, info) and with what default tolerance.
 
+Per-scope metrics (``scope.<scope>.*`` from the static attribution, ``predicted.scope.<scope>.time_s``
+from the predicted critical path) name the model scope, so a failure says where; a scope or a
+collective kind a stage lacks on one side counts 0 there (:func:`_implied_zero`). Predicted metrics
+are gated only where both sides were priced by the same fixed model (:func:`model_of`): a spec
+measured for the sweep (CPU) is shown, never gated; another model (the spec's numbers or the
+simulator's version changed, or the same program priced differently) is reported apart as a model
+change (``Comparison.model_changed``), never as a regression and never silently passed.
+
 :func:`compare_records` matches variants by name and yields one
 :class:`Comparison` per metric present on either side. Reports and the gate both
 use it, so they can never disagree.
@@ -15,6 +23,7 @@ use it, so they can never disagree.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +34,7 @@ from harness.catalogue import Metric
 from harness.plan.manifest import Gate
 from harness.results import stats
 from harness.results.record import DOES_NOT_FIT, Record, StageEntry
-from harness.vocabulary import Change
+from harness.vocabulary import Change, label
 
 MISSING, NEW = Change.MISSING, Change.NEW
 
@@ -43,6 +52,8 @@ class MetricValue:
     samples: tuple[float, ...] = ()
     rounds: tuple[tuple[float, ...], ...] = ()  # per interleaved round, when samples pool them
     loaded: bool = False  # timings: taken while other processes kept the machine busy (run/load.py)
+    model: str = ""  # predicted: "<spec identity>/v<simulator version>", "" where the spec was measured
+    program: str = ""  # predicted: the fingerprint of the program it was simulated from
 
 
 # --------------------------------------------------------------------------- flattening
@@ -94,6 +105,43 @@ def _collectives(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None
         out[catalogue.collective(catalogue.TOTAL, "bytes")] = MetricValue(total_bytes)
 
 
+def _scopes(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+    """HBM traffic, FLOPs and collectives of each model scope (zeros left out: implied)."""
+    by_scope = (static.get("attribution") or {}).get("by_scope")
+    if not isinstance(by_scope, Mapping):
+        return
+    for scope, amounts in by_scope.items():
+        for key, what in (("bytes", "traffic_bytes"), ("flops", "flops")):
+            if v := _num(amounts.get(key)):
+                out[catalogue.scoped(label(scope), what)] = MetricValue(v)
+        for kind, c in (amounts.get("collectives") or {}).items():
+            if count := _num(c.get("count")):
+                out[catalogue.scoped(label(scope), catalogue.collective(kind, "count"))] = MetricValue(count)
+                nbytes = _num(c.get("bytes")) or 0.0
+                out[catalogue.scoped(label(scope), catalogue.collective(kind, "bytes"))] = MetricValue(nbytes)
+
+
+def model_of(predicted: Mapping[str, Any]) -> tuple[str, str]:
+    """(the model a prediction was priced by, the program's fingerprint) from its ``identity``
+    (:mod:`harness.metrics.timeline.identity`); ("", "") where the spec was measured for the sweep
+    (CPU) or the record predates identities: such predictions are shown, never gated."""
+    identity = predicted.get("identity") or {}
+    if not identity.get("deterministic"):
+        return "", ""
+    return f"{identity.get('spec')}/v{identity.get('simulator_version')}", str(identity.get("program") or "")
+
+
+def _predicted(predicted: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+    """The catalogued predicted metrics and the step by scope, each labelled with its model."""
+    found: dict[str, MetricValue] = {}
+    _paths("predicted", predicted, found)
+    for scope, ns in (predicted.get("critical_by_scope_ns") or {}).items():
+        if v := _num(ns):
+            found[catalogue.scoped(label(scope), "time_s", "predicted")] = MetricValue(v / 1e9)
+    model, program = model_of(predicted)
+    out.update({name: dataclasses.replace(v, model=model, program=program) for name, v in found.items()})
+
+
 def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
     devices = [d for d in trace.get("devices") or () if (_num(d.get("window_ns")) or 0) > 0]
     if not devices:
@@ -118,11 +166,12 @@ def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
     if entry.static:
         _collectives(entry.static, out)
         _paths("static", entry.static, out)
+        _scopes(entry.static, out)
     if entry.trace:
         _trace(entry.trace, out)
         _paths("trace", entry.trace, out)
     if entry.predicted:
-        _paths("predicted", entry.predicted, out)
+        _predicted(entry.predicted, out)
     if entry.verdict == DOES_NOT_FIT or "memory_fit" in entry.extra or ((entry.static or {}).get("target") or {}):
         out[catalogue.DOES_NOT_FIT] = MetricValue(
             1.0 if entry.verdict == DOES_NOT_FIT else 0.0
@@ -140,10 +189,16 @@ def flatten_record(record: Record) -> dict[tuple[str, str], MetricValue]:
 
 
 def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], stage: str) -> MetricValue | None:
-    """A collective kind absent from a stage that has static collectives occurred zero times."""
+    """A collective kind absent from a stage that has static collectives occurred zero times; a
+    scope (or a scope's collective kind) absent from a stage that has scopes took nothing, priced by
+    the stage's own model."""
     if metric.startswith("collectives.") and (stage, catalogue.collective(catalogue.TOTAL, "count")) in metrics:
         return MetricValue(0.0)
-    return None
+    prefix = next((p for p in (catalogue.PREDICTED_SCOPE, catalogue.SCOPE) if metric.startswith(p)), None)
+    if prefix is None or not any(s == stage and m.startswith(prefix) for s, m in metrics):
+        return None
+    step = metrics.get((stage, "predicted.step_s")) if prefix == catalogue.PREDICTED_SCOPE else None
+    return MetricValue(0.0) if step is None else MetricValue(0.0, model=step.model, program=step.program)
 
 
 def value_of(record: Record, stage: str, metric: str) -> MetricValue | None:
@@ -191,6 +246,7 @@ class Comparison:
     detail: str = ""
     result: stats.Verdict | None = field(default=None, compare=False)
     under_load: str = ""  # timings taken under load: "", "baseline", "now" or "both"
+    model_changed: str = ""  # predicted metrics priced by different models: why (then never gated)
 
     @property
     def delta(self) -> float | None:
@@ -228,7 +284,11 @@ def compare_metric(
         baseline=base.value if base else None,
         now=head.value if head else None,
     )
+    predicted = spec.family == "predicted" and spec.gated
     if base is None or head is None:
+        present = base if base is not None else head
+        if predicted and present is not None:  # gated where the side that has it was priced by a fixed model
+            gated = gated and bool(present.model)
         return Comparison(**common, verdict=NEW if base is None else MISSING, gated=gated)
     if spec.rule == "timing":
         rounds = tuple(zip(base.rounds, head.rounds, strict=True)) if len(base.rounds) == len(head.rounds) else ()
@@ -246,11 +306,20 @@ def compare_metric(
         )
         if common["under_load"]:
             detail += f"; samples taken under load ({common['under_load']})"
-    elif spec.rule == "info" and spec.unit in ("s", "fraction"):
+    elif predicted and (base.model or head.model):
+        v = stats.compare_values(base.value, head.value, tolerance_for(gate, stage, metric))
+        changed = _model_change(base, head, v.verdict)
+        detail = v.describe() + (f"; not gated: {changed}" if changed else "; predicted, the same model")
+        return Comparison(
+            **common, verdict=v.verdict, gated=not changed, detail=detail, result=v, model_changed=changed
+        )
+    elif predicted or (spec.rule == "info" and spec.unit in ("s", "fraction")):
         # One measurement per side (compile time, a trace): a change beyond the timing threshold
         # is reported as noise, since nothing can show it is more than that.
         v = stats.compare_samples((base.value,), (head.value,), gate.timing_ratio, gate.alpha, seed=seed)
         detail = "informational: one measurement per side, no significance test possible"
+        if predicted:
+            gated, detail = False, "not gated: predicted from constants measured for the sweep (or no model identity)"
     elif spec.rule == "info":
         v = stats.compare_values(base.value, head.value, 0.0)
         detail = "informational"
@@ -261,6 +330,22 @@ def compare_metric(
         v = stats.compare_values(base.value, head.value, tolerance_for(gate, stage, metric))
         detail = v.describe()
     return Comparison(**common, verdict=v.verdict, gated=gated, detail=detail, result=v)
+
+
+def _model_change(base: MetricValue, head: MetricValue, verdict: str) -> str:
+    """Why two predictions of a metric cannot be compared ("" when they can): priced by different
+    models, or the same program priced differently by the same declared model (an undeclared
+    change to the simulator)."""
+    if base.model != head.model:
+        return (
+            f"the model changed ({base.model or 'none'} -> {head.model or 'none'}: spec identity / simulator version)"
+        )
+    if base.program and base.program == head.program and verdict != stats.UNCHANGED:
+        return (
+            f"the same program ({head.program}) priced differently under the same model ({head.model}): "
+            "the simulator changed without SIMULATOR_VERSION being bumped"
+        )
+    return ""
 
 
 @dataclass
@@ -279,6 +364,10 @@ class ComparisonSet:
 
     def by_verdict(self, verdict: str) -> list[Comparison]:
         return [c for c in self.comparisons if c.verdict == verdict]
+
+    @property
+    def model_changes(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.model_changed]
 
 
 def by_name(records: Iterable[Record]) -> dict[str, Record]:

@@ -8,10 +8,16 @@ Exit codes, never confused:
                     variant, a baseline variant the run lacks, changed variant settings,
                     a gated metric that disappeared, or too few timing samples for the
                     significance test to be able to fire
+    3  model changed  no regression in what could be compared, but predicted metrics were
+                    priced by another model than the baseline's (the timeline spec's
+                    constants or the simulator's version changed, or the same program is
+                    priced differently): not a regression, not a pass; re-baseline on
+                    purpose and say why in the commit (docs/gates.md)
 
 If the gate could not run completely it exits 2 even when it also found regressions
 (they are still printed): a partial answer is not a clean bill of health, and a
-broken run is not a performance regression.
+broken run is not a performance regression. A regression wins over a changed model
+(exit 1, the model change printed too): what was comparable regressed.
 
 Rules per metric (see :mod:`harness.results.compare` for the catalog and :mod:`harness.results.stats`):
 deterministic metrics (collective counts and bytes, memory, FLOPs) must stay within
@@ -38,7 +44,7 @@ from harness.results import stats
 from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records, spec_for
 from harness.results.record import DOES_NOT_FIT, Record
 
-CLEAN, REGRESSION, ERROR = 0, 1, 2
+CLEAN, REGRESSION, ERROR, MODEL_CHANGED = 0, 1, 2, 3
 TIMINGS = ("auto", "on", "off")
 
 
@@ -97,6 +103,21 @@ def _with_measured(record: Record, change: Callable[[str, dict[str, Any]], dict[
     return record.replace(stages=stages)
 
 
+REBASELINE = (
+    "predicted metrics were not compared; if the change to the model is intended, re-baseline on purpose "
+    "(python -m harness baseline update <manifest>) and commit it saying why"
+)
+
+
+def model_changes(comparisons: Sequence[Comparison]) -> list[str]:
+    """One line per variant and stage whose predictions were priced by another model."""
+    seen: dict[tuple[str, str], Comparison] = {}
+    for c in comparisons:
+        if c.model_changed:
+            seen.setdefault((c.variant, c.stage), c)
+    return [f"{v} {s}: {c.model_changed} (first: {c.metric})" for (v, s), c in seen.items()]
+
+
 @dataclass
 class GateResult:
     exit_code: int
@@ -105,16 +126,23 @@ class GateResult:
     problems: list[str] = field(default_factory=list)  # why the gate could not run completely
     notes: list[str] = field(default_factory=list)
     timings_gated: bool = True
+    model_changes: list[str] = field(default_factory=list)  # per variant and stage: what changed
 
     def lines(self) -> list[str]:
         """What the gate prints: problems, then one line per failing metric, then a summary."""
         out = [f"GATE ERROR  {p}" for p in self.problems]
         out += [format_failure(c) for c in self.failures]
+        out += [f"MODEL CHANGED  {m}" for m in self.model_changes]
+        if self.model_changes:
+            out.append(f"MODEL CHANGED  {REBASELINE}")
         out += [f"note: {n}" for n in self.notes]
         n = len(self.comparisons.comparisons) if self.comparisons else 0
-        summary = {CLEAN: "gate passed", REGRESSION: "gate FAILED: regression", ERROR: "gate could not run"}[
-            self.exit_code
-        ]
+        summary = {
+            CLEAN: "gate passed",
+            REGRESSION: "gate FAILED: regression",
+            ERROR: "gate could not run",
+            MODEL_CHANGED: "gate FAILED: the model changed, re-baseline with a reason",
+        }[self.exit_code]
         out.append(
             f"{summary}: {len(self.failures)} regressed, {len(self.problems)} problems, "
             f"{n} metrics compared (exit {self.exit_code})"
@@ -209,5 +237,8 @@ def evaluate(
         if c.gated and c.under_load
     ]
     out.failures = [c for c in result.regressions if c.variant not in failed]
-    out.exit_code = ERROR if out.problems else (REGRESSION if out.failures else CLEAN)
+    out.model_changes = model_changes([c for c in result.model_changes if c.variant not in failed])
+    out.exit_code = (
+        ERROR if out.problems else REGRESSION if out.failures else MODEL_CHANGED if out.model_changes else CLEAN
+    )
     return out
