@@ -104,9 +104,11 @@ def report(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def gate(session: nox.Session) -> None:
-    """Perf gate against a committed baseline (default experiments/nightly.toml)."""
-    _install(session)
+    """Perf gate against a committed baseline (default experiments/nightly.toml). A TPU/GPU manifest
+    (experiments/nightly-tpu.toml) installs its compile-only extra, as `sweep` does; exit codes:
+    0 clean, 1 regression, 2 could not run, 3 the model changed (re-baseline with a reason)."""
     args = session.posargs or ["experiments/nightly.toml"]
+    _install(session, _aot_extras(args))
     session.run("python", "-m", "harness", "gate", *args, env={**CPU_ENV, **dict(os.environ)})
 
 
@@ -117,6 +119,15 @@ def docs(session: nox.Session) -> None:
     reference pages are generated from the code during the build (docs/hooks.py)."""
     _install(session, "docs")
     session.run("mkdocs", "build", "--strict", "--clean", *session.posargs, env={**CPU_ENV, "NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session(python=PYTHON)
+def baseline(session: nox.Session) -> None:
+    """Re-baseline a manifest's gate on purpose: `nox -s baseline -- experiments/nightly-tpu.toml`
+    runs it afresh and writes the baseline its gate reads (commit it saying why)."""
+    args = session.posargs or ["experiments/nightly.toml"]
+    _install(session, _aot_extras(args))
+    session.run("python", "-m", "harness", "baseline", "update", *args, env={**CPU_ENV, **dict(os.environ)})
 
 
 @nox.session(python=PYTHON)

@@ -326,9 +326,12 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report():
     assert any((r or "").startswith('pip install "nox==') for r in runs)
     assert any("nox -s gate -- experiments/nightly.toml" in (r or "") for r in runs)
     assert steps[0]["with"]["fetch-depth"] == 0  # bisect reaches back to the baseline's commit
-    (bisect,) = [s for s in steps if "harness bisect" in (s.get("run") or "")]
+    assert any("nox -s gate -- experiments/nightly-tpu.toml" in (r or "") for r in runs)
+    bisect, bisect_tpu = [s for s in steps if "harness bisect" in (s.get("run") or "")]
     assert bisect["if"] == "failure() && steps.gate.outputs.exit_code == '1'"
     assert "--from-gate reports/nightly-gate/gate.json" in bisect["run"] and "bisect baseline HEAD" in bisect["run"]
+    assert bisect_tpu["if"] == "failure() && steps.gate_tpu.outputs.exit_code == '1'"
+    assert "--manifest experiments/nightly-tpu.toml --from-gate reports/nightly-tpu-gate/gate.json" in bisect_tpu["run"]
     upload = steps[-1]
     assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
     assert upload["with"]["path"] == "reports/"
