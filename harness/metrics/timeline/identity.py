@@ -8,8 +8,10 @@ model. Three fingerprints say what the model and the program were:
   uncertainty, the topology, the link sharing), leaving out the prose (sources, notes, the name);
 * :data:`SIMULATOR_VERSION`: bumped by hand whenever a change to the simulator changes what it
   predicts for the same program and spec;
-* :func:`program_fingerprint`: sha256 over the optimized HLO text with its ``metadata={...}``
-  (source lines, JAX op names) removed: the same program compiled from edited source is the same.
+* :func:`program_fingerprint`: sha256 over the optimized HLO text without what says where it came
+  from (``metadata={...}``: JAX op names, source lines; the module's source tables, ``FileNames``
+  to ``StackFrames``, paths included): the same program compiled from edited or moved source is
+  the same.
 
 The gate (:mod:`harness.results.compare`) reads them from each record's ``predicted.identity``: a
 different spec or simulator version is "the model changed, re-baseline with a reason"; the same
@@ -31,6 +33,7 @@ SIMULATOR_VERSION = 1
 
 _PROSE = frozenset({"source", "notes", "name"})
 _METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
+_SOURCE_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
 def _numbers(value: Any) -> Any:
@@ -49,8 +52,13 @@ def spec_identity(spec: TimelineSpec) -> str:
 
 
 def program_fingerprint(hlo_text: str) -> str:
-    """sha256 (hex, 16 digits) of an optimized HLO text without its metadata."""
-    return hashlib.sha256(_METADATA.sub("", hlo_text).encode()).hexdigest()[:16]
+    """sha256 (hex, 16 digits) of an optimized HLO text without its metadata and source tables."""
+    kept, table = [], False
+    for line in hlo_text.splitlines():
+        table = line in _SOURCE_TABLES or (table and bool(line.strip()))
+        if not table:
+            kept.append(_METADATA.sub("", line))
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
 
 
 def identity(spec: TimelineSpec, hlo_text: str, *, deterministic: bool) -> dict[str, Any]:
