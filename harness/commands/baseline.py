@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_manifest(manifest: Path, reports: Path) -> Path:
     """Run every variant of ``manifest`` afresh; its results file (BaselineError if one failed)."""
-    from harness.plan.variants import load_sweep
+    from harness.expansion import load_sweep
     from harness.run.runner import SweepOptions, run_sweep
 
     sweep = load_sweep(manifest)
@@ -76,7 +76,7 @@ def update(args: argparse.Namespace) -> int:
     data = bl.build(records, name=args.name, source=str(args.results))
     path = bl.baseline_path(data["name"], args.dir)
     if args.manifest is not None:
-        from harness.plan.variants import load_sweep
+        from harness.expansion import load_sweep
 
         manifest = load_manifest(args.manifest)
         expected = bl.sweep_key(load_sweep(args.manifest).variants)
