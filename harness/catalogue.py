@@ -216,6 +216,14 @@ def _predicted() -> list[Metric]:
             **info,
         ),
         Metric(
+            "predicted.exposed_collective_fraction",
+            unit="fraction",
+            label="our exposed collectives (predicted)",
+            definition="collective time of every kind not overlapped by compute / step window, predicted",
+            path="exposed_collective_fraction",
+            **info,
+        ),
+        Metric(
             "predicted.wasted_fraction",
             unit="fraction",
             label="our wasted (predicted)",

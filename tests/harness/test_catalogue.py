@@ -76,3 +76,38 @@ def test_an_entry_whose_kind_and_rule_disagree_is_refused() -> None:
         catalogue.Metric("x", "static", "s", "info", "exact", "x", "x")
     with pytest.raises(ValueError, match="unknown"):
         catalogue.Metric("x", "derived", "s", "info", "info", "x", "x")
+
+
+def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
+    """``predicted.exposed_collective_fraction`` came as its catalogue entry and one line of its
+    producer (the simulator's ``Prediction.to_dict``): a record with it flattens to it, the gate
+    compares it by its rule, the CSV writes it with its kind and unit, the page shows it with its
+    label. Records written before (without it) read as they did."""
+    import csv
+    import io
+    import json
+
+    from harness.plan.manifest import Gate
+    from harness.report.export import to_csv
+    from harness.report.html import comparison_section
+    from harness.results.compare import compare_records, flatten_record
+    from harness.results.record import parse
+
+    metric = catalogue.NAMES["predicted.exposed_collective_fraction"]
+    assert (metric.family, metric.kind, metric.rule, metric.unit) == ("predicted", "info", "info", "fraction")
+    raw = json.loads((Path(__file__).parent / "fixtures" / "tpu_b181d3b.jsonl").read_text().splitlines()[0])
+    before = parse(raw, "v6e")
+    assert ("denoise_step", metric.name) not in flatten_record(before)
+    p = raw["stages"]["denoise_step"]["predicted"]
+    p[metric.path] = p["device"]["exposed_collective_ns"] / (p["step_s"] * 1e9)  # what the producer writes
+    now = parse(raw, "v6e")
+    value = flatten_record(now)[("denoise_step", metric.name)].value
+    assert 0.0 <= value <= p["wasted_fraction"]
+    (c,) = [c for c in compare_records([now], [now], Gate()).comparisons if c.metric == metric.name]
+    assert (c.kind, c.unit, c.baseline, c.now, c.gated) == ("info", "fraction", value, value, False)
+    rows = [r for r in csv.DictReader(io.StringIO(to_csv([now]))) if r["metric"] == metric.name]
+    assert [(r["family"], r["kind"], r["rule"], r["unit"], float(r["value"])) for r in rows] == [
+        ("predicted", "info", "info", "fraction", value)
+    ]
+    page = comparison_section(compare_records([before], [now], Gate()), Gate(), "before")
+    assert f'title="{metric.label}: {metric.definition}">{metric.name}</td>' in page

@@ -78,14 +78,20 @@ class Prediction:
         exposed = self.device.get("exposed_ns_by_kind", {}).get("all-gather", 0.0)
         return exposed / self.step_ns if self.step_ns > 0 else 0.0
 
+    @property
+    def exposed_collective_fraction(self) -> float:
+        """Collective time of every kind not overlapped by compute, over the step."""
+        return self.device.get("exposed_collective_ns", 0.0) / self.step_ns if self.step_ns > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON: step_s, device, exposed_all_gather_fraction, wasted_fraction, critical_path,
-        block_gantt (``[{lane, name, category, start_ns, end_ns, scope}]``), spec, notes, simulate_s,
-        critical_by_scope_ns."""
+        """JSON: step_s, device, exposed_all_gather_fraction, exposed_collective_fraction, wasted_fraction,
+        critical_path, block_gantt (``[{lane, name, category, start_ns, end_ns, scope}]``), spec, notes,
+        simulate_s, critical_by_scope_ns."""
         return {
             "step_s": self.step_ns / 1e9,
             "device": self.device,
             "exposed_all_gather_fraction": self.exposed_all_gather_fraction,
+            "exposed_collective_fraction": self.exposed_collective_fraction,
             "wasted_fraction": self.device.get("wasted_fraction", 0.0),
             "critical_path": [dict(c) for c in self.critical_path],
             "block_gantt": [e._asdict() for e in self.block_events],

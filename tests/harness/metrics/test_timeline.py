@@ -82,6 +82,7 @@ def test_sync_all_gather_blocks_compute():
     assert p.device["exposed_collective_ns"] == pytest.approx(t, rel=1e-12)
     assert p.device["compute_ns"] == pytest.approx(2 * add_ns(500, spec), rel=1e-12)
     assert p.exposed_all_gather_fraction == pytest.approx(t / p.step_ns, rel=1e-12)
+    assert p.to_dict()["exposed_collective_fraction"] == pytest.approx(t / p.step_ns, rel=1e-12)
     top = p.critical_path[0]
     assert (top["op"], top["category"], top["count"]) == ("ag", "all-gather", 1)
 
