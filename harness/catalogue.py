@@ -242,44 +242,17 @@ def _predicted() -> list[Metric]:
 
 
 def _trace() -> list[Metric]:
-    info: dict[str, Any] = dict(family="trace", kind="info", rule="info")
-    mean = "mean over the traced devices with a window, per traced step"
+    """Means over the traced devices with a window: seconds per traced step, the wasted share."""
+    rows = (  # name, unit, the per-device value averaged, label, definition
+        ("trace.compute_s", "s", "compute_ns", "traced compute", "op time on the compute stream"),
+        ("trace.exposed_collective_s", "s", "exposed_collective_ns", "traced exposed", "collectives not hidden"),
+        ("trace.idle_s", "s", "idle_ns", "traced idle", "time with no op running"),
+        (TRACE_WASTED, "fraction", "wasted_fraction", "our wasted (traced)", "(exposed collectives + idle) / window"),
+    )
+    mean = "mean over the traced devices (seconds: per traced step)"
     return [
-        Metric(
-            "trace.compute_s",
-            unit="s",
-            label="traced compute",
-            definition=f"op time on the compute stream; {mean}",
-            path="devices.compute_ns",
-            divisor=1e9,
-            **info,
-        ),
-        Metric(
-            "trace.exposed_collective_s",
-            unit="s",
-            label="traced exposed collectives",
-            definition=f"collective time not overlapped by compute; {mean}",
-            path="devices.exposed_collective_ns",
-            divisor=1e9,
-            **info,
-        ),
-        Metric(
-            "trace.idle_s",
-            unit="s",
-            label="traced idle",
-            definition=f"time with no op running; {mean}",
-            path="devices.idle_ns",
-            divisor=1e9,
-            **info,
-        ),
-        Metric(
-            TRACE_WASTED,
-            unit="fraction",
-            label="our wasted (traced)",
-            definition="(exposed collective time + idle) / window, mean over the traced devices",
-            path="devices.wasted_fraction",
-            **info,
-        ),
+        Metric(n, "trace", u, "info", "info", lab, f"{d}; {mean}", path=f"devices.{k}", divisor=1e9 if u == "s" else 1)
+        for n, u, k, lab, d in rows
     ]
 
 

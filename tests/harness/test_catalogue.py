@@ -81,7 +81,7 @@ def test_an_entry_whose_kind_and_rule_disagree_is_refused() -> None:
 def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
     """``predicted.exposed_collective_fraction`` came as its catalogue entry and one line of its
     producer (the simulator's ``Prediction.to_dict``): a record with it flattens to it, the gate
-    compares it by its rule, the CSV writes it with its kind and unit, the page shows it with its
+    compares it by its catalogue rule, the CSV writes it with its kind and unit, the page shows it with its
     label. Records written before (without it) read as they did."""
     import csv
     import io
@@ -94,7 +94,7 @@ def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
     from harness.results.record import parse
 
     metric = catalogue.NAMES["predicted.exposed_collective_fraction"]
-    assert (metric.family, metric.kind, metric.rule, metric.unit) == ("predicted", "info", "info", "fraction")
+    assert (metric.family, metric.unit, metric.path) == ("predicted", "fraction", "exposed_collective_fraction")
     raw = json.loads((Path(__file__).parent / "fixtures" / "tpu_b181d3b.jsonl").read_text().splitlines()[0])
     before = parse(raw, "v6e")
     assert ("denoise_step", metric.name) not in flatten_record(before)
@@ -104,10 +104,10 @@ def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
     value = flatten_record(now)[("denoise_step", metric.name)].value
     assert 0.0 <= value <= p["wasted_fraction"]
     (c,) = [c for c in compare_records([now], [now], Gate()).comparisons if c.metric == metric.name]
-    assert (c.kind, c.unit, c.baseline, c.now, c.gated) == ("info", "fraction", value, value, False)
+    assert (c.kind, c.unit, c.baseline, c.now, c.verdict) == (metric.rule, "fraction", value, value, "unchanged")
     rows = [r for r in csv.DictReader(io.StringIO(to_csv([now]))) if r["metric"] == metric.name]
     assert [(r["family"], r["kind"], r["rule"], r["unit"], float(r["value"])) for r in rows] == [
-        ("predicted", "info", "info", "fraction", value)
+        ("predicted", metric.kind, metric.rule, "fraction", value)
     ]
     page = comparison_section(compare_records([before], [now], Gate()), Gate(), "before")
     assert f'title="{metric.label}: {metric.definition}">{metric.name}</td>' in page
