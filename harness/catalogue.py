@@ -86,6 +86,7 @@ class Metric:
 # The names code reads by name (the report's summary columns, the flattener's computed metrics).
 TIME, RECOMPILES, DOES_NOT_FIT, COMPILE_S = "time", "recompiles", "does_not_fit", "compile_s"
 MEMORY_BOUND, MEMORY_PEAK, TRACE_WASTED = "memory.bound_bytes", "memory.peak_bytes", "trace.wasted_fraction"
+PREDICTED_STEP = "predicted.step_s"
 TOTAL = "total"  # the collectives of every kind together
 
 
@@ -192,7 +193,7 @@ def _predicted() -> list[Metric]:
     info: dict[str, Any] = dict(family="predicted", kind="deterministic", rule="relative", tolerance=0.005)
     return [
         Metric(
-            "predicted.step_s",
+            PREDICTED_STEP,
             unit="s",
             label="predicted step",
             definition="one call's time on the timeline simulated from the compiled, scheduled program",

@@ -197,7 +197,7 @@ def _implied_zero(metric: str, metrics: Mapping[tuple[str, str], MetricValue], s
     prefix = next((p for p in (catalogue.PREDICTED_SCOPE, catalogue.SCOPE) if metric.startswith(p)), None)
     if prefix is None or not any(s == stage and m.startswith(prefix) for s, m in metrics):
         return None
-    step = metrics.get((stage, "predicted.step_s")) if prefix == catalogue.PREDICTED_SCOPE else None
+    step = metrics.get((stage, catalogue.PREDICTED_STEP)) if prefix == catalogue.PREDICTED_SCOPE else None
     return MetricValue(0.0) if step is None else MetricValue(0.0, model=step.model, program=step.program)
 
 

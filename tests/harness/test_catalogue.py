@@ -111,3 +111,28 @@ def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
     ]
     page = comparison_section(compare_records([before], [now], Gate()), Gate(), "before")
     assert f'title="{metric.label}: {metric.definition}">{metric.name}</td>' in page
+
+
+def test_dotted_metric_names_are_written_only_in_the_catalogue() -> None:
+    """A metric's name is typed once: no string in the harness (docstrings aside) outside the
+    catalogue spells a dotted metric name; code reads it from the catalogue's constants."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "harness"
+    dotted = {m.name for m in METRICS if "." in m.name}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "catalogue.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef) and n.body and isinstance(n.body[0], ast.Expr)
+        }
+        found += [
+            f"{path.relative_to(root)}:{n.lineno} {n.value}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in dotted and id(n) not in docs
+        ]
+    assert found == []
