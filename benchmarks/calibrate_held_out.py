@@ -6,11 +6,11 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
 
 1. fits the per-op-class constants on every such pair with the library behind ``python -m harness
    calibrate`` (:func:`harness.calibration.traces.program_samples`,
-   :func:`harness.metrics.timeline.calibrate.fit`), starting from that sweep's
+   :func:`harness.calibration.fit.fit`), starting from that sweep's
    ``cpu-calibration-1dev.json``; a class with too few instructions is refused by the library and
    reported, never lowered here;
 2. carries the fit to the held-out sweep's devices without fitting anything to it
-   (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`): the fit prices
+   (:meth:`~harness.calibration.cpu.CpuCalibration.shared_spec`): the fit prices
    the typical op near its one-device speed (traced with one device, or with several: measured),
    so each fitted rate is multiplied by a sharing ratio (the op overhead divided): with
    ``--sharing traced`` (default) and calibration traces of the held-out device count, the fitted
@@ -20,7 +20,7 @@ stage's optimized HLO (``traces/<variant id>/<stage>/program.hlo.gz``) beside it
    value ``single``), the in-sample stages by their own sweep's; curve, collectives, topology stay;
 3. re-predicts every held-out stage's saved program on the held-out sweep's own spec (which must
    reproduce the records' ``predicted.step_s``: the largest relative difference is printed) and on
-   the transferred fit, and scores both as :func:`harness.results.calibration.points` does (a host
+   the transferred fit, and scores both as :func:`harness.calibration.check.points` does (a host
    loop: step x calls per video); the calibration sweep's own stages likewise (in sample).
 
     python benchmarks/calibrate_held_out.py \\
@@ -45,12 +45,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.calibration import check as calibration  # noqa: E402
+from harness.calibration import fit as fitting  # noqa: E402
+from harness.calibration.cpu import SHARED, CpuCalibration  # noqa: E402
 from harness.calibration.traces import program_samples, read_program, traced_sharing  # noqa: E402
 from harness.metrics.hlo import parse  # noqa: E402
 from harness.metrics.timeline import TimelineSpec, predict  # noqa: E402
-from harness.metrics.timeline import calibrate as fitting  # noqa: E402
-from harness.metrics.timeline.cpu_calibrate import SHARED, CpuCalibration  # noqa: E402
-from harness.results import calibration  # noqa: E402
 from harness.results.record import Record  # noqa: E402
 from harness.results.store import load_records  # noqa: E402
 
@@ -189,7 +189,7 @@ def shared(
     fitted: TimelineSpec, cal: CpuCalibration, where: str, traced: tuple[float, str] | None = None
 ) -> TimelineSpec:
     """``cal``'s spec with the fit's per-op speeds shared by its devices
-    (:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`: the ``traced``
+    (:meth:`~harness.calibration.cpu.CpuCalibration.shared_spec`: the ``traced``
     ratio, else ``cal``'s micro-benchmark ratios); InputError naming ``where`` when ``cal`` lacks a
     one-device value."""
     try:
@@ -242,7 +242,7 @@ def with_steps(records: Sequence[Record], steps: Mapping[tuple[str, str], float]
 @dataclasses.dataclass(frozen=True)
 class Rescored:
     """One sweep's stages re-predicted on its own spec (``base``) and on the fitted one (``fitted``),
-    scored as :func:`harness.results.calibration.points` scores them; ``recorded``: the records' own
+    scored as :func:`harness.calibration.check.points` scores them; ``recorded``: the records' own
     prediction per (variant, stage) in the same units; ``reproduction``: the largest |base step /
     recorded step - 1|."""
 
@@ -385,7 +385,7 @@ def markdown(
         "",
         *(f"- {k}: `{v}`" for k, v in inputs.items()),
         "",
-        f"## Fit ({len(pair_lines)} program/trace pairs, `harness.metrics.timeline.calibrate.fit`, "
+        f"## Fit ({len(pair_lines)} program/trace pairs, `harness.calibration.fit.fit`, "
         f"at least {min_ops} instructions per class{f', slopes weighted by {fit.weighting}' if fit else ''})",
         "",
         *(f"- {line}" for line in pair_lines),

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.results import calibration  # noqa: E402 - after the path (no JAX: records and statistics only)
+from harness.calibration import check as calibration  # noqa: E402 - after the path (no JAX: records and statistics only)
 from harness.results.store import load_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def markdown(
         "",
         f"Results: {', '.join(sources)}. One call of each compiled program; predicted = "
         "`harness.metrics.timeline.predict` on the `cpu` spec built from constants measured in the same sweep "
-        "(`harness/metrics/timeline/cpu_calibrate.py`), never fitted to these numbers.",
+        "(`harness/calibration/cpu.py`), never fitted to these numbers.",
         "",
     ]
     if constants:

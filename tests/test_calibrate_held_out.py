@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.calibration import check as calibration
+from harness.calibration.cpu import CpuCalibration
 from harness.metrics.hlo import parse
 from harness.metrics.timeline import Constant, cpu_spec, predict
-from harness.metrics.timeline.cpu_calibrate import CpuCalibration
-from harness.results import calibration
 from tests.scripts import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets
+from harness.calibration import fit as fitting
+from harness.calibration.cpu import CpuCalibration
 from harness.metrics.hlo import HloModule, parse
 from harness.metrics.timeline import TimelineSpec, build_program, predict, spec_for
-from harness.metrics.timeline import calibrate as fitting
-from harness.metrics.timeline.cpu_calibrate import CpuCalibration
 from harness.metrics.timeline.specs import spec_from_dict
 
 
@@ -100,13 +100,9 @@ def traced_sharing(
     step's wall (:func:`program_samples`'s ``step``, which gets the prediction as
     ``fitted_pred_ns``), with what it is; None when no trace has steps.
 
-    Why the whole program (calibration-cpu-8dev.toml, 8 devices on 2 cores): the per-op fit says
-    how fast one device's ops run, not how the devices' ops interleave on the cores. On the same
-    traces (2026-11-27, AMD EPYC, busy / wall 0.33-1.02), the fitted prices added up to 0.10-0.21 of
-    the traced step's wall with the slopes weighted by count (Theil-Sen follows the many short ops)
-    and to 0.77-1.53, median 1.20, weighted by time: the ratio now corrects a scale of about 1, not
-    of 6. Taking busy / wall as the ratio instead scored 3.7x on cpu.toml held out (an earlier,
-    count-weighted run).
+    Why the whole program: the per-op fit says how fast one device's ops run, not how the
+    devices' ops interleave on the cores (evidence, and why not busy / wall:
+    benchmarks/results/calibration-docstring-findings-2026-11-27.md).
     """
     ratios = []
     for module, about in programs:

@@ -13,8 +13,8 @@ matched by name to the program's instructions (median duration over its executio
 a trace whose ops are not the program's is refused. With a CPU calibration measured for several
 devices sharing the host's cores (``devices`` > 1), the fitted per-op speeds are shared among them
 before they are written (:func:`harness.calibration.traces.traced_sharing`,
-:meth:`~harness.metrics.timeline.cpu_calibrate.CpuCalibration.shared_spec`). The matmul, memory
-and collective classes are fitted by robust regression (:mod:`harness.metrics.timeline.calibrate`);
+:meth:`~harness.calibration.cpu.CpuCalibration.shared_spec`). The matmul, memory
+and collective classes are fitted by robust regression (:mod:`harness.calibration.fit`);
 a class with fewer than ``--min-ops`` instructions is refused, by name. The spec file holds the fitted spec, each
 class's residuals and the programs and traces it came from; ``target.spec = "<file>"`` in a
 manifest makes later predictions use (and cite) it.
@@ -30,8 +30,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from harness.calibration import fit as fitting
 from harness.calibration.traces import base_spec, cpu_base, program_samples, traced_sharing
-from harness.metrics.timeline import calibrate as fitting
 
 HELP = "fit the timeline's constants to measured traces; write a spec file (target.spec)"
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.calibration import check as calibration
 from harness.fmt import fmt_pct, fmt_time
 from harness.report import interactive as ui
-from harness.results import calibration
 from harness.results.families import GanttEvent, Predicted, Roofline, Sensitivity, SensitivityConstant
 from harness.results.record import Record, StageEntry
 from harness.results.uncertain import Uncertain, ranking_text

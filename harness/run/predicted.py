@@ -32,7 +32,7 @@ The spec (:func:`timeline_spec`): a calibrated spec file's where the target name
 (``target.spec``, written by ``python -m harness calibrate``); else a TPU/GPU target's from its
 topology and the mesh devices' coordinates (``coords`` and ``core_on_chip`` of libtpu's devices);
 a CPU target's from constants measured on this machine with as many simulated devices as the
-variant's mesh has, sharing the host's cores (:mod:`harness.metrics.timeline.cpu_calibrate`),
+variant's mesh has, sharing the host's cores (:mod:`harness.calibration.cpu`),
 once per sweep and device count: the first worker measures them into
 ``<sweep>/traces/cpu-calibration-<N>dev.json``, the others read it.
 """
@@ -48,12 +48,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.calibration.cpu import load_or_measure
 from harness.metrics.chrome import write_chrome_trace
 from harness.metrics.hlo import HloModule
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
 from harness.metrics.timeline.compare import compare_program
-from harness.metrics.timeline.cpu_calibrate import load_or_measure
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
 from harness.run.spec import WorkerSpec

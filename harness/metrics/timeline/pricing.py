@@ -8,7 +8,7 @@ fusions it calls) as :class:`Matmul` ``(batch, m, n, k)``; :func:`efficiency` pr
   with its source): the efficiency is the useful fraction of the padded work,
   ``m n k / (pad(m) pad(n) pad(k))``;
 * CPU specs carry a measured curve (``matmul_eff_n<N>`` constants: the FLOP rate of an N x N x N
-  matmul over the rate of the largest one measured, :mod:`~harness.metrics.timeline.cpu_calibrate`):
+  matmul over the rate of the largest one measured, :mod:`~harness.calibration.cpu`):
   a matmul of effective size ``(m n k)^(1/3)`` runs at the curve's efficiency there, interpolated
   in log size and clamped at the ends;
 * a spec with neither prices matmuls at peak.

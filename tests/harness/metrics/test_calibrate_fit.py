@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.calibration import fit as calibrate
 from harness.metrics import timeline
 from harness.metrics.events import OpEvent
 from harness.metrics.hlo import parse
-from harness.metrics.timeline import calibrate
 from harness.metrics.timeline.program import build_program
 from harness.metrics.timeline.simulate import Simulator
 

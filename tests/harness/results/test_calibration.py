@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness import agreement
+from harness.calibration import check as calibration
 from harness.report.predicted import calibration_section
-from harness.results import calibration
 from harness.results.store import load_records
 
 _spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")

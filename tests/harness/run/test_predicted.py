@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from harness.metrics.timeline import cpu_calibrate
+from harness.calibration import cpu as cpu_calibrate
 from harness.plan.manifest import Run, Target, Workload
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.spec import WorkerSpec

@@ -15,16 +15,11 @@ and the quantity the class's constant divides:
 then the median intercept; a few mismatched ops move neither). ``weighting="time"`` takes the
 slope instead as :func:`time_weighted_slope` (the median of the instructions' own slopes, each
 weighted by its traced duration), which prices a class's traced *time* where its long
-instructions run at another speed per unit than the many short ones. Count is the default, from
-sweeps on an AMD EPYC, 2 cores (2026-11-27, benchmarks/results/calibrate-held-out-grid-2026-11-27.md,
-every calibration sweep scored on every independent cpu.toml sweep): carried from
-calibration-cpu.toml's one-device traces, time-weighted fits predicted cpu.toml 1.7-2.2x slow in
-median (|ln| 0.53-0.79 over 9 pairings) where count-weighted ones scored 0.12-0.31; from
-calibration-cpu-8dev's traces the two were alike (time 0.14-0.32, count 0.14-0.23, over 12). One of the
-42 pairings lowered the measured constants' median (0.085-0.161); the 8-device fits lowered the
-worst stage's factor in 22 of 24. It refuses a class with fewer than ``min_ops`` instructions,
-naming it; ``matmul`` and ``memory`` are required, ``collective`` is fitted when the trace has any
-(else the base spec's constants stay, and the fit says so). Each fitted constant's uncertainty is
+instructions run at another speed per unit than the many short ones. Count is the default: it
+scored better held out (evidence: benchmarks/results/calibration-docstring-findings-2026-11-27.md).
+It refuses a class with fewer than ``min_ops`` instructions, naming it; ``matmul`` and ``memory``
+are required, ``collective`` is fitted when the trace has any (else the base spec's constants
+stay, and the fit says so). Each fitted constant's uncertainty is
 the class's median ``|ln(fitted / measured)|`` over its instructions: how far a typical
 instruction's price is off. :func:`check_program` refuses a trace whose ops are not this program's
 (another compile names its fusions differently). Pure Python + numpy.
@@ -140,8 +135,8 @@ def check_program(program: Program, durations: Mapping[str, float], where: str) 
 class Busy:
     """One trace's step: ``wall_ns``, the median step window, and ``busy_ns``, one device's op time
     per step (the self times of its ops inside the windows, rendezvous waits taken off, over the
-    step count). ``ratio`` (busy / wall) can pass 1 where XLA:CPU runs independent ops at once; with
-    8 simulated devices on 2 cores it was 0.61-0.93 (calibration-cpu-8dev.toml, 2026-11-27)."""
+    step count). ``ratio`` (busy / wall) can pass 1 where XLA:CPU runs independent ops at once
+    (measured values: benchmarks/results/calibration-docstring-findings-2026-11-27.md)."""
 
     wall_ns: float
     busy_ns: float

@@ -51,9 +51,8 @@ COLLECTIVE_SMALL = 32  # bytes per device of the latency chain's all-gathers
 COLLECTIVE_CHAIN = 16
 COLLECTIVE_BYTES = 8 * 2**20
 REPEATS = 9
-# links in the overhead chain timed with every device at once: 8 device threads waking on 2 cores
-# spread a short chain's time (64 links: 2.6-9.0 us per op over four sweeps, 2026-11-27; 256: 2.8-6.1
-# over eight, AMD EPYC, 2 cores)
+# links in the overhead chain timed with every device at once: device threads waking on few cores
+# spread a short chain's time, a longer chain less (evidence: calibration-docstring-findings-2026-11-27.md)
 SHARED_CHAIN = 256
 # the spec constants a per-op fit sets -> the measurement of each (per device, and ``single``: alone)
 SHARED = {
@@ -125,11 +124,10 @@ class CpuCalibration:
         ``calibrate`` command: the fitted spec's predicted step over the traced step's wall), else
         each constant's :meth:`sharing` ratio from the micro-benchmarks.
 
-        Why a ratio, measured (calibration-cpu-8dev.toml, 8 devices on 2 cores, 2026-11-27): a fit
-        to the per-op durations traced with 8 devices at once gives 1.10e11 FLOP/s and 13.6 GB/s,
-        near this host's one-device 1.26e11 and 25.8 GB/s and far from its 8-at-once 1.25e10 and
-        2.9e9; carried over unshared, it predicted cpu.toml 5.9x too fast in median. Each source
-        names the fit and the ratio; the uncertainty stays the fit's."""
+        Why a ratio: a fit to per-op durations traced with the devices at once lands near one
+        device's speeds, not the shared ones (evidence:
+        benchmarks/results/calibration-docstring-findings-2026-11-27.md). Each source names the fit and the ratio; the
+        uncertainty stays the fit's."""
         if self.devices == 1 or traced is None:
             ratios = self.sharing(where)
             how = f"its {self.devices}-devices-at-once / one-device ratio measured on {self.cores} cores ({where})"
