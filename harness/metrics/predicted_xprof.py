@@ -28,12 +28,17 @@ def program_costs(
     ops_by_computation: Mapping[str, Iterable[Any]],
 ) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
     """(op -> (FLOPs, HBM bytes) of one execution, op -> HLO opcode) of a simulated program's ops
-    (:attr:`Program.ops`)."""
+    (:attr:`Program.ops`). A collective (its sync op or its start) carries the HBM bytes it reads and
+    writes (``Instruction.traffic``), as XProf's op profile counts a collective's bytes accessed;
+    its transfer over the links is the timeline's, not these bytes'."""
     costs: dict[str, tuple[float, float]] = {}
     opcodes: dict[str, str] = {}
     for ops in ops_by_computation.values():
         for op in ops:
-            costs[op.name] = (float(op.flops), float(op.bytes))
+            hbm = float(op.bytes)
+            if not hbm and op.kind and op.cls in ("sync", "start"):
+                hbm = float(op.instr.traffic)
+            costs[op.name] = (float(op.flops), hbm)
             opcodes[op.name] = op.instr.opcode
     return costs, opcodes
 

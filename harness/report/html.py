@@ -221,13 +221,16 @@ def target_section(records: Sequence[Record]) -> str:
             f'<td class="l">{_fits(r)}</td><td>{fmt_html(r.argument_bytes, "bytes")}</td>'
             f"<td>{fmt_html(r.temp_bytes, 'bytes')}</td>{coll}"
             f"<td>{fmt_html(r.collective_bytes_per_video, 'bytes')}</td>"
-            f"<td>{fmt_html(r.flops_per_device, 'flops')}</td><td>{fmt_html(r.step_s, 's')}{bound}{serial}</td>"
+            f"<td>{fmt_html(r.flops_per_device, 'flops')}</td>"
+            f"<td>{fmt_html(r.floor_s, 's')} <span class=note>(datasheet {fmt_html(r.floor_datasheet_s, 's')})</span>"
+            f"</td><td>{fmt_html(r.step_s, 's')}{bound}{serial}</td>"
             f"<td>{fmt_html(r.video_s, 's')}</td><td>{fmt_html(r.compile_s, 's')}</td></tr>"
         )
     head = (
         ["variant", "stage", "mode", "device", "fits in HBM (per device)", "arguments", "temporaries"]
         + [f"{k} / call" for k in kinds]
-        + ["collective bytes / video", "FLOPs / device / call", "roofline / call", "roofline / video", "compile"]
+        + ["collective bytes / video", "FLOPs / device / call", "matmul floor / call (achievable)"]
+        + ["roofline / call", "roofline / video", "compile"]
     )
     assumptions, sources = tables.target_assumptions(records)
     calls = sorted({(r.stage, r.calls_per_video) for r in rows})
@@ -236,7 +239,10 @@ def target_section(records: Sequence[Record]) -> str:
         '<section id="target"><h2>On the target</h2>'
         + _table(head, body, "target-analysis", left=5)
         + '<p class="note">Per device. Collective columns are operand bytes per call (loop bodies counted per '
-        "trip); per video multiplies by the calls per video (" + e("; ".join(notes)) + "). Roofline "
+        "trip); per video multiplies by the calls per video (" + e("; ".join(notes)) + "). Matmul floor: the "
+        "FLOPs at the best measured GEMM rate (a published table's, harness/metrics/timeline/rates.py; "
+        "for a generation without one, assumed from the measured one's efficiency), the datasheet peak's beside "
+        "it. Roofline (datasheet peaks) "
         "assumptions: " + e("; ".join(assumptions)) + ". Specs: " + e(" | ".join(sources)) + ".</p>" + "</section>"
     )
 

@@ -270,6 +270,18 @@ class TargetRow:
     bound_by: str | None
     video_s: float | None
     compile_s: float | None
+    floor_s: float | None = None  # matmul FLOPs at the best measured GEMM rate (the prediction's matmul_rates)
+    floor_datasheet_s: float | None = None  # ... at the datasheet peak
+
+
+def _floors(flops: float | None, rates: Mapping[str, Any] | None) -> dict[str, float | None]:
+    """The matmul floor at the best measured GEMM rate and at the datasheet peak (None without either)."""
+    if not flops or not rates:
+        return {"floor_s": None, "floor_datasheet_s": None}
+    return {
+        "floor_s": flops / rates["achievable_flops_per_s"],
+        "floor_datasheet_s": flops / rates["datasheet_flops_per_s"],
+    }
 
 
 def target_rows(records: Sequence[Record]) -> list[TargetRow]:
@@ -306,6 +318,7 @@ def target_rows(records: Sequence[Record]) -> list[TargetRow]:
                     bound_by=roof.bound_by,
                     video_s=t.roofline_per_video_s,
                     compile_s=static.compile_s,
+                    **_floors(t.flops_per_device, (entry.predicted or {}).get("matmul_rates")),
                 )
             )
     return rows

@@ -175,6 +175,8 @@ class Predicted(Family):
     video_interval_s: list[float] | None = None
     chrome_trace: str | None = None
     xprof: XprofProfile | None = None
+    xprof_interval: Mapping[str, Any] | None = None  # the XProf shares at the interval's joint bounds
+    matmul_rates: Mapping[str, Any] | None = None  # the best measured GEMM rate and the datasheet peak
     xplane: str | None = None
     host_loop: bool | None = None
     calibration: Mapping[str, Any] | None = None
@@ -223,6 +225,8 @@ class Uncertainty(Family):
 
     interval_s: list[float] | None = None
     points_s: Mapping[str, float] | None = None
+    assumed: list[str] | None = None  # the points that move an assumption, not a measured constant
+    curves: Mapping[str, float] | None = None  # each efficiency curve's relative uncertainty
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

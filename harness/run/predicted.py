@@ -18,6 +18,10 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
                                  stage folder>` opens it: :mod:`harness.metrics.predicted_xprof`)
      xprof,                      XProf's op-profile numbers of the step (time %, FLOPs and HBM
                                  utilisation, wasted %, by category: :mod:`harness.metrics.xprof_metrics`)
+     xprof_interval,             the XProf shares at the interval's joint bounds: per share [low, high]
+                                 and each bound's value (:func:`xprof_interval`)
+     matmul_rates,               TPU / GPU: the best measured GEMM rate and the datasheet peak the
+                                 matmul floor divides by (:func:`harness.metrics.timeline.rates.matmul_rates`)
      compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
                                  per-instruction prices against them (timeline.compare.Agreement)
      calibration,                CPU only: the measured constants the spec rests on
@@ -52,7 +56,16 @@ from harness.calibration.cpu import load_or_measure
 from harness.metrics.chrome import write_chrome_trace
 from harness.metrics.hlo import HloModule
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
-from harness.metrics.timeline import TimelineSpec, build_program, sensitivity, simulate, spec_for, uncertainty
+from harness.metrics.timeline import (
+    TimelineSpec,
+    bound_specs,
+    build_program,
+    rates,
+    sensitivity,
+    simulate,
+    spec_for,
+    uncertainty,
+)
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
@@ -138,10 +151,39 @@ def predicted_entry(
     costs, opcodes = program_costs(program.ops)
     peaks = {"peak_flops_per_s": tl_spec.value("peak_flops_per_s"), "hbm_bytes_per_s": tl_spec.value("hbm_bytes_per_s")}
     out["xprof"] = xprof_entry(prediction.events, costs, opcodes, **peaks)
+    out["xprof_interval"] = xprof_interval(program, tl_spec, out["xprof"], costs, opcodes, peaks)
+    out["matmul_rates"] = rates.matmul_rates(tl_spec.name.split(":")[0]) if tl_spec.platform != "cpu" else None
     out["xplane"] = str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks))
     agreement = compare_program(program, tl_spec)
     if agreement is not None:
         out["compiler_agreement"] = agreement.to_dict()
+    return out
+
+
+XPROF_SHARES = ("all_gather_wasted_fraction",)
+
+
+def xprof_interval(
+    program: Any,
+    tl_spec: TimelineSpec,
+    base: dict[str, Any],
+    costs: dict[str, tuple[float, float]],
+    opcodes: dict[str, str],
+    peaks: dict[str, float],
+) -> dict[str, Any]:
+    """The XProf shares (:data:`XPROF_SHARES`) of the step simulated at each of the interval's joint
+    bounds (:func:`harness.metrics.timeline.bound_specs`: every constant and curve fast, slow, the
+    other link-sharing policy, the datasheet where a curve is carried): per share its lowest and
+    highest value over those and the base, and each point. The shares' denominators stay the spec's
+    datasheet peaks (XProf's definitions)."""
+    points: dict[str, dict[str, float | None]] = {"base": {k: base.get(k) for k in XPROF_SHARES}}
+    for name, bound in bound_specs(tl_spec).items():
+        entry = xprof_entry(simulate(program, bound).events, costs, opcodes, **peaks)
+        points[name] = {k: entry.get(k) for k in XPROF_SHARES}
+    out: dict[str, Any] = {"points": points}
+    for k in XPROF_SHARES:
+        values = [float(x) for v in points.values() if isinstance(x := v.get(k), int | float)]
+        out[k] = [min(values), max(values)] if values else None
     return out
 
 

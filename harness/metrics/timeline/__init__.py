@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.metrics.hlo.model import HloModule
+from harness.metrics.timeline import rates
 from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
@@ -166,36 +167,87 @@ def _faster(constant: Constant) -> float:
 
 
 def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, Any]:
-    """The step's interval from its constants' stated uncertainty (:attr:`Constant.rel_uncertainty`):
-    the step with every rate and time constant at its fast bound together (``fast``), at its slow
-    bound (``slow``), each one alone at either bound (``<constant>:fast`` / ``:slow``), and the
-    links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.metrics.
-    timeline.links`: how links are shared is an assumption too).
+    """The step's interval from its constants' stated uncertainty (:attr:`Constant.rel_uncertainty`)
+    and the modelling choices that are assumed: the step with every rate and time constant at its
+    fast bound together (``fast``), at its slow bound (``slow``), each one alone at either bound
+    (``<constant>:fast`` / ``:slow``); each measured efficiency curve of a TPU / GPU spec
+    (:mod:`~harness.metrics.timeline.rates`) moved by its points' uncertainty, capped at 1
+    (``<family>:fast`` / ``:slow``, and in ``fast`` / ``slow``), and, where a curve is carried from
+    another generation (its source says ``assumed``), the datasheet rates (``curves:datasheet``);
+    the links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.
+    metrics.timeline.links`); and offloaded copies (SparseCore, DMA) at their assumed rate's bounds
+    (``offload_bytes_per_s:*``, a constant like the others). ``assumed``: the names of the points
+    that move an assumption rather than a measured or published constant.
     ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
     predictions on the same spec can be compared point by point (:func:`harness.results.uncertain.
     ordering`: an order that flips at some point is a tie). JSON-able."""
     program = build_program(module) if isinstance(module, HloModule) else module
     points = {"base": step_ns(program, spec)}
-    fast, slow = spec, spec
+    assumed: list[str] = []
     for name, c in spec.constants.items():
         if not c.scalable or c.rel_uncertainty <= 0:
             continue
         f = _faster(c)
         points[f"{name}:fast"] = step_ns(program, spec.scaled(name, f))
         points[f"{name}:slow"] = step_ns(program, spec.scaled(name, 1 / f))
-        fast, slow = fast.scaled(name, f), slow.scaled(name, 1 / f)
-    points["fast"], points["slow"] = step_ns(program, fast), step_ns(program, slow)
-    for policy in LINK_SHARING:
-        if policy != spec.link_sharing:
-            points[f"link_sharing:{policy}"] = step_ns(program, dataclasses.replace(spec, link_sharing=policy))
+        if c.source.startswith("assumed"):
+            assumed += [f"{name}:fast", f"{name}:slow"]
+    for family, (up, carried) in _curve_uncertainty(spec).items():
+        points[f"{family}:fast"] = step_ns(program, spec.curves_scaled({family: 1 + up}))
+        points[f"{family}:slow"] = step_ns(program, spec.curves_scaled({family: 1 / (1 + up)}))
+        if carried:
+            assumed += [f"{family}:fast", f"{family}:slow"]
+    for name, bound in bound_specs(spec).items():
+        points[name] = step_ns(program, bound)
+        if name not in ("fast", "slow"):
+            assumed.append(name)
     seconds = {k: v / 1e9 for k, v in points.items()}
     return {
         "step_s": seconds["base"],
         "interval_s": [min(seconds.values()), max(seconds.values())],
         "points_s": seconds,
         "uncertainty": {k: c.rel_uncertainty for k, c in spec.constants.items() if c.scalable},
+        "curves": {k: v[0] for k, v in _curve_uncertainty(spec).items()},
         "link_sharing": spec.link_sharing,
+        "assumed": assumed,
     }
+
+
+def bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
+    """The specs at the interval's joint bounds (see :func:`uncertainty`): ``fast`` / ``slow`` (every
+    rate and time constant and every TPU / GPU efficiency curve at its bound together), the other
+    link-sharing policy (``link_sharing:<policy>``) and, where a curve is carried from another
+    generation, the datasheet rates (``curves:datasheet``). What the XProf shares' interval is read at."""
+    fast, slow = spec, spec
+    for name, c in spec.constants.items():
+        if c.scalable and c.rel_uncertainty > 0:
+            f = _faster(c)
+            fast, slow = fast.scaled(name, f), slow.scaled(name, 1 / f)
+    curves = _curve_uncertainty(spec)
+    fast = fast.curves_scaled({family: 1 + up for family, (up, _) in curves.items()})
+    slow = slow.curves_scaled({family: 1 / (1 + up) for family, (up, _) in curves.items()})
+    out = {"fast": fast, "slow": slow}
+    if any(carried for _, carried in curves.values()):
+        out["curves:datasheet"] = spec.datasheet()
+    for policy in LINK_SHARING:
+        if policy != spec.link_sharing:
+            out[f"link_sharing:{policy}"] = dataclasses.replace(spec, link_sharing=policy)
+    return out
+
+
+def _curve_uncertainty(spec: TimelineSpec) -> dict[str, tuple[float, bool]]:
+    """Per efficiency-curve family a TPU / GPU spec carries: (the largest relative uncertainty of its
+    points, whether any is assumed, i.e. carried from another generation). CPU curves are the
+    host's own measurement, moved by the constants they scale: none here."""
+    if spec.platform == "cpu":
+        return {}
+    out: dict[str, tuple[float, bool]] = {}
+    for family in rates.CURVE_FAMILIES:
+        names = spec.curve_names(family)
+        if names:
+            cs = [spec.constants[n] for n in names]
+            out[family] = (max(c.rel_uncertainty for c in cs), any(c.source.startswith("assumed") for c in cs))
+    return out
 
 
 __all__ = [
@@ -206,6 +258,7 @@ __all__ = [
     "Program",
     "TimelineSpec",
     "Topology",
+    "bound_specs",
     "build_program",
     "chrome_trace",
     "cpu_spec",

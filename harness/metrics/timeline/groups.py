@@ -12,7 +12,10 @@ bidirectional ring (2 links' worth per device, one direction each); otherwise th
 multi-dimensional ring algorithm drives all of them at once). The devices of one chip (tpu7x's two
 TensorCores) share the chip's ports, so ICI bandwidth per device is divided by devices per chip;
 a group inside one chip uses ``on_chip_bytes_per_s``. GPUs behind NVSwitch: any group gets the
-GPU's NVLink bandwidth. CPU: a copy at ``link_bytes_per_s`` (the measured copy bandwidth).
+GPU's NVLink bandwidth. A link's rate is the datasheet's times the spec's ``link_efficiency``
+where it has one (a published collective table's large-message bandwidth over its route's,
+:mod:`~harness.metrics.timeline.rates`). CPU: a copy at ``link_bytes_per_s`` (the measured copy
+bandwidth).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def _torus_route(devices: Sequence[int], spec: TimelineSpec, topo: Topology) -> 
     coords = [topo.device_coords[d] for d in devices if d < len(topo.device_coords)]
     if len(coords) < 2:
         return Route((), math.inf, len(devices))
-    link = spec.value("link_bytes_per_s")
+    link = link_bytes_per_s(spec)
     queues, bandwidth = [], 0.0
     for dim, extent in enumerate(topo.shape):
         values = {c[dim] for c in coords}
@@ -70,7 +73,14 @@ def route(devices: Sequence[int], spec: TimelineSpec) -> Route:
         return Route((), math.inf, len(devices))
     if topo.kind == "torus":
         return _torus_route(devices, spec, topo)
-    return Route((topo.kind if topo.kind != "switch" else "nvlink",), spec.value("link_bytes_per_s"), len(devices))
+    return Route((topo.kind if topo.kind != "switch" else "nvlink",), link_bytes_per_s(spec), len(devices))
+
+
+def link_bytes_per_s(spec: TimelineSpec) -> float:
+    """One link's rate, one direction: the datasheet's times the measured ``link_efficiency`` where the
+    spec has one (:mod:`~harness.metrics.timeline.rates`)."""
+    eff = spec.constants.get("link_efficiency")
+    return spec.value("link_bytes_per_s") * (eff.value if eff is not None else 1.0)
 
 
 def slowest_route(groups: Groups, spec: TimelineSpec) -> Route:

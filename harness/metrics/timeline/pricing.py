@@ -5,16 +5,21 @@ empty. :func:`matmuls` reads the dots and convolutions an op runs (its own, or t
 fusions it calls) as :class:`Matmul` ``(batch, m, n, k)``; :func:`efficiency` prices each:
 
 * TPU / GPU specs carry the matrix unit's tile (``tile_m``, ``tile_n``, ``tile_k`` constants, each
-  with its source): the efficiency is the useful fraction of the padded work,
+  with its source): the tile efficiency is the useful fraction of the padded work,
   ``m n k / (pad(m) pad(n) pad(k))``;
-* CPU specs carry a measured curve (``matmul_eff_n<N>`` constants: the FLOP rate of an N x N x N
-  matmul over the rate of the largest one measured, :mod:`~harness.calibration.cpu`):
-  a matmul of effective size ``(m n k)^(1/3)`` runs at the curve's efficiency there, interpolated
-  in log size and clamped at the ends;
-* a spec with neither prices matmuls at peak.
+* a spec may carry a measured curve (``matmul_eff_n<N>`` constants: CPU, the FLOP rate of an
+  N x N x N matmul over the rate of the largest one measured, :mod:`~harness.calibration.cpu`; TPU / GPU, a published GEMM table's rate over the datasheet peak, :mod:`~harness.
+  metrics.timeline.rates`): a matmul of effective size ``(m n k)^(1/3)`` (per product of a batched
+  dot) runs at the curve's efficiency there, interpolated in log size and clamped at the ends;
+* the efficiency is the tile's times the curve's (either is 1 where the spec has none); a GEMM
+  table's row that its tile pads is stored net of that padding (:func:`~harness.metrics.timeline.
+  rates.cubic_tile_efficiency`), so each row is priced at its measured rate.
 
 :func:`compute_seconds` is an op's time on the compute stream, ``max(matmul time, bytes / HBM) +
-overhead``, where FLOPs outside any dot (a splash kernel) run at peak. Pure Python; it takes the
+overhead``, where FLOPs outside any dot (a splash kernel) run at the curve's best point (the best
+measured GEMM rate; the peak without a curve) and the HBM bandwidth is the datasheet's times the
+copy table's efficiency at the op's bytes (``hbm_eff_b<B>``, log-interpolated, clamped; 1 without
+a curve). Pure Python; it takes the
 op's instruction, the module's shapes and the spec, so it does not depend on how the program
 was classified.
 """
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from harness.metrics.hlo.cost import instruction_flops
 from harness.metrics.hlo.model import HloModule, Instruction
 from harness.metrics.hlo.text import Line, shape_dims
+from harness.metrics.timeline import rates
 from harness.metrics.timeline.specs import TimelineSpec
 
 CURVE_PREFIX = "matmul_eff_n"
@@ -126,21 +132,37 @@ def tile_efficiency(mm: Matmul, tile: tuple[int, int, int]) -> float:
     return useful / padded if padded > 0 else 1.0
 
 
-def curve(spec: TimelineSpec) -> list[tuple[float, float]]:
-    """A spec's measured matmul efficiency curve, ``[(size, efficiency)]`` by size (empty: none)."""
+def curve(spec: TimelineSpec, prefix: str = CURVE_PREFIX) -> list[tuple[float, float]]:
+    """A spec's measured efficiency curve, ``[(size, efficiency)]`` by size (empty: none): the
+    matmul curve, or with ``prefix`` = ``rates.HBM_PREFIX`` the HBM one."""
+    cached = _CURVES.get((id(spec), prefix))
+    if cached is not None and cached[0] is spec:
+        return cached[1]
     points = []
     for name, c in spec.constants.items():
-        if name.startswith(CURVE_PREFIX) and name[len(CURVE_PREFIX) :].isdigit():
-            points.append((float(name[len(CURVE_PREFIX) :]), c.value))
-    return sorted(points)
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            points.append((float(name[len(prefix) :]), c.value))
+    points.sort()
+    if len(_CURVES) > 64:
+        _CURVES.clear()
+    _CURVES[(id(spec), prefix)] = (spec, points)
+    return points
+
+
+_CURVES: dict[tuple[int, str], tuple[TimelineSpec, list[tuple[float, float]]]] = {}
 
 
 def curve_efficiency(mm: Matmul, points: Sequence[tuple[float, float]]) -> float:
     """The curve's efficiency at ``mm``'s effective size ``(m n k)^(1/3)`` (log-size interpolation,
     clamped to the measured range)."""
+    return interpolate((mm.m * mm.n * mm.k) ** (1 / 3), points)
+
+
+def interpolate(size: float, points: Sequence[tuple[float, float]]) -> float:
+    """A curve's value at ``size``: log-size interpolation between its points, clamped to their range
+    (1 for an empty curve)."""
     if not points:
         return 1.0
-    size = (mm.m * mm.n * mm.k) ** (1 / 3)
     sizes = [p[0] for p in points]
     if size <= sizes[0]:
         return points[0][1]
@@ -154,24 +176,34 @@ def curve_efficiency(mm: Matmul, points: Sequence[tuple[float, float]]) -> float
 
 def efficiency(mm: Matmul, spec: TimelineSpec) -> float:
     """Fraction of peak ``mm`` runs at on ``spec``'s hardware (see the module docstring), in (0, 1]."""
+    eff = curve_efficiency(mm, curve(spec))
     if all(t in spec.constants for t in TILES):
         tile = tuple(max(int(round(spec.value(t))), 1) for t in TILES)
-        eff = tile_efficiency(mm, (tile[0], tile[1], tile[2]))
-    else:
-        eff = curve_efficiency(mm, curve(spec))
+        eff *= tile_efficiency(mm, (tile[0], tile[1], tile[2]))
     return min(max(eff, 1e-3), 1.0)
+
+
+def best_efficiency(spec: TimelineSpec) -> float:
+    """The matmul curve's best point: the fraction of peak the best measured GEMM reaches (1: no curve)."""
+    return rates.best_matmul_efficiency(curve(spec))
+
+
+def hbm_bytes_per_s(bytes_: float, spec: TimelineSpec, rate: str = "hbm_bytes_per_s") -> float:
+    """The HBM bandwidth an op moving ``bytes_`` (read + written) reaches: ``rate`` times the copy
+    curve's efficiency at that size (``hbm_eff_b<B>``; 1 without one)."""
+    return spec.value(rate) * interpolate(max(bytes_, 1.0), curve(spec, rates.HBM_PREFIX))
 
 
 def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
     """Seconds of ``flops`` matmul FLOPs of which ``mms`` are known dots: each dot at its
-    efficiency, the rest (opaque kernels) at peak."""
+    efficiency, the rest (opaque kernels) at the best measured GEMM rate (the peak without a curve)."""
     peak = spec.value("peak_flops_per_s")
     known = sum(mm.flops for mm in mms)
     seconds = sum(mm.flops / (peak * efficiency(mm, spec)) for mm in mms)
-    return seconds + max(flops - known, 0.0) / peak
+    return seconds + max(flops - known, 0.0) / (peak * best_efficiency(spec))
 
 
 def compute_seconds(flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
-    """One compute op: ``max(matmul time, bytes / HBM bandwidth) + op overhead``."""
-    hbm = spec.value("hbm_bytes_per_s")
+    """One compute op: ``max(matmul time, bytes / HBM bandwidth at its size) + op overhead``."""
+    hbm = hbm_bytes_per_s(bytes_, spec) if bytes_ > 0 else spec.value("hbm_bytes_per_s")
     return max(matmul_seconds(flops, mms, spec), bytes_ / hbm) + spec.value("op_overhead_s")

@@ -276,10 +276,12 @@ class Simulator:
 
     def _offload(self, op: Op) -> int:
         """Start an offloaded copy (:data:`~harness.metrics.timeline.program.OFFLOAD`): its bytes at
-        HBM bandwidth on the offload engine's own queue, beside compute; no event (its wait, at its
-        done, is the stream idling)."""
+        the spec's ``offload_bytes_per_s`` (else the HBM bandwidth) times the HBM curve at its size, on
+        the offload engine's own queue, beside compute; no event (its wait, at its done, is the stream
+        idling)."""
         s = self.state
-        ns = op.bytes / self.spec.value("hbm_bytes_per_s") * NS
+        rate = "offload_bytes_per_s" if "offload_bytes_per_s" in self.spec.constants else "hbm_bytes_per_s"
+        ns = op.bytes / pricing.hbm_bytes_per_s(op.bytes, self.spec, rate) * NS if op.bytes > 0 else 0.0
         transfer = Transfer(OFFLOAD, op.name, s.t, s.t + ns, (OFFLOAD,), ns)
         s.links.add(transfer, s.t)
         return self._pend(transfer)

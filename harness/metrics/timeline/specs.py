@@ -13,8 +13,14 @@ it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants
 * ``host_bytes_per_s`` (v6e): the host link (PCIe), one direction, per chip: what a copy to or
   from host memory (``S(5)``, host offload) moves at;
 * ``tile_m``, ``tile_n``, ``tile_k`` (TPU, GPU): the matrix unit's tile a matmul is padded to
-  (:mod:`~harness.metrics.timeline.pricing`); ``matmul_eff_n<N>`` (CPU): the measured efficiency
-  of an N x N x N matmul.
+  (:mod:`~harness.metrics.timeline.pricing`); ``matmul_eff_n<N>``: the measured efficiency of an
+  N x N x N matmul (CPU: over the largest one measured here; TPU / GPU: a published GEMM table's
+  rate over the datasheet peak, :mod:`~harness.metrics.timeline.rates`);
+* ``hbm_eff_b<B>`` (TPU): a published copy table's bandwidth, for a copy accessing B bytes, over the
+  datasheet's; ``link_efficiency`` (TPU, GPU): the bandwidth a published collective table's large
+  messages reach over their route's datasheet bandwidth; ``offload_bytes_per_s`` (TPU): an
+  offloaded copy's (SparseCore / DMA) rate. The datasheet peaks stay, as the upper bound:
+  :meth:`TimelineSpec.datasheet` is the same spec without the curves ("predicted, datasheet rates").
 
 Every constant has a relative uncertainty (:attr:`Constant.rel_uncertainty`): stated where the
 source gives one, else by the kind of source: published figures +-5%, measured ones +-15% (a
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import targets
+from harness.metrics.timeline import rates
 
 PUBLISHED_UNCERTAINTY = 0.05  # a datasheet peak is an upper bound a kernel gets close to, not exactly
 MEASURED_UNCERTAINTY = 0.15  # repeated timings on a shared host spread this much
@@ -132,6 +139,33 @@ class TimelineSpec:
         new = Constant(old.value * factor, old.unit, f"{old.source} (x{factor:g})", old.uncertainty)
         return dataclasses.replace(self, constants={**self.constants, constant: new})
 
+    def curve_names(self, family: str) -> list[str]:
+        """The constants of one curve family (:data:`~harness.metrics.timeline.rates.CURVE_FAMILIES`)."""
+        return [k for k in self.constants if k == family or (k.startswith(family) and k[len(family) :].isdigit())]
+
+    def curves_scaled(self, factors: Mapping[str, float]) -> TimelineSpec:
+        """Every efficiency of each family in ``factors`` multiplied by its factor, capped at 1 (a peak
+        is an upper bound); what the interval moves a curve by."""
+        new = dict(self.constants)
+        for family, factor in factors.items():
+            for k in self.curve_names(family):
+                c = new[k]
+                new[k] = Constant(
+                    min(c.value * factor, 1.0), c.unit, f"{c.source} (x{factor:g}, at most 1)", c.uncertainty
+                )
+        return dataclasses.replace(self, constants=new)
+
+    def datasheet(self) -> TimelineSpec:
+        """The same spec priced at the datasheet peaks: every measured efficiency curve of a TPU / GPU
+        spec dropped (a CPU spec's curves are its measurement: kept)."""
+        if self.platform == "cpu":
+            return self
+        drop = {k for family in rates.CURVE_FAMILIES for k in self.curve_names(family)}
+        if not drop:
+            return self
+        kept = {k: c for k, c in self.constants.items() if k not in drop}
+        return dataclasses.replace(self, name=f"{self.name} (datasheet rates)", constants=kept)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -151,9 +185,20 @@ _ASSUMED_OVERHEAD = (
     "assumed: ~1 us fixed cost per executed HLO op (pipeline fill/drain of a fusion); "
     "no published figure, check against an XProf trace"
 )
-_ASSUMED_ICI_LATENCY = (
-    "assumed: ~10 us per collective (barrier + first hop over ICI); no published figure, check against an XProf trace"
-)
+
+
+def _measured(entries: Mapping[str, rates.Entry]) -> dict[str, Constant]:
+    """Constants from :mod:`~harness.metrics.timeline.rates` (value, unit, source, uncertainty)."""
+    return {k: Constant(v, unit, source, unc) for k, (v, unit, source, unc) in entries.items()}
+
+
+def _offload(name: str) -> Constant:
+    return Constant(
+        targets.SPECS[name].hbm_bytes_per_s,
+        "B/s",
+        "assumed: an offloaded copy (SparseCore data-format call, async DMA) moves its bytes at the HBM "
+        "datasheet rate times the HBM curve; no published SparseCore / DMA figure",
+    )
 
 
 _SCALING_BOOK = "jax-ml.github.io/scaling-book/tpus"
@@ -179,14 +224,13 @@ def _v6e() -> dict[str, Constant]:
     return {
         **_from_targets("v6e"),
         **_tiles(
-            8,
-            256,
-            256,
+            *rates.TPU_TILE,
             f"{_SCALING_BOOK}: the MXU multiplies an [8, K] LHS block per pass; v6e's MXU is a 256x256 "
             "systolic array (v2-v5: 128x128), so N and K pad to 256 and M to 8",
         ),
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
-        "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
+        **_measured(rates.tpu(measured_here=False)),
+        "offload_bytes_per_s": _offload("v6e"),
         "host_bytes_per_s": Constant(
             32e9,
             "B/s",
@@ -208,14 +252,13 @@ def _tpu7x() -> dict[str, Constant]:
     return {
         **_from_targets("tpu7x"),
         **_tiles(
-            8,
-            256,
-            256,
+            *rates.TPU_TILE,
             f"assumed: tpu7x's MXU is 256x256 like v6e's ({_SCALING_BOOK} gives v6e's; no published "
             "tpu7x figure found), an [8, K] LHS block per pass",
         ),
         "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
-        "collective_latency_s": Constant(10e-6, "s", _ASSUMED_ICI_LATENCY),
+        **_measured(rates.tpu(measured_here=True)),
+        "offload_bytes_per_s": _offload("tpu7x"),
         # 1.2 TB/s bidirectional per chip over the 6 ports of a 3D torus (assumption: 6 ports, +-x, +-y, +-z).
         "link_bytes_per_s": Constant(
             1.2e12 / 6 / 2,
@@ -237,9 +280,7 @@ def _gpu(name: str) -> dict[str, Constant]:
     return {
         **_from_targets(name),
         **_tiles(
-            128,
-            128,
-            64,
+            *rates.GPU_TILE,
             "assumed: a 128x128x64 thread-block tile, common for cuBLAS / CUTLASS bf16 GEMMs on Hopper "
             "(no figure for the kernels XLA picks)",
         ),
@@ -249,9 +290,7 @@ def _gpu(name: str) -> dict[str, Constant]:
             "assumed: ~4 us per kernel (launch + tail), XLA GPU without CUDA "
             "graphs; check against an nsys / XProf trace",
         ),
-        "collective_latency_s": Constant(
-            15e-6, "s", "assumed: ~15 us NCCL small-message latency inside one NVSwitch node; check against nccl-tests"
-        ),
+        **_measured(rates.gpu(measured_here=name == "h100")),
         "link_bytes_per_s": Constant(
             t.interconnect_bytes_per_s,
             "B/s",

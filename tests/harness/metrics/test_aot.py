@@ -242,6 +242,9 @@ def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
         name: {"status": "ok", "static": {**static, "target": analyze(static, V6E, 40, 8)}}
         for name, static in (("trillium", fits), ("replicated", oom))
     }
+    from harness.metrics.timeline import rates
+
+    entries["trillium"]["predicted"] = {"step_s": 0.01, "matmul_rates": rates.matmul_rates("v6e")}
     spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
     synthetic = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(synthetic)
@@ -260,8 +263,14 @@ def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
     assert rows["trillium"].fits and rows["trillium"].collective_bytes_per_call == {"all-gather": 2**30}
     assert rows["trillium"].collective_bytes_per_video == 40 * 2**30
     assert rows["replicated"].fits is False and rows["replicated"].step_s is None
+    # the matmul floor at the best measured GEMM rate (tpu7x's efficiency carried to v6e), the datasheet's beside
+    flops = rows["trillium"].flops_per_device
+    assert rows["trillium"].floor_datasheet_s == pytest.approx(flops / 918e12)
+    assert rows["trillium"].floor_s == pytest.approx(flops / (918e12 * 956.3824592 / 1153.5))
+    assert rows["replicated"].floor_s is None
     page = html.target_section(records)
     assert 'id="target-analysis"' in page and "all-gather / call" in page and "40 calls per video" in page
+    assert "matmul floor / call (achievable)" in page and "(datasheet " in page
     assert "needs 137 GiB of 31.2 GiB" in page and "TPU v6 lite" in page and "perfect overlap" in page
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.metrics import timeline
 from harness.metrics.hlo import parse
-from harness.metrics.timeline import pricing, specs
+from harness.metrics.timeline import pricing, rates, specs
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
 
 PEAK = 1e12
@@ -142,7 +142,12 @@ def test_every_constant_states_a_source_and_none_is_fitted_to_a_published_result
             assert "maxdiffusion" not in c.source.lower(), (spec.name, name)
             assert c.rel_uncertainty > 0, (spec.name, name)
         assert spec.topology.source or spec.topology.kind != "torus"
-    text = Path(specs.__file__).read_text()
+    text = Path(specs.__file__).read_text() + Path(rates.__file__).read_text()
     assert not re.search(r"maxdiffusion", text, re.IGNORECASE)
+    # the rate curves come from the microbenchmark tables only: never from the held-out real v6e profile
+    assert not re.search(r"tpu_inference|xplane|1\.27|1\.47", text, re.IGNORECASE)
+    for spec in _all_specs():
+        for c in spec.constants.values():
+            assert not re.search(r"tpu_inference|xplane", c.source, re.IGNORECASE)
     assumed = {n for s in _all_specs() for n, c in s.constants.items() if c.source.startswith("assumed")}
     assert "op_overhead_s" in assumed  # no published figure: said so, and priced wide

@@ -18,6 +18,7 @@ from harness.metrics.accounting import device_metrics
 from harness.metrics.chrome import read_chrome_trace
 from harness.metrics.hlo import parse
 from harness.metrics.hlo.replica_groups import device_groups
+from harness.metrics.timeline import groups
 from harness.metrics.timeline.groups import all_devices, route
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
 
@@ -248,7 +249,7 @@ def test_iota_replica_groups_resolve_to_groups_and_link_dims():
     assert replica_groups(mesh, 8) == ((0, 4), (1, 5), (2, 6), (3, 7))
     # v6e:2x4, devices numbered row-major (x fastest): device i at chip (i % 2, i // 2).
     spec = timeline.spec_for("v6e:2x4", "tpu")
-    link = spec.value("link_bytes_per_s")
+    link = groups.link_bytes_per_s(spec)  # datasheet x the measured link efficiency
     assert spec.topology.wraparound == (False, False)  # both dims shorter than the 16-chip pod
     along_y = route((0, 4), spec)  # (0,0) and (0,2): the y dimension only, a line
     assert (along_y.queues, along_y.bytes_per_s) == (("dim1",), link)
@@ -264,7 +265,7 @@ def test_tpu7x_group_inside_one_chip_uses_the_on_chip_link():
     inside = route((0, 1), spec)  # the two cores of chip (0, 0, 0)
     assert (inside.queues, inside.bytes_per_s) == (("core",), spec.value("on_chip_bytes_per_s"))
     across = route((0, 2), spec)  # core 0 of chips (0,0,0) and (1,0,0): shares the chip's x link
-    assert (across.queues, across.bytes_per_s) == (("dim0",), spec.value("link_bytes_per_s") / 2)
+    assert (across.queues, across.bytes_per_s) == (("dim0",), groups.link_bytes_per_s(spec) / 2)
 
 
 def test_chrome_json_round_trip_gives_the_same_accounting():

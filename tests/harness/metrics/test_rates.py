@@ -1,0 +1,159 @@
+"""The rates the hardware reaches (harness/metrics/timeline/rates.py): each spec prices the published
+tables' own points back at their measured rates, carries a curve to a generation without a table as
+an assumption, and puts the curves and the assumptions in the interval."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.metrics import timeline
+from harness.metrics.hlo import parse
+from harness.metrics.timeline import groups, pricing, rates
+from harness.metrics.timeline.pricing import Matmul
+
+
+def _cubic(n: int) -> Matmul:
+    return Matmul(1, n, n, n, 2.0 * n**3)
+
+
+@pytest.mark.parametrize("row", rates.TPU7X_GEMM, ids=lambda r: r.row)
+def test_tpu7x_prices_each_gemm_row_at_its_measured_rate(row: rates.Row) -> None:
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    mm = _cubic(int(row.size))
+    seconds = pricing.matmul_seconds(mm.flops, [mm], spec)
+    assert mm.flops / seconds == pytest.approx(row.value, rel=1e-9)  # sizes are multiples of the 256 tile
+
+
+def test_a_non_cubic_dot_takes_the_curve_at_its_geometric_mean_size() -> None:
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    mm = Matmul(8, 4096, 4096, 1024, 2.0 * 8 * 4096 * 4096 * 1024)  # per product: (4096*4096*1024)^(1/3) = 2580
+    size = (4096 * 4096 * 1024) ** (1 / 3)
+    w = math.log(size / 2048) / math.log(2)
+    peak = spec.value("peak_flops_per_s")
+    expected = (679.284728e12 + w * (892.9445127e12 - 679.284728e12)) / peak
+    assert pricing.efficiency(mm, spec) == pytest.approx(expected, rel=1e-9)
+    # a dot the tile pads (m = 4 on an 8-row tile) loses the padding on top of the curve
+    thin = Matmul(1, 4, 4096, 4096, 2.0 * 4 * 4096 * 4096)
+    assert pricing.efficiency(thin, spec) == pytest.approx(0.5 * pricing.curve_efficiency(thin, pricing.curve(spec)))
+    # opaque FLOPs (a splash kernel) at the best measured GEMM rate: 956.4 TFLOP/s
+    assert 1e15 / pricing.matmul_seconds(1e15, [], spec) == pytest.approx(956.3824592e12)
+
+
+@pytest.mark.parametrize("row", rates.TPU7X_HBM, ids=lambda r: r.row)
+def test_tpu7x_prices_each_copy_row_at_its_measured_bandwidth(row: rates.Row) -> None:
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    assert pricing.hbm_bytes_per_s(row.size, spec) == pytest.approx(row.value, rel=1e-9)
+    overhead = spec.value("op_overhead_s")
+    assert pricing.compute_seconds(0.0, row.size, [], spec) == pytest.approx(row.size / row.value + overhead)
+
+
+def test_tpu7x_all_gather_rows_are_reproduced_by_the_fitted_latency_and_link_efficiency() -> None:
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    route = groups.route((0, 2, 4, 6), spec)  # core 0 of each of the 4 chips: the group the fit assumes
+    assert route.queues == ("dim0", "dim1")
+    latency = spec.value("collective_latency_s")
+    miss = spec.constants["collective_latency_s"].rel_uncertainty
+    assert 0 < miss < 0.07  # the fit's largest miss on its own rows, stated as the uncertainty
+    for row in rates.TPU7X_ALL_GATHER:
+        predicted = latency + row.size / route.bytes_per_s
+        assert predicted == pytest.approx(row.value, rel=miss + 1e-9), row.row
+    # the datasheet stays as the upper bound: the efficiency is a fraction of it
+    assert 0.85 < spec.value("link_efficiency") < 0.95 and spec.value("link_bytes_per_s") == pytest.approx(1e11)
+
+
+def test_h100_comes_from_xla_tables_and_h200_carries_them_as_an_assumption() -> None:
+    h100, h200 = timeline.spec_for("h100:1x1x8", "gpu"), timeline.spec_for("h200:1x1x8", "gpu")
+    mm = _cubic(4096)
+    assert mm.flops / pricing.matmul_seconds(mm.flops, [mm], h100) == pytest.approx(786048187408492, rel=1e-9)
+    assert h100.value("collective_latency_s") == pytest.approx(1024 / 33023735, rel=1e-3)  # ~31 us
+    assert h100.value("link_efficiency") == pytest.approx(7 / 8 * 400124397805 / 450e9)
+    assert not h100.constants["matmul_eff_n4096"].source.startswith("assumed")
+    assert h200.constants["matmul_eff_n4096"].source.startswith("assumed: H100")
+    assert h200.value("matmul_eff_n4096") == h100.value("matmul_eff_n4096")
+
+
+def test_v6e_carries_tpu7x_efficiencies_to_its_own_datasheet_and_says_so() -> None:
+    v6e, tpu7x = timeline.spec_for("v6e:2x4", "tpu"), timeline.spec_for("tpu7x:2x2x1", "tpu")
+    for family in rates.CURVE_FAMILIES:
+        names = v6e.curve_names(family)
+        assert names and names == tpu7x.curve_names(family)
+        for n in names:
+            assert v6e.value(n) == tpu7x.value(n)
+            assert v6e.constants[n].source.startswith("assumed: tpu7x")
+    big = 2 * 536870912
+    assert pricing.hbm_bytes_per_s(big, v6e) == pytest.approx(1.64e12 * 3199.020504 / 3685)
+    # the datasheet rates are the same spec without the curves: the old prices, the upper bound
+    sheet = v6e.datasheet()
+    assert not any(sheet.curve_names(f) for f in rates.CURVE_FAMILIES)
+    assert pricing.hbm_bytes_per_s(big, sheet) == pytest.approx(1.64e12)
+    assert groups.link_bytes_per_s(sheet) == sheet.value("link_bytes_per_s")
+
+
+_PROGRAM = """HloModule m, entry_computation_layout={(f32[4096,4096]{1,0})->f32[4096,4096]{1,0}}
+
+ENTRY %main (p: f32[4096,4096]) -> f32[4096,4096] {
+  %p = f32[4096,4096]{1,0} parameter(0)
+  %d = f32[4096,4096]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %a = f32[4096,4096]{1,0} add(%d, %d)
+}
+"""
+
+
+def test_the_interval_moves_the_curves_and_names_what_is_assumed() -> None:
+    program = timeline.build_program(parse(_PROGRAM))
+    v6e, tpu7x = timeline.spec_for("v6e:2x4", "tpu"), timeline.spec_for("tpu7x:2x2x1", "tpu")
+    measured = timeline.uncertainty(program, tpu7x)
+    carried = timeline.uncertainty(program, v6e)
+    for u in (measured, carried):
+        assert {"matmul_eff_n:fast", "matmul_eff_n:slow", "hbm_eff_b:fast", "hbm_eff_b:slow"} <= set(u["points_s"])
+        lo, hi = u["interval_s"]
+        assert lo <= u["points_s"]["matmul_eff_n:fast"] < u["step_s"] < u["points_s"]["matmul_eff_n:slow"] <= hi
+        assert "link_sharing:fifo" in u["assumed"] and "op_overhead_s:slow" in u["assumed"]
+    # tpu7x's curves are its own tables (published, +-5%); v6e's are carried: assumed, and the datasheet in
+    assert measured["curves"]["matmul_eff_n"] == pytest.approx(0.05) and "curves:datasheet" not in measured["points_s"]
+    assert carried["curves"]["matmul_eff_n"] == pytest.approx(0.5) and "curves:datasheet" in carried["assumed"]
+    assert carried["interval_s"][0] <= carried["points_s"]["curves:datasheet"] < carried["step_s"]
+    assert timeline.step_ns(program, v6e.datasheet()) / 1e9 == pytest.approx(carried["points_s"]["curves:datasheet"])
+
+
+_GATHER = """HloModule g, is_scheduled=true, num_partitions=8
+
+ENTRY %main (p: bf16[1048576], q: bf16[2048,2048]) -> bf16[2048,2048] {
+  %p = bf16[1048576]{0} parameter(0)
+  %q = bf16[2048,2048]{1,0} parameter(1)
+  %ags = (bf16[1048576]{0}, bf16[8388608]{0}) all-gather-start(bf16[1048576]{0} %p), replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}
+  %d = bf16[2048,2048]{1,0} dot(%q, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %agd = bf16[8388608]{0} all-gather-done((bf16[1048576]{0}, bf16[8388608]{0}) %ags)
+  ROOT %e = bf16[2048,2048]{1,0} add(%d, %d)
+}
+"""  # noqa: E501 (HLO instructions are single lines)
+
+
+def test_the_xprof_shares_get_an_interval_from_the_same_bounds() -> None:
+    from harness.metrics.predicted_xprof import program_costs, xprof_entry
+    from harness.run.predicted import xprof_interval
+
+    spec = timeline.spec_for("v6e:2x4", "tpu")
+    program = timeline.build_program(parse(_GATHER))
+    costs, opcodes = program_costs(program.ops)
+    peaks = {"peak_flops_per_s": spec.value("peak_flops_per_s"), "hbm_bytes_per_s": spec.value("hbm_bytes_per_s")}
+    base = xprof_entry(timeline.simulate(program, spec).events, costs, opcodes, **peaks)
+    out = xprof_interval(program, spec, base, costs, opcodes, peaks)
+    assert set(out["points"]) == {"base", "fast", "slow", "curves:datasheet", "link_sharing:fifo"}
+    lo, hi = out["all_gather_wasted_fraction"]
+    values = [p["all_gather_wasted_fraction"] for p in out["points"].values()]
+    assert lo == min(values) <= base["all_gather_wasted_fraction"] <= hi == max(values)
+    assert lo < hi  # the gather outlasts the dot at the slow bound more than at the fast one
+
+
+def test_the_matmul_floor_divides_by_the_best_measured_gemm_rate_beside_the_datasheet() -> None:
+    tpu7x, v6e, h200 = rates.matmul_rates("tpu7x"), rates.matmul_rates("v6e"), rates.matmul_rates("h200")
+    assert tpu7x is not None and v6e is not None and h200 is not None
+    assert tpu7x["achievable_flops_per_s"] == pytest.approx(956.3824592e12) and "row 32768" in tpu7x["source"]
+    assert tpu7x["datasheet_flops_per_s"] == pytest.approx(1153.5e12)
+    assert v6e["achievable_flops_per_s"] == pytest.approx(918e12 * 956.3824592 / 1153.5)
+    assert v6e["source"].startswith("assumed: tpu7x")
+    assert h200["achievable_flops_per_s"] == pytest.approx(786048187408492) and h200["source"].startswith("assumed")
+    assert rates.matmul_rates("cpu") is None
