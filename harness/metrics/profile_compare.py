@@ -60,11 +60,10 @@ def slice_topology(target: str, devices: int) -> str:
 
 
 def rates_label(spec: TimelineSpec) -> str:
-    """How a prediction is labelled: ``predicted, measured curves`` where the spec's rates come
-    from measurements, else ``predicted, datasheet rates``."""
-    rates = [c for c in spec.constants.values() if c.unit in ("B/s", "FLOP/s")]
-    measured = any(c.source.startswith(("measured", "fitted")) or "curve" in c.source for c in rates)
-    return "predicted, measured curves" if measured else "predicted, datasheet rates"
+    """How a prediction is labelled (``TimelineSpec.label``): ``predicted, tpu7x curves`` where the
+    spec's rates come from the published tables' curves (v6e: tpu7x's, carried), ``predicted,
+    datasheet rates`` at the datasheet peaks (``TimelineSpec.datasheet()``)."""
+    return spec.label
 
 
 def _median_ms(values: Sequence[float]) -> float:

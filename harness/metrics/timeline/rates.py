@@ -319,3 +319,16 @@ def matmul_rates(name: str) -> dict[str, Any] | None:
         "datasheet_flops_per_s": targets.SPECS[name].peak_bf16_flops,
         "source": best[1],
     }
+
+
+def label(constants: Any, platform: str) -> str:
+    """How a prediction on a spec with these constants is labelled wherever it is shown: ``predicted,
+    tpu7x curves`` / ``predicted, H100 curves`` where the spec carries a published table's curves (its
+    own or carried), ``predicted, measured rates`` for a CPU spec (measured on the host), else
+    ``predicted, datasheet rates``."""
+    if platform == "cpu":
+        return "predicted, measured rates"
+    curves = any(k.startswith((MATMUL_PREFIX, HBM_PREFIX)) or k == LINK_EFFICIENCY for k in constants)
+    if not curves:
+        return "predicted, datasheet rates"
+    return "predicted, tpu7x curves" if platform == "tpu" else "predicted, H100 curves"

@@ -155,6 +155,11 @@ class TimelineSpec:
                 )
         return dataclasses.replace(self, constants=new)
 
+    @property
+    def label(self) -> str:
+        """How its predictions are labelled (:func:`~harness.metrics.timeline.rates.label`)."""
+        return rates.label(self.constants, self.platform)
+
     def datasheet(self) -> TimelineSpec:
         """The same spec priced at the datasheet peaks: every measured efficiency curve of a TPU / GPU
         spec dropped (a CPU spec's curves are its measurement: kept)."""

@@ -27,7 +27,7 @@ def out(tmp_path_factory):
 
 def test_result_per_module_and_op(out):
     result = load(out)
-    assert result["topology"] == "v6e:2x4" and result["label"] == "predicted, datasheet rates"
+    assert result["topology"] == "v6e:2x4" and result["label"] == "predicted, tpu7x curves"
     modules = {m["module"]: m for m in result["modules"]}
     assert set(modules) == {"jit_f", "jit__psum", "jit_broadcast_in_dim", "jit_convert_element_type"}
     f = modules["jit_f"]
@@ -45,7 +45,7 @@ def test_result_per_module_and_op(out):
 
 def test_page_and_xspaces(out):
     page = (out / "profile.html").read_text()
-    assert "Real profile: predicted against measured" in page and "predicted, datasheet rates" in page
+    assert "Real profile: predicted against measured" in page and "predicted, tpu7x curves" in page
     assert page == render(json.loads((out / "profile.json").read_text()))  # a pure function of the result
     real = out / "plugins" / "profile" / "real" / REAL.name
     assert real.read_bytes() == REAL.read_bytes()

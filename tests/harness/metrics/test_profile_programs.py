@@ -11,7 +11,7 @@ import pytest
 
 from harness.metrics.hlo import parse
 from harness.metrics.hlo.replica_groups import device_groups
-from harness.metrics.timeline import predict, spec_for
+from harness.metrics.timeline import predict, pricing, spec_for
 from harness.metrics.timeline.program import OFFLOAD, build_program
 from harness.metrics.xplane_read import op_metadata, read_xspace
 
@@ -71,7 +71,7 @@ def test_host_copies_cross_the_host_link(programs):
     fifo = predict(module, dataclasses.replace(spec, link_sharing="fifo"))
     one = F32_ARRAY / spec.value("host_bytes_per_s") * 1e9  # one copy alone on its direction's link
     # In order: three copies in one after another, the last copy out after the last fusion.
-    fusion = 10.74e9 / spec.value("hbm_bytes_per_s") * 1e9 + spec.value("op_overhead_s") * 1e9
+    fusion = 10.74e9 / pricing.hbm_bytes_per_s(10.74e9, spec) * 1e9 + spec.value("op_overhead_s") * 1e9
     assert fifo.step_ns == pytest.approx(4 * one + fusion, rel=1e-3)
     waits = {e.name: e.end_ns - e.start_ns for e in fifo.events if e.name.startswith("copy-done")}
     assert waits["copy-done"] == pytest.approx(one, rel=1e-6)
