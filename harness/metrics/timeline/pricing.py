@@ -8,8 +8,9 @@ fusions it calls) as :class:`Matmul` ``(batch, m, n, k)``; :func:`efficiency` pr
   with its source): the tile efficiency is the useful fraction of the padded work,
   ``m n k / (pad(m) pad(n) pad(k))``;
 * a spec may carry a measured curve (``matmul_eff_n<N>`` constants: CPU, the FLOP rate of an
-  N x N x N matmul over the rate of the largest one measured, :mod:`~harness.calibration.cpu`; TPU / GPU, a published GEMM table's rate over the datasheet peak, :mod:`~harness.
-  metrics.timeline.rates`): a matmul of effective size ``(m n k)^(1/3)`` (per product of a batched
+  N x N x N matmul over the rate of the largest one measured, :mod:`~harness.calibration.cpu`;
+  TPU / GPU, a published GEMM table's rate over the datasheet peak, :mod:`~harness.metrics.
+  timeline.rates`): a matmul of effective size ``(m n k)^(1/3)`` (per product of a batched
   dot) runs at the curve's efficiency there, interpolated in log size and clamped at the ends;
 * the efficiency is the tile's times the curve's (either is 1 where the spec has none); a GEMM
   table's row that its tile pads is stored net of that padding (:func:`~harness.metrics.timeline.
