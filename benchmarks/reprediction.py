@@ -1,13 +1,13 @@
 """Re-predict a compile-only sweep's stages with the current and an older prediction code: old -> new step.
 
 Each finished stage of a sweep's ``results.jsonl`` whose compiled program is in the sweep's compile
-cache (``<cache>/<key>.hlo.gz``) is simulated twice, by this checkout's ``harness`` and by an
-older checkout's (a git worktree given with ``--old``), each in its own interpreter with that tree
-on ``PYTHONPATH``. The program's device coordinates are not cached: they are rebuilt as the
-compile-only worker builds its mesh (libtpu's topology devices, ``ltx2.build_mesh`` over the
-variant's resolved mesh) in a venv with libtpu (``--aot-python``), which also computes each stage's
-cache key from the manifest. The current code's step must equal the record's (checked, and said in
-the table); the old code's is what the record would have said before.
+cache (``<cache>/<key>.hlo.gz``) is simulated twice, by this checkout's ``harness`` and by an older
+checkout's (``--old``: a checkout, or a revision checked out by :mod:`harness.revision`), each in
+its own interpreter with that tree on ``PYTHONPATH``. The program's device coordinates are not
+cached: they are rebuilt as the compile-only worker builds its mesh (libtpu's topology devices,
+``ltx2.build_mesh`` over the variant's resolved mesh) in a venv with libtpu (``--aot-python``),
+which also computes each stage's cache key from the manifest. The current code's step must equal the
+record's (checked, and said in the table); the old code's is what the record would have said before.
 
     PYTHONPATH=$PWD nice -n 19 /work/main/.nox/tests/bin/python benchmarks/reprediction.py \\
         /work/runs/v6e-j1/v6e/results.jsonl --cache /work/runs/v6e-j1/aot-cache \\
@@ -419,11 +419,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", type=Path, help="a compile-only sweep's results.jsonl")
     p.add_argument("--cache", type=Path, required=True, help="the sweep's compile cache folder")
     p.add_argument("--manifest", type=Path, required=True, help="the manifest the sweep ran")
-    p.add_argument("--old", type=Path, required=True, help="a checkout of the older prediction code")
+    p.add_argument(
+        "--old", type=Path, required=True, help="the older prediction code: a checkout, or a git revision of this repo"
+    )
     p.add_argument("--out", type=Path, required=True, help="markdown table to write")
     p.add_argument("--work", type=Path, default=Path("/tmp/reprediction"), help="dumps and per-tree results")
     p.add_argument("--aot-python", default=AOT_PYTHON, help="a python with libtpu (the [tpu-aot] extra)")
     args = p.parse_args(argv)
+    if args.old.is_dir():
+        return _write(args)
+    from harness import revision  # a revision: its tree, checked out for this run (harness.revision)
+
+    with revision.checkout(ROOT, str(args.old)) as tree:
+        args.old = tree
+        return _write(args)
+
+
+def _write(args: argparse.Namespace) -> int:
     rows = repredict(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     header = (

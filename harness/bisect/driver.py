@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisect.evaluate import Metric
-from harness.bisect.git import Worktrees, history
 from harness.bisect.search import FOUND, Measure, Outcome, TimingPlan, bisect_static, bisect_timing, static_runs
 from harness.results import stats
 from harness.results.diff import StageDiff, diff_records
+from harness.revision import Worktrees, history
 
 MakeMeasure = Callable[[Worktrees, bool], Measure]
 

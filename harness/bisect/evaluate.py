@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import catalogue
-from harness.bisect.git import Worktrees
 from harness.bisect.search import Measurement
 from harness.results import store
 from harness.results.compare import value_of
+from harness.revision import Worktrees
 
 WAIT_KEYS = ("max_load", "max_load_wait_s")  # the bisection's runs do not wait for a quiet machine
 

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.bisect.evaluate import MeasureError, Metric
-from harness.bisect.git import GitError, Worktrees, git, subject
 from harness.bisect.search import FOUND, Measure, TimingPlan
 from harness.plan.manifest import Manifest
+from harness.revision import GitError, Worktrees, git, subject
 
 HELP = "find the first commit of GOOD..BAD where a metric regressed (worktree per commit)"
 

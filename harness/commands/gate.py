@@ -25,18 +25,16 @@ throttled period of the machine hits both sides; timing samples are pooled per s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import revision
 from harness.plan.manifest import ManifestError
 from harness.results import baseline as bl
 from harness.results import store as rec
@@ -174,22 +172,6 @@ def interleaved(
     return base, head, out
 
 
-@contextlib.contextmanager
-def worktree(rev: str) -> Iterator[Path]:
-    """A temporary, detached git worktree of ``rev`` (removed afterwards)."""
-    with tempfile.TemporaryDirectory(prefix="harness-gate-base-") as tmp:
-        tree = Path(tmp) / "base"
-        done = subprocess.run(
-            ["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO_ROOT, capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            raise ValueError(f"cannot check out {rev!r}: {done.stderr.strip()}")
-        try:
-            yield tree
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO_ROOT, capture_output=True)
-
-
 def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
     from harness.expansion import load_sweep
     from harness.report import write_report
@@ -199,7 +181,7 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
     manifest = sweep.manifest
     if args.against:
         sweep_id = _sweep_id(args, manifest.name)
-        with worktree(args.against) as tree:
+        with revision.checkout(REPO_ROOT, args.against) as tree:
             base_records, records, out = interleaved(sweep, tree, REPO_ROOT, args.rounds, args.reports, sweep_id)
         label = f"{args.against} (re-measured, {args.rounds} interleaved rounds)"
     else:

@@ -19,10 +19,10 @@ import pytest
 
 from harness.bisect.driver import Request, bisect
 from harness.bisect.evaluate import Metric, cut_manifest, measurement, to_toml
-from harness.bisect.git import GitError, history
 from harness.bisect.search import FOUND, NO_CHANGE, UNDECIDED, Measurement, TimingPlan, static_runs
 from harness.commands import bisect as command
 from harness.results import stats
+from harness.revision import GitError, history
 
 N = 16
 REPO_ROOT = Path(__file__).resolve().parents[3]

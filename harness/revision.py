@@ -1,10 +1,19 @@
-"""The commits between GOOD and BAD, and a temporary git worktree per commit (removed afterwards)."""
+"""Revisions: the one helper that checks out a commit of this repository and runs the harness at it.
+
+:class:`Worktrees` gives a temporary, detached git worktree per commit (all removed afterwards),
+:func:`checkout` one of them; :func:`history` the commits between GOOD and BAD, :func:`resolve` a
+revision's hash. Used by ``harness bisect`` (a tree per commit measured), ``harness gate --against
+REV`` (the baseline re-measured from REV's tree) and ``benchmarks/reprediction.py --old REV`` (the
+older prediction code). A leaf: git through ``subprocess``, nothing of the harness.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -72,3 +81,11 @@ class Worktrees:
             git(self.repo, "worktree", "add", "--detach", str(tree), commit)
             self.trees[commit] = tree
         return self.trees[commit]
+
+
+@contextlib.contextmanager
+def checkout(repo: Path, rev: str) -> Iterator[Path]:
+    """A temporary, detached worktree of ``rev`` (removed afterwards); :class:`GitError` if git
+    cannot check it out."""
+    with Worktrees(repo) as trees:
+        yield trees.get(resolve(repo, rev))
