@@ -89,7 +89,8 @@ def _pairs_by_name(
 
 
 def _against(args: argparse.Namespace) -> list[tuple[Record, Record]]:
-    from harness.commands.gate import REPO_ROOT, interleaved, worktree
+    from harness import revision
+    from harness.commands.gate import REPO_ROOT, interleaved
     from harness.expansion import load_sweep
 
     sweep = load_sweep(Path(args.targets[0]))
@@ -99,7 +100,7 @@ def _against(args: argparse.Namespace) -> list[tuple[Record, Record]]:
             raise DiffInputError(f"no variant {', '.join(map(repr, unknown))} in {args.targets[0]}")
         sweep = dataclasses.replace(sweep, variants=tuple(v for v in sweep.variants if v.name in args.variant))
     sweep_id = store.check_sweep_id(f"{sweep.manifest.name}-diff")
-    with worktree(args.against) as tree:
+    with revision.checkout(REPO_ROOT, args.against) as tree:
         base, head, _ = interleaved(sweep, tree, REPO_ROOT, args.rounds, args.reports, sweep_id)
     by = {r.variant.name: r for r in base}, {r.variant.name: r for r in head}
     return _pairs_by_name(by[0], by[1], list(args.variant), f"{args.against} and this tree")
