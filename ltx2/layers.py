@@ -121,8 +121,16 @@ class RMSNorm(nnx.Module):
 
 
 def gelu_tanh(x: jax.Array) -> jax.Array:
-    """GELU with the tanh approximation (torch ``approximate="tanh"``)."""
-    return jax.nn.gelu(x, approximate=True)
+    """GELU with the tanh approximation (torch ``approximate="tanh"``), computed in float32 and rounded
+    once to ``x``'s dtype, as torch computes a bfloat16 activation (jax's formula in bfloat16 rounds
+    each of its eight operations)."""
+    return jax.nn.gelu(x.astype(jnp.float32), approximate=True).astype(x.dtype)
+
+
+def silu(x: jax.Array) -> jax.Array:
+    """``x * sigmoid(x)`` computed in float32 and rounded once to ``x``'s dtype (torch's bfloat16
+    SiLU); in bfloat16 the sigmoid and the product round separately."""
+    return jax.nn.silu(x.astype(jnp.float32)).astype(x.dtype)
 
 
 def stack_layers(make: Callable[[nnx.Rngs], nnx.Module], num_layers: int, rngs: nnx.Rngs) -> nnx.Module:

@@ -22,7 +22,7 @@ from flax import nnx
 from ltx2 import input_exchange, pipeline_parallel, scopes
 from ltx2.block import Block, BlockInputs, StreamInputs, TextKV, constrain_streams, modulate
 from ltx2.config import TIMESTEP_EMBED_DIM, TransformerConfig
-from ltx2.layers import Linear, gelu_tanh, layer_norm, stack_layers
+from ltx2.layers import Linear, gelu_tanh, layer_norm, silu, stack_layers
 from ltx2.rope import AVRope, av_rope, prepare_audio_coords, prepare_video_coords
 from ltx2.sharding import param
 
@@ -72,8 +72,8 @@ class AdaLayerNormSingle(nnx.Module):
     def __call__(self, t_bt: jax.Array, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
         """``t_bt [B]`` or ``[B, T]`` -> (``[B, T, num_mod*D]``, ``[B, T, D]``)."""
         t_bt = t_bt.reshape(t_bt.shape[0], -1)
-        emb = self.linear_2(jax.nn.silu(self.linear_1(timestep_sinusoid(t_bt).astype(dtype))))
-        return self.linear(jax.nn.silu(emb)), emb
+        emb = self.linear_2(silu(self.linear_1(timestep_sinusoid(t_bt).astype(dtype))))
+        return self.linear(silu(emb)), emb
 
 
 class TextProjection(nnx.Module):

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ltx2 import scopes
+from ltx2.layers import silu
 from ltx2.sharding import constrain
 from ltx2.vae.conv import Conv, GroupNorm, buffer, check_common, config_fail, config_from_mapping, pad
 
@@ -181,8 +182,8 @@ class ResnetBlock(nnx.Module):
         self.nin_shortcut = CausalConv2d(cin, cout, 1, cfg, rngs=rngs) if cin != cout else None
 
     def __call__(self, x_btmc: jax.Array) -> jax.Array:
-        h = self.conv1(jax.nn.silu(self.norm1(x_btmc)))
-        h = self.conv2(jax.nn.silu(self.norm2(h)))
+        h = self.conv1(silu(self.norm1(x_btmc)))
+        h = self.conv2(silu(self.norm2(h)))
         return (x_btmc if self.nin_shortcut is None else self.nin_shortcut(x_btmc)) + h
 
 
@@ -314,7 +315,7 @@ class AudioEncoder(nnx.Module):
         for level in self.down:
             x = constrain(level(x), _ACT, self.sharding)
         x = self.mid(x)
-        return self.conv_out(jax.nn.silu(self.norm_out(x)))
+        return self.conv_out(silu(self.norm_out(x)))
 
 
 class AudioDecoder(nnx.Module):
@@ -344,7 +345,7 @@ class AudioDecoder(nnx.Module):
         x = self.mid(self.conv_in(z_btmc))
         for level in reversed(self.up):
             x = constrain(level(x), _ACT, self.sharding)
-        x = self.conv_out(jax.nn.silu(self.norm_out(x)))
+        x = self.conv_out(silu(self.norm_out(x)))
         # diffusers' top-level causality_axis is a string, never None, so the target is 4A-3 frames.
         target_t = max(frames * LATENT_DOWNSAMPLE_FACTOR - (LATENT_DOWNSAMPLE_FACTOR - 1), 1)
         target_m = self.mel_bins if self.mel_bins is not None else bins

@@ -23,6 +23,7 @@ import numpy as np
 from flax import nnx
 
 from ltx2 import scopes
+from ltx2.layers import silu
 from ltx2.sharding import constrain
 from ltx2.vae.conv import Conv, GroupNorm, buffer, check_common, config_fail, config_from_mapping, pad
 
@@ -204,8 +205,8 @@ class ResBlock(nnx.Module):
         self.norm2 = GroupNorm(32, m, eps=1e-5, dtype=dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = jax.nn.silu(self.norm1(self.conv1(x)))
-        return jax.nn.silu(self.norm2(self.conv2(h)) + x)
+        h = silu(self.norm1(self.conv1(x)))
+        return silu(self.norm2(self.conv2(h)) + x)
 
 
 # ----------------------------------------------------------------------------- the model
@@ -246,7 +247,7 @@ class LTX2LatentUpsamplerModel(nnx.Module):
         x = x_bfhwc.astype(jnp.dtype(cfg.dtype))
         if cfg.dims == 2:
             x = x.reshape(-1, *x.shape[2:])
-        x = jax.nn.silu(self.initial_norm(self.initial_conv(x)))
+        x = silu(self.initial_norm(self.initial_conv(x)))
         for block in self.res_blocks:
             x = block(x)
         x = self._upsample(x, b)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ltx2 import scopes
-from ltx2.layers import Linear, layer_norm
+from ltx2.layers import Linear, layer_norm, silu
 from ltx2.sharding import constrain, param
 from ltx2.vae.conv import Buffer, CausalConv3d, Conv
 from ltx2.vae.video_config import DOWN_STRIDES, UP_STRIDES, DownPlan, UpPlan, VideoVAEConfig, decoder_plan, encoder_plan
@@ -70,7 +70,7 @@ class TimestepEmbedder(nnx.Module):
         self.linear_2 = Linear(dim, dim, axes=("conv_in", "conv_out"), dtype=dtype, rngs=rngs)
 
     def __call__(self, t_b: jax.Array, dtype: jnp.dtype) -> jax.Array:
-        return self.linear_2(jax.nn.silu(self.linear_1(timestep_sinusoids(t_b).astype(dtype))))
+        return self.linear_2(silu(self.linear_1(timestep_sinusoids(t_b).astype(dtype))))
 
 
 class LayerNorm(nnx.Module):
@@ -139,11 +139,11 @@ class ResnetBlock(nnx.Module):
             assert temb is not None, "a timestep-conditioned resnet needs its block's embedded timestep"
             mod = temb.reshape(temb.shape[0], 4, -1) + self.scale_shift_table[...].astype(temb.dtype)[None]
             h = _modulate(h, mod[:, 0], mod[:, 1])
-        h = self._inject(self.conv1(jax.nn.silu(h), causal=causal), self.per_channel_scale1, k1)
+        h = self._inject(self.conv1(silu(h), causal=causal), self.per_channel_scale1, k1)
         h = per_channel_rms_norm(h)
         if self.scale_shift_table is not None:
             h = _modulate(h, mod[:, 2], mod[:, 3])
-        h = self._inject(self.conv2(jax.nn.silu(h), causal=causal), self.per_channel_scale2, k2)
+        h = self._inject(self.conv2(silu(h), causal=causal), self.per_channel_scale2, k2)
         if self.conv_shortcut is not None and self.norm3 is not None:
             x = self.conv_shortcut(self.norm3(x))
         return h + x
@@ -279,7 +279,7 @@ class VideoEncoder(nnx.Module):
         for block in self.down_blocks:
             x = constrain(block(x, causal=causal), _ACT, self.sharding)
         x = self.mid_block(x, causal=causal)
-        x = self.conv_out(jax.nn.silu(per_channel_rms_norm(x)), causal=causal)
+        x = self.conv_out(silu(per_channel_rms_norm(x)), causal=causal)
         # diffusers repeats the single logvar channel: [mean (latent), logvar (latent)].
         return jnp.concatenate([x, jnp.repeat(x[..., -1:], x.shape[-1] - 2, axis=-1)], axis=-1)
 
@@ -327,7 +327,7 @@ class VideoDecoder(nnx.Module):
             mod = self.time_embedder(t_b, x.dtype).reshape(x.shape[0], 2, -1)
             mod = mod + self.scale_shift_table[...].astype(x.dtype)[None]
             x = _modulate(x, mod[:, 0], mod[:, 1])
-        return self.unpatchify(self.conv_out(jax.nn.silu(x), causal=causal))
+        return self.unpatchify(self.conv_out(silu(x), causal=causal))
 
 
 # ----------------------------------------------------------------------------- the VAE

@@ -211,8 +211,9 @@ class ConvTranspose1d(nnx.Module):
             ((edge, edge),),
             lhs_dilation=(self.stride,),
             dimension_numbers=("NWC", "WIO", "NWC"),
+            preferred_element_type=jnp.float32,
         )
-        return y + self.bias[...].astype(y.dtype)
+        return (y + self.bias[...].astype(jnp.float32)).astype(x_bnc.dtype)  # one rounding, as torch's
 
 
 class ResBlock(nnx.Module):
