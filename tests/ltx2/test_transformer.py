@@ -68,11 +68,11 @@ CASES: dict[str, Case] = {
 }
 
 
-def _randomise(module: Any) -> None:
+def _randomise(module: Any, seed: int = 0) -> None:
     """Every parameter away from its default init (norm weights ~1, tables ~0.1, Linear ~1/sqrt(in))."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
@@ -104,8 +104,8 @@ def torch_model() -> Callable[[str], Any]:
     return get
 
 
-def _inputs(case: Case) -> dict[str, np.ndarray]:
-    cfg, rng, B = CONFIGS[case.config], np.random.default_rng(1), case.batch
+def _inputs(case: Case, cfg: TransformerConfig | None = None) -> dict[str, np.ndarray]:
+    cfg, rng, B = cfg or CONFIGS[case.config], np.random.default_rng(1), case.batch
     text_dim = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.cross_attention_dim
     audio_text_dim = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.audio_cross_attention_dim
     f32 = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
