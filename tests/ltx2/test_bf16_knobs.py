@@ -65,7 +65,7 @@ VARIANTS: dict[str, tuple[Callable[[], dict[str, Any]], bool]] = {
         True,
     ),
 }
-FAST = ("partials", "tp-partials", "pipeline2")
+FAST = ("partials", "tp-partials")  # the rest (bit-identical to the default here, or splash) in the sweep
 # Knobs measured worse than diffusers' bfloat16 (benchmarks/results/bf16-accuracy-2026-11-29.md:
 # tp-partials' video relative L2 1.06x on 12 of 12 seeds), held to a derived bound instead of 1.
 # bfloat16 partial sums all-reduced over tensor = 2 round each shard's product and their sum: three
