@@ -318,7 +318,7 @@ def target_rows(records: Sequence[Record]) -> list[TargetRow]:
                     bound_by=roof.bound_by,
                     video_s=t.roofline_per_video_s,
                     compile_s=static.compile_s,
-                    **_floors(t.flops_per_device, (entry.predicted or {}).get("matmul_rates")),
+                    **_floors(t.flops_per_device, entry.predicted.matmul_rates if entry.predicted else None),
                 )
             )
     return rows
