@@ -398,5 +398,20 @@ def compare_records(
         for stage, metric in sorted(set(b) | set(h), key=lambda k: (k[0], catalogue.rank(k[1]), k[1])):
             bv = b.get((stage, metric)) or _implied_zero(metric, b, stage)
             hv = h.get((stage, metric)) or _implied_zero(metric, h, stage)
-            out.comparisons.append(compare_metric(name, stage, metric, bv, hv, gate, timings=timings))
+            c = compare_metric(name, stage, metric, bv, hv, gate, timings=timings)
+            out.comparisons.append(
+                _same_program(c, b.get((stage, catalogue.PREDICTED_STEP)), h.get((stage, catalogue.PREDICTED_STEP)))
+            )
     return out
+
+
+def _same_program(c: Comparison, base_step: MetricValue | None, head_step: MetricValue | None) -> Comparison:
+    """A deterministic static metric that moved although both sides compiled the same program (equal
+    fingerprints): the harness reads programs differently now (its traffic count, its attribution),
+    which is a model change to re-baseline, not a regression of the program."""
+    if base_step is None or head_step is None or not base_step.program or base_step.program != head_step.program:
+        return c
+    if c.verdict not in (stats.REGRESSED, stats.IMPROVED) or not c.gated or spec_for(c.metric).family != "static":
+        return c
+    why = f"the same program ({head_step.program}) measured differently: the harness's reading of programs changed"
+    return dataclasses.replace(c, gated=False, model_changed=why, detail=f"{c.detail}; not gated: {why}")

@@ -122,13 +122,25 @@ def test_the_same_program_priced_differently_under_the_same_model_is_a_model_cha
 
 
 def test_a_regression_beside_a_model_change_exits_1_and_says_both():
-    head = tpu_record(model="def")
+    head = tpu_record(model="def", program="p2")
     head["stages"][STAGE]["static"]["attribution"]["by_scope"]["transformer/attn1/rope"]["bytes"] *= 2
     result = run_gate(tpu_record(), head)
     assert result.exit_code == gate.REGRESSION and [c.metric for c in result.failures] == [
         "scope.transformer/attn1/rope.traffic_bytes"
     ]
     assert any(line.startswith("MODEL CHANGED") for line in result.lines())
+
+
+def test_a_static_metric_that_moved_for_the_same_program_is_a_model_change():
+    """Measured: the same v6e program (one fingerprint) read 1.7 % more HBM traffic after the harness's
+    traffic count changed; that is the harness, not the program."""
+    head = tpu_record()  # the same program fingerprint
+    head["stages"][STAGE]["static"]["memory_traffic_bytes"] *= 1.017
+    result = run_gate(tpu_record(), head)
+    assert result.exit_code == gate.MODEL_CHANGED and not result.failures
+    assert "the same program (p1) measured differently" in "\n".join(result.lines())
+    head["stages"][STAGE]["predicted"]["identity"]["program"] = "p2"  # another program: a regression
+    assert [c.metric for c in run_gate(tpu_record(), head).failures] == ["traffic.hbm_bytes"]
 
 
 def test_predictions_from_constants_measured_for_the_sweep_are_shown_not_gated():
