@@ -22,8 +22,9 @@ measured, never fitted to these numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness import agreement
 from harness.results import stats
@@ -86,8 +87,8 @@ def points(records: Sequence[Record]) -> list[Point]:
             continue
         devices = math.prod(r.target.mesh.values()) if r.target.mesh else 1
         for stage, entry in r.stages.items():
-            pred = entry.predicted or {}
-            samples = [float(s) for s in (entry.measured or {}).get("samples_s") or ()]
+            pred: Mapping[str, Any] = entry.predicted or {}
+            samples = entry.measured.samples if entry.measured is not None else []
             step = pred.get("step_s")
             if entry.status != StageStatus.OK or not samples or not isinstance(step, int | float) or step <= 0:
                 continue

@@ -179,7 +179,7 @@ def collectives_by_kind(record: Record, stage: str) -> dict[str, CollectiveTotal
     return {k: c for k, c in by_kind.items() if c.count}
 
 
-def top_ops(record: Record, stage: str, n: int = 10) -> list[dict[str, Any]]:
+def top_ops(record: Record, stage: str, n: int = 10) -> list[Mapping[str, Any]]:
     entry = record.stages.get(stage)
     trace = entry.trace if entry is not None else None
     return list(((trace.top_ops if trace else None) or [])[:n])

@@ -172,7 +172,11 @@ def flatten_stage(entry: StageEntry) -> dict[str, MetricValue]:
         _paths("trace", entry.trace, out)
     if entry.predicted:
         _predicted(entry.predicted, out)
-    if entry.verdict == DOES_NOT_FIT or "memory_fit" in entry.extra or ((entry.static or {}).get("target") or {}):
+    if (
+        entry.verdict == DOES_NOT_FIT
+        or "memory_fit" in entry.extra
+        or (entry.static is not None and entry.static.target)
+    ):
         out[catalogue.DOES_NOT_FIT] = MetricValue(
             1.0 if entry.verdict == DOES_NOT_FIT else 0.0
         )  # where the fit is known

@@ -110,7 +110,8 @@ class StageDiff:
 
 
 def _samples(entry: StageEntry | None) -> list[Mapping[str, Any]]:
-    return list(((entry.trace if entry is not None else None) or {}).get("step_samples") or ())
+    trace = entry.trace if entry is not None else None
+    return list((trace.step_samples if trace is not None else None) or ())
 
 
 def _series(samples: Sequence[Mapping[str, Any]], field: str, depth: int | None) -> dict[str, list[float]]:
@@ -160,7 +161,9 @@ def collective_deltas(base: StageEntry | None, head: StageEntry | None) -> tuple
     """Collective count / bytes per scope and kind (static attribution), where either side has any."""
 
     def table(entry: StageEntry | None) -> dict[tuple[str, str], Mapping[str, float]]:
-        by_scope = (((entry.static if entry is not None else None) or {}).get("attribution") or {}).get("by_scope")
+        static = entry.static if entry is not None else None
+        attribution = static.attribution if static is not None else None
+        by_scope = attribution.get("by_scope") if attribution is not None else None
         return {(s, k): c for s, v in (by_scope or {}).items() for k, c in (v.get("collectives") or {}).items()}
 
     b, h = table(base), table(head)
@@ -193,7 +196,7 @@ def host_loop_note(base: Record, head: Record, stage: str) -> str:
     denoising loop against the scanned one), what that means for the comparison; "" otherwise."""
 
     def loop(r: Record) -> tuple[bool, int]:
-        p = (r.stages[stage].predicted if stage in r.stages else None) or {}
+        p: Mapping[str, Any] = (r.stages[stage].predicted if stage in r.stages else None) or {}
         return bool(p.get("host_loop")), int(p.get("calls_per_video") or 1)
 
     (lb, cb), (lh, ch) = loop(base), loop(head)
@@ -208,7 +211,8 @@ def host_loop_note(base: Record, head: Record, stage: str) -> str:
 
 
 def _median(entry: StageEntry | None) -> float | None:
-    xs = ((entry.measured if entry is not None else None) or {}).get("samples_s") or ()
+    measured = entry.measured if entry is not None else None
+    xs = measured.samples if measured is not None else []
     return stats.median(xs) if xs else None
 
 

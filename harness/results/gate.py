@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.plan.manifest import Gate
 from harness.results import stats
 from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records, spec_for
+from harness.results.families import Measured
 from harness.results.record import DOES_NOT_FIT, Record
 
 CLEAN, REGRESSION, ERROR, MODEL_CHANGED = 0, 1, 2, 3
@@ -79,7 +80,7 @@ def pool_rounds(rounds: Sequence[Sequence[Record]]) -> list[Record]:
 
             def pooled_samples(stage: str, m: dict[str, Any], previous: Record = previous) -> dict[str, Any]:
                 entry = previous.stages.get(stage)
-                before = (entry.measured if entry is not None else None) or {}
+                before: Mapping[str, Any] = (entry.measured if entry is not None else None) or {}
                 if not before.get("samples_s"):
                     return m
                 return {
@@ -98,7 +99,7 @@ def _with_measured(record: Record, change: Callable[[str, dict[str, Any]], dict[
     for stage, entry in record.stages.items():
         measured = copy.deepcopy(dict(entry.measured or {}))
         if measured.get("samples_s"):
-            entry = dataclasses.replace(entry, measured=change(stage, measured))
+            entry = dataclasses.replace(entry, measured=Measured.from_dict(change(stage, measured)))
         stages[stage] = entry
     return record.replace(stages=stages)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.results import stats
 from harness.results.record import Record
@@ -45,7 +46,7 @@ def sample_runs(records: Sequence[Record], dropped: list[Key] | None = None) -> 
         if not r.ok:
             continue
         for stage, entry in r.stages.items():
-            measured = entry.measured or {}
+            measured: Mapping[str, Any] = entry.measured or {}
             xs = [float(x) for x in measured.get("samples_s") or ()]
             if xs and (measured.get("load") or {}).get("loaded"):
                 if dropped is not None:

@@ -247,7 +247,8 @@ class StageEntry:
         """The status reports and the gate read: ``does-not-fit`` also for a compile-only stage whose
         on-target analysis says its memory exceeds the device's (records written before the worker
         said so there have ``status`` "ok" and the fit only in ``static.target``)."""
-        if self.status == "ok" and ((self.static or {}).get("target") or {}).get("fits") is False:
+        target = self.static.target if self.static is not None else None
+        if self.status == "ok" and target is not None and target.fits is False:
             return DOES_NOT_FIT
         return self.status
 

@@ -84,9 +84,9 @@ def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes
         error = (entry.error if entry is not None else None) or record.error or "failed"
         return Score(StageStatus.FAILED, depth=depth, variant_id=record.variant.id, error=error)
     scale = full_layers / depth
-    predicted = entry.predicted or {}
+    predicted: Mapping[str, Any] = entry.predicted or {}
     device = predicted.get("device") or {}
-    static = entry.static or {}
+    static: Mapping[str, Any] = entry.static or {}
     memory = static.get("memory") or {}
     needed = memory.get("bound_bytes") or memory.get("peak_bytes")
     if needed is not None:
