@@ -14,8 +14,9 @@ from urllib.parse import urldefrag
 
 import pytest
 
+from tests.browser import CHROMIUM, chromium
+
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 PAGES = ("index.html", "start.html", "report.html", "reference/manifest.html", "reference/cli.html")
 PROBE = """<script>
 window.addEventListener('load', () => {
@@ -29,6 +30,8 @@ window.addEventListener('load', () => {
   }));
 });
 </script></body>"""
+SITE_ARGS = ("--virtual-time-budget=3000",)  # let the pages' scripts run before the dump
+SITE_WINDOW = "1280,1600"
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +58,6 @@ def test_every_internal_link_resolves(site: Path) -> None:
     assert not bad, bad[:20]
 
 
-def chromium(*args: str, user_dir: Path) -> str:
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--virtual-time-budget=3000",
-        f"--user-data-dir={user_dir}",
-        "--window-size=1280,1600",
-    ]
-    return subprocess.run([str(CHROMIUM), *flags, *args], capture_output=True, text=True, timeout=120).stdout
-
-
 @pytest.mark.parametrize("name", PAGES)
 def test_page_in_headless_chromium(site: Path, name: str, tmp_path: Path) -> None:
     if not CHROMIUM.exists():
@@ -79,7 +65,7 @@ def test_page_in_headless_chromium(site: Path, name: str, tmp_path: Path) -> Non
     page = site / name
     probe = page.with_name(f"probe-{page.name}")
     probe.write_text(page.read_text().replace("</body>", PROBE, 1))
-    dom = chromium("--dump-dom", probe.as_uri(), user_dir=tmp_path / "dom")
+    dom = chromium(*SITE_ARGS, "--dump-dom", probe.as_uri(), user_dir=tmp_path / "dom", window=SITE_WINDOW).stdout
     found = re.search(r'data-probe="([^"]*)"', dom)
     assert found, dom[:500]
     result = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
@@ -91,5 +77,5 @@ def test_page_in_headless_chromium(site: Path, name: str, tmp_path: Path) -> Non
         assert result["tables"] >= 1 or "manifest" in name, result
     shot = ROOT / "artifacts" / f"site-{name.replace('/', '-').replace('.html', '.png')}"
     shot.parent.mkdir(exist_ok=True)
-    chromium(f"--screenshot={shot}", page.as_uri(), user_dir=tmp_path / "shot")
+    chromium(*SITE_ARGS, f"--screenshot={shot}", page.as_uri(), user_dir=tmp_path / "shot", window=SITE_WINDOW)
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG")

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -18,13 +17,13 @@ from harness import cli
 from harness.report import html as report_html
 from harness.report import write_report as write_records
 from harness.results.compare import flatten_stage
+from tests.browser import CHROMIUM, chromium
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 _spec = importlib.util.spec_from_file_location("synthetic", FIXTURES / "synthetic.py")
 synthetic = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(synthetic)
 REPO = Path(__file__).resolve().parents[3]
-CHROMIUM = Path("/usr/bin/chromium")
 IMG = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 
@@ -174,22 +173,6 @@ def test_cli_report(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- real browser
-
-
-def chromium(*args: str, user_dir: Path) -> subprocess.CompletedProcess:
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={user_dir}",
-        "--window-size=1400,2000",
-    ]
-    return subprocess.run([str(CHROMIUM), *flags, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_report_in_headless_chromium(rendered, tmp_path):

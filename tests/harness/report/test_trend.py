@@ -4,7 +4,6 @@ marks, labels inside their charts and links that resolve."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -15,9 +14,9 @@ import pytest
 
 from harness import cli
 from harness.results import history
+from tests.browser import CHROMIUM, chromium
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-_browser = importlib.util.spec_from_file_location("test_report", Path(__file__).parent / "test_report.py")
 
 
 @pytest.fixture(scope="module")
@@ -67,19 +66,17 @@ window.addEventListener("load", () => {
 
 def test_trend_page_in_headless_chromium(page, tmp_path):
     """Every chart drawn, every change point marked and tabled, no label outside its chart; a screenshot."""
-    test_report = importlib.util.module_from_spec(_browser)
-    _browser.loader.exec_module(test_report)
-    if not test_report.CHROMIUM.exists():
+    if not CHROMIUM.exists():
         pytest.skip("chromium not installed (the nox tests session installs it)")
     index, text, analyses = page
     probe = index.with_name("selftest.html")
     probe.write_text(text.replace("</body>", SELFTEST, 1))
-    dom = test_report.chromium("--dump-dom", probe.resolve().as_uri(), user_dir=tmp_path / "p1").stdout
+    dom = chromium("--dump-dom", probe.resolve().as_uri(), user_dir=tmp_path / "p1").stdout
     found = re.search(r'data-selftest="([^"]*)"', dom)
     assert found, dom[:1000]
     result = json.loads(found.group(1).replace("&quot;", '"'))
     changes = sum(len(a.changes) for a in analyses)
     assert result == {"charts": len(analyses), "marks": changes, "rows": changes, "outside": []}, result
     shot = tmp_path / "trend.png"
-    test_report.chromium(f"--screenshot={shot}", index.resolve().as_uri(), user_dir=tmp_path / "p2")
+    chromium(f"--screenshot={shot}", index.resolve().as_uri(), user_dir=tmp_path / "p2")
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
