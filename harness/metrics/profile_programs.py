@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.metrics.xplane_read import XPlane, fields, hlo_protos
+from harness.metrics.xplane_read import XPlane, fields, hlo_protos, varint
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,7 @@ def _ints(values: list[Any]) -> list[int]:
         if isinstance(v, bytes):
             i = 0
             while i < len(v):
-                n, shift = 0, 0
-                while True:
-                    byte = v[i]
-                    i += 1
-                    n |= (byte & 0x7F) << shift
-                    shift += 7
-                    if byte < 0x80:
-                        break
+                n, i = varint(v, i)
                 out.append(n)
         else:
             out.append(int(v))

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
+def varint(buf: bytes, i: int) -> tuple[int, int]:
+    """The base-128 varint at ``buf[i]``: its value and the index after it."""
     n, shift = 0, 0
     while True:
         byte = buf[i]
@@ -39,16 +40,16 @@ def fields(buf: bytes) -> Iterator[tuple[int, Any]]:
     this reader does not know (groups, or bytes that are not a message)."""
     i = 0
     while i < len(buf):
-        key, i = _varint(buf, i)
+        key, i = varint(buf, i)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, i = _varint(buf, i)
+            value, i = varint(buf, i)
             yield number, value
         elif wire == 1:
             yield number, struct.unpack_from("<d", buf, i)[0]
             i += 8
         elif wire == 2:
-            size, i = _varint(buf, i)
+            size, i = varint(buf, i)
             yield number, buf[i : i + size]
             i += size
         elif wire == 5:
