@@ -270,13 +270,17 @@ def shape_dims(shape: str) -> tuple[int, ...] | None:
     return tuple(int(d.strip().removeprefix("<=")) for d in found[0][1].split(",") if d.strip())
 
 
+SOURCE_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+"""The tables the printer writes before the computations (source locations), in their order."""
+
+
 def _tables(hlo_text: str) -> dict[str, dict[int, str]]:
     """The module's ``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` tables:
     table -> id -> entry text (as printed before the computations)."""
     tables: dict[str, dict[int, str]] = {}
     current: dict[int, str] | None = None
     for line in hlo_text.splitlines():
-        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+        if line in SOURCE_TABLES:
             current = tables.setdefault(line, {})
         elif current is not None and (m := _TABLE_ENTRY.match(line)):
             current[int(m.group(1))] = m.group(2)

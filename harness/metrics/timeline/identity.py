@@ -26,6 +26,7 @@ import json
 import re
 from typing import Any
 
+from harness.metrics.hlo.text import SOURCE_TABLES
 from harness.metrics.timeline.specs import TimelineSpec
 
 SIMULATOR_VERSION = 1
@@ -33,7 +34,6 @@ SIMULATOR_VERSION = 1
 
 _PROSE = frozenset({"source", "notes", "name"})
 _METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
-_SOURCE_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
 def _numbers(value: Any) -> Any:
@@ -55,7 +55,7 @@ def program_fingerprint(hlo_text: str) -> str:
     """sha256 (hex, 16 digits) of an optimized HLO text without its metadata and source tables."""
     kept, table = [], False
     for line in hlo_text.splitlines():
-        table = line in _SOURCE_TABLES or (table and bool(line.strip()))
+        table = line in SOURCE_TABLES or (table and bool(line.strip()))
         if not table:
             kept.append(_METADATA.sub("", line))
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
