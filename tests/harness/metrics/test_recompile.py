@@ -68,3 +68,16 @@ def test_persistent_cache_hit_is_not_a_compile() -> None:
     assert watch.cache_hits == {"jit(g)": 1}
     assert watch.compiles == {"jit(g)": 1}
     assert watch.count("g") == 1
+
+
+def test_a_compile_in_the_timed_region_counts_even_when_the_persistent_cache_serves_it() -> None:
+    """A retrace per call lowering to the same program hits the disk cache every time: still a recompile."""
+    from harness.run.measure import _compiles
+
+    with CompileWatcher(explain=False) as watch:
+        for _ in range(3):
+            monitoring.record_event(CACHE_HIT_EVENT)
+            monitoring.record_event_duration_secs(BACKEND_COMPILE_EVENT, 0.01, fun_name="jit(step)")
+    assert watch.total == 0 and watch.cache_hits == {"jit(step)": 3}
+    assert _compiles(watch, timed=True)["count"] == 3
+    assert _compiles(watch)["count"] == 0  # the warm-up's: a hit is a warm start
