@@ -70,12 +70,12 @@ def _compiles(watch: Any, *, timed: bool = False) -> dict[str, Any]:
     """The compiles a watcher saw. In the timed region every compile is a recompile, served by the
     persistent cache or not: a retrace per call that lowers to the same program is a cache hit each
     time (``count`` was 0 for a step recompiled on every call, at 10x its time:
-    benchmarks/results/nightly-tpu-gate-2026-11-29.md), so there ``count`` includes the hits. In the
-    warm-up a hit is a warm start, not counted."""
+    benchmarks/results/nightly-tpu-gate-2026-11-29.md), so there ``count`` and ``by_function``
+    include the hits. In the warm-up a hit is a warm start, not counted."""
     if watch is None:
         return {"count": 0, "by_function": {}, "reasons": []}
-    hits = sum(watch.cache_hits.values()) if timed else 0
-    return {"count": watch.total + hits, "by_function": dict(watch.compiles), "reasons": watch.reasons[:20]}
+    seen = watch.compiles + watch.cache_hits if timed else watch.compiles
+    return {"count": sum(seen.values()), "by_function": dict(seen), "reasons": watch.reasons[:20]}
 
 
 def measure(

@@ -80,4 +80,5 @@ def test_a_compile_in_the_timed_region_counts_even_when_the_persistent_cache_ser
             monitoring.record_event_duration_secs(BACKEND_COMPILE_EVENT, 0.01, fun_name="jit(step)")
     assert watch.total == 0 and watch.cache_hits == {"jit(step)": 3}
     assert _compiles(watch, timed=True)["count"] == 3
+    assert _compiles(watch, timed=True)["by_function"] == {"jit(step)": 3}
     assert _compiles(watch)["count"] == 0  # the warm-up's: a hit is a warm start
