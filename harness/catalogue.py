@@ -87,6 +87,7 @@ class Metric:
 TIME, RECOMPILES, DOES_NOT_FIT, COMPILE_S = "time", "recompiles", "does_not_fit", "compile_s"
 MEMORY_BOUND, MEMORY_PEAK, TRACE_WASTED = "memory.bound_bytes", "memory.peak_bytes", "trace.wasted_fraction"
 PREDICTED_STEP = "predicted.step_s"
+ACCURACY_L2, ACCURACY_MAX = "accuracy.rel_l2", "accuracy.max_abs"
 TOTAL = "total"  # the collectives of every kind together
 
 
@@ -257,6 +258,20 @@ def _trace() -> list[Metric]:
     ]
 
 
+def _accuracy() -> list[Metric]:
+    """The output against the reference variant's (harness/run/accuracy.py). Reordered sums move the rel
+    L2 of n roundings by ~1/sqrt(2n); one more rounding of each, by sqrt(2): the 25 % lies between."""
+    of = " of the stage's output against its reference variant's, both on the reference's seeded inputs"
+    rows = (  # name, unit, kind, rule, tolerance, label, definition
+        ("rel_l2", "fraction", "deterministic", "relative", 0.25, "rel L2 vs ref", "|out - ref|_2 / |ref|_2" + of),
+        ("max_abs", "", "info", "info", 0.0, "max abs vs ref", "max |out - ref|" + of),
+    )
+    return [
+        Metric(f"accuracy.{n}", "measured", u, k, r, lab, d, "lower", t, True, f"accuracy.{n}")
+        for n, u, k, r, t, lab, d in rows
+    ]
+
+
 METRICS: tuple[Metric, ...] = (
     Metric(
         TIME,
@@ -390,6 +405,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     *_trace(),
     *_predicted(),
+    *_accuracy(),
     *(
         Metric(
             f"transfers.{d}",
@@ -441,7 +457,7 @@ def family(name: str) -> str:
     prefix = name.split(".")[0]
     if prefix in ("trace", "predicted"):
         return prefix
-    return "measured" if prefix in ("time", "recompiles", "transfers") else "static"
+    return "measured" if prefix in ("time", "recompiles", "transfers", "accuracy") else "static"
 
 
 # --------------------------------------------------------------------------- tolerance keys

@@ -146,12 +146,16 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
         if r.speedup_reference is not None and (declared or r.speedup_reference != reference):
             speedup += f" <span class=note>vs {e(r.speedup_reference)}</span>"
         wasted = "-" if r.wasted_fraction is None else f"{r.wasted_fraction:.1%}"
+        accuracy = "-" if r.accuracy is None else f"{r.accuracy:.2e}"
+        if r.accuracy_max_abs is not None:
+            accuracy += f" <span class=note>max {r.accuracy_max_abs:.1e}</span>"
         scoped = "-" if r.scope_coverage is None else f"{r.scope_coverage:.1%}"
         body.append(
             f'<tr data-variant="{e(r.variant)}"><td class="l">{e(r.variant)} <span class=note>{e(r.variant_id)}'
             f'</span></td><td class="l">{e(r.stage)}</td><td class="l status-{e(r.status)}">{e(r.status)}</td>'
             f'<td class="l">{e(r.mode or "-")}</td><td data-sort="{t.median if t else -1}">{time}</td>'
             f'<td data-sort="{r.speedup if r.speedup is not None else -1}">{speedup}</td>'
+            f'<td data-sort="{r.accuracy if r.accuracy is not None else -1}">{accuracy}</td>'
             f'<td data-sort="{r.compile_s or 0}">{fmt_html(r.compile_s, "s")}</td><td>{fmt_num(r.recompiles)}</td>'
             f'<td data-sort="{r.memory_bytes or 0}">{fmt_html(r.memory_bytes, "bytes")}</td>'
             f'<td>{fmt_num(r.collective_count)}</td><td data-sort="{r.collective_bytes or 0}">'
@@ -166,6 +170,7 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
         "mode",
         "median time",
         f"speedup vs {against}",
+        "rel L2 vs ref",
         "compile",
         "recompiles",
         "memory / device",
@@ -181,7 +186,9 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
         "temporaries - aliased) where known, else its peak. Collective counts and bytes are per device and "
         "call (loop bodies counted once per trip). Wasted = exposed collective time + idle, as a share of "
         "the traced window. Speedup: the reference's median / this one's, only between the same model and "
-        "workload sizes. Time scoped: share of traced op time attributed to a model scope.</p></section>"
+        "workload sizes. Rel L2 vs ref: the stage's output on its reference's seeded inputs against the "
+        "reference's output, |out - ref| / |ref| (max: the largest |out - ref|). Time scoped: share of traced "
+        "op time attributed to a model scope.</p></section>"
     )
 
 

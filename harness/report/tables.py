@@ -45,6 +45,8 @@ class StageRow:
     scope_coverage: float | None = None  # share of traced op time attributed to a model scope
     workload: str = ""  # preset and workload sizes (rows compare only within one)
     under_load: bool = False  # timed while other processes kept the machine busy
+    accuracy: float | None = None  # relative L2 of the output against its reference variant's (accuracy.rel_l2)
+    accuracy_max_abs: float | None = None
 
 
 def ok_records(records: Sequence[Record]) -> list[Record]:
@@ -151,6 +153,8 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                     scope_coverage=entry.trace.scope_coverage if entry.trace else None,
                     workload=workload_label(r),
                     under_load=catalogue.TIME in m and m[catalogue.TIME].loaded,
+                    accuracy=_value(m, catalogue.ACCURACY_L2),
+                    accuracy_max_abs=_value(m, catalogue.ACCURACY_MAX),
                 )
             )
     return rows

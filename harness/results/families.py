@@ -405,6 +405,7 @@ class Measured(Family):
     recompiles: Mapping[str, Any] | None = None
     transfers: Mapping[str, Any] | None = None
     load: Mapping[str, Any] | None = None
+    accuracy: Mapping[str, Any] | None = None  # against the reference variant (harness/metrics/accuracy.py)
 
     @property
     def samples(self) -> list[float]:

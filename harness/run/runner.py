@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.plan.manifest import Run
-from harness.plan.variants import Sweep, Variant, select
+from harness.plan.variants import Sweep, Variant, comparable, select
 from harness.report.console import summary_table
 from harness.results import provenance, store
 from harness.results.lock import HeldLock, sweep_lock
@@ -69,8 +69,31 @@ class SweepResult:
         return all(r.ok for r in self.records)
 
 
-def worker_spec(variant: Variant, run: Run, trace_dir: Path, cache_dir: Path | None = None) -> WorkerSpec:
-    """What a worker needs to run ``variant``: its settings, the mesh resolved and the mode decided."""
+def accuracy_fields(variant: Variant, variants: Sequence[Variant], outputs_dir: Path) -> dict[str, Any]:
+    """The spec's accuracy fields (:mod:`harness.run.accuracy`): a variant keeps its outputs when
+    another names it as reference, and compares with its own reference when that runs the same
+    model and workload sizes (then the outputs have the same shapes)."""
+    by_name = {v.name: v for v in variants}
+    ref = by_name.get(variant.reference or "")
+    ref = ref if ref is not None and comparable(variant, ref) else None
+    keeps = any(v.reference == variant.name and comparable(v, variant) for v in variants)
+    if (ref is None and not keeps) or resolve_mode(variant.target, variant.preset) == "compile":
+        return {}
+    about = None
+    if ref is not None:
+        about = {"name": ref.name, "id": ref.id, "preset": ref.preset, "config_overrides": dict(ref.config_overrides)}
+    return {"outputs_dir": str(outputs_dir), "save_output": keeps, "reference": about}
+
+
+def worker_spec(
+    variant: Variant,
+    run: Run,
+    trace_dir: Path,
+    cache_dir: Path | None = None,
+    accuracy: Mapping[str, Any] | None = None,
+) -> WorkerSpec:
+    """What a worker needs to run ``variant``: its settings, the mesh resolved and the mode decided
+    (``accuracy``: :func:`accuracy_fields`)."""
     return WorkerSpec(
         variant_name=variant.name,
         variant_id=variant.id,
@@ -82,6 +105,7 @@ def worker_spec(variant: Variant, run: Run, trace_dir: Path, cache_dir: Path | N
         run=run,
         trace_dir=str(trace_dir),
         cache_dir=None if cache_dir is None else str(cache_dir),
+        **(accuracy or {}),
     )
 
 
@@ -234,7 +258,8 @@ class _VariantRun:
     def one(self, variant: Variant, progress: Progress) -> None:
         manifest = self.sweep.manifest
         log_path = self.sweep_dir / "logs" / f"{variant.id}.log"
-        spec = worker_spec(variant, manifest.run, self.sweep_dir / "traces" / variant.id, self.cache_dir)
+        accuracy = accuracy_fields(variant, self.sweep.variants, self.sweep_dir / "outputs")
+        spec = worker_spec(variant, manifest.run, self.sweep_dir / "traces" / variant.id, self.cache_dir, accuracy)
         try:
             outcome = self.launcher.run(spec, log_path=log_path, progress=progress)
         except Interrupted as e:

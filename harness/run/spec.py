@@ -5,7 +5,8 @@ The runner (or any launcher: a local subprocess today, a cluster job later) writ
 what to build (preset, config overrides, workload), where (the target with its mesh resolved,
 and the run mode, decided once by the launching side), how to measure it (``[run]``) and
 where to put what it produces, and (set by a local launcher) the process it depends on and the
-scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`), and for a
+scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`), where stage
+outputs go and which variant to compare them with (the accuracy metric), and for a
 variant of several processes which one this worker is and where their ``jax.distributed``
 coordinator listens. ``spec_version`` changes when a field does.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from harness import targets, testing
 from harness.plan.manifest import Run, Target, Workload
 
-SPEC_VERSION = 4  # 4: target.compiler_options
+SPEC_VERSION = 5  # 4: target.compiler_options; 5: outputs_dir, save_output, reference (accuracy)
 RUN_MODES = ("measure", "compile")
 
 
@@ -55,6 +56,12 @@ class WorkerSpec:
     scratch_dir: str | None = None  # the launcher's temporary folder for this worker, removed if it dies
     process_id: int = 0  # which of the variant's target.processes this worker is
     coordinator: str | None = None  # jax.distributed coordinator "host:port" (None: JAX detects the cluster)
+    # The accuracy metric (harness/run/accuracy.py): where stage outputs are kept, whether this
+    # variant keeps its own (another compares with it), and its reference {name, id, preset,
+    # config_overrides} (None: nothing to compare with).
+    outputs_dir: str | None = None
+    save_output: bool = False
+    reference: Mapping[str, Any] | None = None
     spec_version: int = field(default=SPEC_VERSION)
 
     def __post_init__(self) -> None:
@@ -93,6 +100,9 @@ class WorkerSpec:
             "scratch_dir": self.scratch_dir,
             "process_id": self.process_id,
             "coordinator": self.coordinator,
+            "outputs_dir": self.outputs_dir,
+            "save_output": self.save_output,
+            "reference": None if self.reference is None else dict(self.reference),
         }
 
     def to_json(self) -> str:
@@ -121,6 +131,9 @@ class WorkerSpec:
             scratch_dir=d.get("scratch_dir"),
             process_id=int(d.get("process_id", 0)),
             coordinator=d.get("coordinator"),
+            outputs_dir=d.get("outputs_dir"),
+            save_output=bool(d.get("save_output", False)),
+            reference=d.get("reference"),
         )
 
     @classmethod

@@ -5,7 +5,8 @@ platform) already set, so JAX is configured before it is imported here (and it i
 only for model presets: a test preset's worker never loads it). The worker reads its
 :class:`~harness.run.spec.WorkerSpec`, builds each requested stage, compiles it ahead of time
 for the static metrics, predicts its step's timeline from the compiled program
-(:mod:`harness.run.predicted`), times it (warm-up apart, recompiles watched), optionally traces it,
+(:mod:`harness.run.predicted`), times it (warm-up apart, recompiles watched), compares its output
+with its reference variant's on the same inputs (:mod:`harness.run.accuracy`), optionally traces it,
 and rewrites ``out.json`` after every stage, so a crash later keeps what was measured. It
 reports where it is (stage, phase) in ``spec.status_path`` for the progress display, and says so
 on stderr, with every error's traceback, for the log the launcher keeps. A stage whose compiled
@@ -18,6 +19,7 @@ succeeded (or did not fit), 1 otherwise.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -101,6 +103,7 @@ class Stages:
     config_resolved: dict[str, Any] | None = None
     unavailable: tuple[type[BaseException], ...] = ()  # errors whose message is the whole story
     device_memory: tuple[int | None, str] = (None, "")  # bytes per device, and where that number comes from
+    build_reference: Callable[[str], Stage] | None = None  # the reference variant's stages (accuracy)
 
 
 def open_stages(spec: WorkerSpec) -> Stages:
@@ -117,8 +120,20 @@ def open_stages(spec: WorkerSpec) -> Stages:
     if (jax_dir := jax_cache.cache_dir_for(spec)) is not None:
         jax_cache.enable(jax_dir)  # before anything compiles
     model = open_model(spec)
+    reference = None
+    if spec.reference is not None and not spec.compile_only:
+        from harness.model import build_config
+
+        ref_cfg = build_config(spec.reference["preset"], spec.reference["config_overrides"])
+        reference = dataclasses.replace(model, cfg=ref_cfg).build
     return Stages(
-        model.build, model.context, model.machine, model.config_resolved, model.unavailable, model.device_memory
+        model.build,
+        model.context,
+        model.machine,
+        model.config_resolved,
+        model.unavailable,
+        model.device_memory,
+        reference,
     )
 
 
@@ -268,6 +283,13 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
                     stage, run.warmup, run.repeats, status, max_load=run.max_load, max_load_wait_s=run.max_load_wait_s
                 )
                 entry["notes"] += load_notes(entry["measured"]["load"])
+                if stage.uses_jax and spec.outputs_dir is not None:
+                    from harness.run.accuracy import stage_accuracy
+
+                    status(name, "accuracy")
+                    accuracy = stage_accuracy(name, stage, spec, stages.build_reference, entry["notes"])
+                    if accuracy is not None:
+                        entry["measured"]["accuracy"] = accuracy
             elif run.warmup:
                 for _ in range(run.warmup):
                     stage.run()
