@@ -58,7 +58,7 @@ from harness.metrics.hlo import HloModule
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline import (
     TimelineSpec,
-    bound_specs,
+    share_bound_specs,
     build_program,
     rates,
     sensitivity,
@@ -171,13 +171,13 @@ def xprof_interval(
     opcodes: dict[str, str],
     peaks: dict[str, float],
 ) -> dict[str, Any]:
-    """The XProf shares (:data:`XPROF_SHARES`) of the step simulated at each of the interval's joint
-    bounds (:func:`harness.metrics.timeline.bound_specs`: every constant and curve fast, slow, the
-    other link-sharing policy, the datasheet where a curve is carried): per share its lowest and
-    highest value over those and the base, and each point. The shares' denominators stay the spec's
-    datasheet peaks (XProf's definitions)."""
+    """The XProf shares (:data:`XPROF_SHARES`) of the step simulated at each of the interval's
+    bounds (:func:`harness.metrics.timeline.share_bound_specs`: every constant and curve fast, slow,
+    the links slow with the rest fast and the reverse, the other link-sharing policy, the datasheet
+    where a curve is carried): per share its lowest and highest value over those and the base, and
+    each point. The shares' denominators stay the spec's datasheet peaks (XProf's definitions)."""
     points: dict[str, dict[str, float | None]] = {"base": {k: base.get(k) for k in XPROF_SHARES}}
-    for name, bound in bound_specs(tl_spec).items():
+    for name, bound in share_bound_specs(tl_spec).items():
         entry = xprof_entry(simulate(program, bound).events, costs, opcodes, **peaks)
         points[name] = {k: entry.get(k) for k in XPROF_SHARES}
     out: dict[str, Any] = {"points": points}

@@ -235,6 +235,33 @@ def bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
     return out
 
 
+LINK_CONSTANTS = ("collective_latency_s", "link_bytes_per_s", "on_chip_bytes_per_s", "host_bytes_per_s")
+LINK_FAMILIES = ("link_efficiency",)
+
+
+def share_bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
+    """:func:`bound_specs` and the two crossed bounds a share of time needs: the links (the transfer
+    constants :data:`LINK_CONSTANTS` and curves :data:`LINK_FAMILIES`) at their slow bound with every
+    other constant and curve at its fast bound (``links:slow``), and the reverse (``links:fast``).
+    A step is monotone in every rate, so the joint bounds are its extremes; a share (exposed
+    all-gather time over all op time) is a ratio of transfer to compute time, so its extremes lie
+    where the two move apart, which the joint bounds never try. Added after the qkv-fixed rung's
+    held-out share had been read (benchmarks/results/ag-wasted-qkv-2026-11-29.md)."""
+    out = bound_specs(spec)
+    curves = _curve_uncertainty(spec)
+    for label, links_fast in (("links:slow", False), ("links:fast", True)):
+        s = spec
+        for name, c in spec.constants.items():
+            if c.scalable and c.rel_uncertainty > 0:
+                f = _faster(c)
+                s = s.scaled(name, f if (name in LINK_CONSTANTS) == links_fast else 1 / f)
+        s = s.curves_scaled(
+            {fam: (1 + up) ** (1 if (fam in LINK_FAMILIES) == links_fast else -1) for fam, (up, _) in curves.items()}
+        )
+        out[label] = s
+    return out
+
+
 def _curve_uncertainty(spec: TimelineSpec) -> dict[str, tuple[float, bool]]:
     """Per efficiency-curve family a TPU / GPU spec carries: (the largest relative uncertainty of its
     points, whether any is assumed, i.e. carried from another generation). CPU curves are the
@@ -259,6 +286,7 @@ __all__ = [
     "TimelineSpec",
     "Topology",
     "bound_specs",
+    "share_bound_specs",
     "build_program",
     "chrome_trace",
     "cpu_spec",

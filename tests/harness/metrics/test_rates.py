@@ -141,11 +141,27 @@ def test_the_xprof_shares_get_an_interval_from_the_same_bounds() -> None:
     peaks = {"peak_flops_per_s": spec.value("peak_flops_per_s"), "hbm_bytes_per_s": spec.value("hbm_bytes_per_s")}
     base = xprof_entry(timeline.simulate(program, spec).events, costs, opcodes, **peaks)
     out = xprof_interval(program, spec, base, costs, opcodes, peaks)
-    assert set(out["points"]) == {"base", "fast", "slow", "curves:datasheet", "link_sharing:fifo"}
+    assert set(out["points"]) == {
+        "base", "fast", "slow", "curves:datasheet", "link_sharing:fifo", "links:slow", "links:fast"
+    }
     lo, hi = out["all_gather_wasted_fraction"]
     values = [p["all_gather_wasted_fraction"] for p in out["points"].values()]
     assert lo == min(values) <= base["all_gather_wasted_fraction"] <= hi == max(values)
     assert lo < hi  # the gather outlasts the dot at the slow bound more than at the fast one
+    crossed = out["points"]["links:slow"]["all_gather_wasted_fraction"]
+    assert crossed > out["points"]["slow"]["all_gather_wasted_fraction"]  # slow links beside a fast dot: more waits
+
+
+def test_the_crossed_bounds_move_the_links_against_everything_else() -> None:
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    bounds = timeline.share_bound_specs(spec)
+    slow_links, fast_links = bounds["links:slow"], bounds["links:fast"]
+    lat, link = spec.constants["collective_latency_s"], spec.constants["link_bytes_per_s"]
+    assert slow_links.value("collective_latency_s") == pytest.approx(lat.value * (1 + lat.rel_uncertainty))
+    assert slow_links.value("link_bytes_per_s") == pytest.approx(link.value / (1 + link.rel_uncertainty))
+    assert slow_links.value("peak_flops_per_s") > spec.value("peak_flops_per_s") > fast_links.value("peak_flops_per_s")
+    assert slow_links.value("link_efficiency") < spec.value("link_efficiency") < fast_links.value("link_efficiency")
+    assert slow_links.value("matmul_eff_n4096") > spec.value("matmul_eff_n4096") > fast_links.value("matmul_eff_n4096")
 
 
 def test_the_matmul_floor_divides_by_the_best_measured_gemm_rate_beside_the_datasheet() -> None:
