@@ -99,7 +99,7 @@ def test_maxdiffusion_manifest_is_their_ladder() -> None:
     assert [v.reference for v in sweep.variants[1:]] == names[:-1]
     assert {v.target.mesh for v in sweep.variants} == {(("data", 2), ("context", 4))}
     configs = [build_config(v.preset, v.config_overrides) for v in sweep.variants]
-    heads = "activation_attention_heads=context,tensor"
+    heads = "activation_attention_heads=-"  # sequence-parallel, as their pyconfig orders the rules
     ffn, qkv = f"naive+{heads}+mlp_in=-+mlp_out=-", f"naive+{heads}+attn_out=-+mlp_in=-+mlp_out=-+qkv_in=-"
     assert [c.transformer.sharding for c in configs] == [f"naive+{heads}", ffn, *[qkv] * 3]
     assert {(c.transformer.attention_impl, c.transformer.attention_impl_min_tokens) for c in configs} == {
