@@ -58,10 +58,10 @@ from harness.metrics.hlo import HloModule
 from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.timeline import (
     TimelineSpec,
-    share_bound_specs,
     build_program,
     rates,
     sensitivity,
+    share_bound_specs,
     simulate,
     spec_for,
     uncertainty,

@@ -126,13 +126,45 @@ H100_GEMM = (
     Row(4096, 786048187408492, "entry b 1 m 4096 n 4096 k 4096"),
 )
 XLA_COLLECTIVE_TABLE = (
-    "openxla/xla xla/service/gpu/model/collective_interpolator_data.h (kDefaultCollectivePTable, key 'sm_90', 8 GPUs)"
+    "openxla/xla xla/service/gpu/model/collective_interpolator_data.h at 040b3849 (kDefaultCollectivePTable, "
+    "key 'sm_90', 8 GPUs)"
 )
-# all-gather, one group of 8 (num_replica_groups 1, num_devices_per_group 8); XLA's throughput is the
-# instruction's (output) bytes over its time. Row(size = output bytes, value = seconds).
-H100_ALL_GATHER = (
-    Row(256 * 4, 256 * 4 / 33023735, "entry all-gather F32[256], 1 group of 8: 33023735 B/s"),
-    Row(536870912 * 4, 536870912 * 4 / 400124397805, "entry all-gather F32[536870912], 1 group of 8: 400124397805 B/s"),
+# all-gather F32[N], one group of 8 (num_replica_groups 1, num_devices_per_group 8): N -> XLA's
+# network_throughput_bytes_per_sec, the instruction's (output) bytes over its time; every sm_90 size,
+# 2^8 .. 2^29 elements. Row(size = output bytes, value = seconds).
+_H100_ALL_GATHER_THROUGHPUT = {
+    256: 32064128,
+    512: 58447488,
+    1024: 140814081,
+    2048: 162539682,
+    4096: 532224532,
+    8192: 1777777777,
+    16384: 3524956970,
+    32768: 4437703141,
+    65536: 7953398058,
+    131072: 27443886097,
+    262144: 33677286742,
+    524288: 66264914054,
+    1048576: 88983027834,
+    2097152: 128944417117,
+    4194304: 204003112840,
+    8388608: 259355923818,
+    16777216: 314227150134,
+    33554432: 343936367363,
+    67108864: 368082843352,
+    134217728: 385603346434,
+    268435456: 393268230936,
+    536870912: 401897616481,
+}
+H100_ALL_GATHER = tuple(
+    Row(4 * n, 4 * n / bps, f"entry all-gather F32[{n}], 1 group of 8: {bps} B/s")
+    for n, bps in _H100_ALL_GATHER_THROUGHPUT.items()
+)
+# XLA has no HBM table: its GPU model reads the datasheet bandwidth times a coalescing factor. The one
+# measured copy-by-size curve this project has is tpu7x's (hbm.md): a GPU's HBM curve is it, carried.
+GPU_HBM_NOTE = (
+    "XLA has no HBM table (xla/service/gpu/model/gpu_performance_model_base.cc, ReadTimeWithDRAMHeuristic: "
+    "the datasheet bandwidth x a coalescing factor)"
 )
 
 
@@ -157,14 +189,12 @@ def fit_latency_bandwidth(rows: Sequence[Row]) -> tuple[float, float]:
     return my - slope * mx, 1.0 / slope
 
 
-def latency_and_efficiency_two_points(rows: Sequence[Row], wire_fraction: float, route: float) -> tuple[float, float]:
-    """From a table's smallest and largest row (size: output bytes, value: seconds): the large message's
-    bandwidth on ``wire_fraction`` of its output over ``route`` B/s (the efficiency), and the small
-    message's time less its wire time at that bandwidth (the latency)."""
-    small, large = min(rows, key=lambda r: r.size), max(rows, key=lambda r: r.size)
-    bandwidth = wire_fraction * large.size / large.value
-    latency = small.value - wire_fraction * small.size / bandwidth
-    return max(latency, 0.0), min(bandwidth / route, 1.0)
+def split_misses(rows: Sequence[Row], latency: float, bandwidth: float) -> tuple[float, float]:
+    """The fitted line's largest relative miss on the rows whose fitted time its latency dominates, and
+    on those its bandwidth term dominates: each term's uncertainty is read where it sets the time."""
+    lat = [abs(latency + r.size / bandwidth - r.value) / r.value for r in rows if latency >= r.size / bandwidth]
+    bw = [abs(latency + r.size / bandwidth - r.value) / r.value for r in rows if latency < r.size / bandwidth]
+    return max(lat, default=0.0), max(bw, default=0.0)
 
 
 # ---------------------------------------------------------------- the constants a spec carries
@@ -258,20 +288,30 @@ def tpu(measured_here: bool) -> dict[str, Entry]:
 
 def gpu(measured_here: bool) -> dict[str, Entry]:
     """An NVIDIA Hopper GPU's curves from XLA's sm_90 tables (H100); for H200 (the same GH100 compute
-    and NVLink 4, faster HBM: no table of its own) carried, assumed."""
+    and NVLink 4, faster HBM: no table of its own) carried, assumed. Collectives: least squares of
+    ``time = latency + output / bandwidth`` over the 22 sm_90 all-gather sizes of one group of 8 (the
+    ring sends 7/8 of the output per GPU); the latency's uncertainty is the line's largest miss on the
+    rows its latency dominates (small messages: XLA's table scatters 18-50 us there), the
+    efficiency's on the rows its bandwidth term dominates. HBM: no table exists (:data:`GPU_HBM_NOTE`),
+    so tpu7x's measured copy efficiency by size is carried to the GPU's datasheet bandwidth, assumed."""
     carried = "" if measured_here else "H100 (sm_90)"
-    t = targets.SPECS["h100"]
-    latency, eff = latency_and_efficiency_two_points(H100_ALL_GATHER, 7 / 8, t.interconnect_bytes_per_s)
+    t, tpu7x = targets.SPECS["h100"], targets.SPECS["tpu7x"]
+    latency, bandwidth = fit_latency_bandwidth(H100_ALL_GATHER)
+    lat_miss, bw_miss = split_misses(H100_ALL_GATHER, latency, bandwidth)
     where = (
-        f"{XLA_COLLECTIVE_TABLE}: the F32[256] all-gather's time less its wire time (latency) and the "
-        "F32[536870912] one's ring wire bytes (7/8 of its output) per second over NVLink's 450 GB/s one "
-        "direction (efficiency)"
+        f"{XLA_COLLECTIVE_TABLE}: least squares of time = latency + output / bandwidth over its 22 all-gather "
+        f"sizes F32[256] .. F32[536870912] (latency {latency * 1e6:.1f} us, largest miss {lat_miss:.0%} where it "
+        f"dominates; {bandwidth / 1e9:.1f} GB/s of output, largest miss {bw_miss:.1%} where it dominates)"
     )
+    eff = 7 / 8 * bandwidth / t.interconnect_bytes_per_s
+    nvlink = t.interconnect_bytes_per_s
+    route = f"; the ring's 7/8 of the output per GPU over NVLink's {nvlink / 1e9:.0f} GB/s one direction"
     pre = f"assumed: {carried}'s measured value carried (no table of its own); " if carried else ""
     return {
         **_curve(MATMUL_PREFIX, H100_GEMM, t.peak_bf16_flops, XLA_GEMM_TABLE, carried, GPU_TILE),
-        "collective_latency_s": (latency, "s", pre + where, None),
-        LINK_EFFICIENCY: (eff, "fraction", pre + where, None),
+        **_curve(HBM_PREFIX, TPU7X_HBM, tpu7x.hbm_bytes_per_s, f"{TPU7X_HBM_TABLE}; {GPU_HBM_NOTE}", "tpu7x"),
+        "collective_latency_s": (latency, "s", pre + where, None if carried else lat_miss),
+        LINK_EFFICIENCY: (min(eff, 1.0), "fraction", pre + where + route, None if carried else bw_miss),
     }
 
 
