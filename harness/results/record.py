@@ -1,38 +1,40 @@
 """The result record: one self-describing, versioned JSON object per variant run, typed.
 
-A :class:`Record` is what a run leaves behind (``record_version`` 1)::
+A :class:`Record` is what a run leaves behind (``record_version`` 2)::
 
-    record_version  1
+    record_version  2
     sweep_id        "cpu"                      -> reports/<sweep_id>/results.jsonl
-    manifest        {path, sha256[, reference]}   reference: the manifest's published [reference] table
-    variant         {name, id, overrides, description[, reference]}   reference: the variant it is
-                    compared with (absent in records written before it existed)
+    manifest        {path, sha256, reference}   reference: the manifest's published [reference] table
+    variant         {name, id, overrides, description, reference}   reference: the variant it is
+                    compared with
     config          {preset, overrides, resolved, workload, run}
                     resolved: the full ltx2 config after overrides (null if it never got built)
-    target          {platform, mode, mode_used, mesh, topology, devices}
+    target          {platform, mode, mode_used, mesh, topology, devices, compiler_options}
     machine         {hostname, cpu, cpu_count, os, python, backend, device_kind, device_count}
     versions        {jax, jaxlib, flax, torch, numpy}      (null where not installed)
     git             {commit, dirty}
     started_at, finished_at   ISO-8601 UTC;  duration_s
     status          "ok" | "failed" | "timeout" | "crashed"
     error           text (tail of stderr for crashes) or null
-    stages          {<stage>: {status, error, notes, static, measured, trace, phases_s[, predicted]}}
+    stages          {<stage>: {status, error, notes, static, measured, trace, phases_s, predicted}}
                     measured: {wall_s: summary, samples_s: [...], warmup_s: [...],
                                recompiles: {count, by_function, reasons}, transfers}
                     predicted: the step's timeline simulated from the compiled, scheduled program
                                (:mod:`harness.run.predicted`): {step_s, video_s, calls_per_video, device,
                                exposed_all_gather_fraction, wasted_fraction, block_gantt, spec,
-                               sensitivity, chrome_trace, ...}; absent in records written before the
-                               family existed, and where nothing was compiled or the simulation failed
+                               sensitivity, chrome_trace, ...}; null where nothing was compiled or
+                               the simulation failed
     notes           [...]
     artifacts       {log, traces: {<stage>: dir}}
 
-The metric families of a stage (``static``, ``measured``, ``trace``, ``predicted``) stay JSON objects:
-their shape is their producer's (:mod:`harness.metrics`, :mod:`harness.run.measure`,
-:mod:`harness.run.predicted`). ``predicted`` came after version 1 as an optional key (like
-``phases_s``): a record without it reads as ``predicted = None`` and writes back without it, so
-``record_version`` stays 1 and older harnesses still read newer records (keeping it as an extra key). Keys a reader
-does not know are kept (``extra``), so reading and writing a record loses nothing.
+Every key above is written, null where it has no value. The metric families of a stage are
+read into frozen typed objects (:mod:`harness.results.families`) and written back from them; this
+module and that one are the only code that knows the JSON form. Keys a reader does not know are kept
+(``extra``), so reading and writing a record loses nothing.
+
+Versions: 1 left out the keys added after it (``predicted``, ``phases_s``, the references,
+``compiler_options``) where they had no value; 2 writes every key. :data:`UPGRADES` holds one step
+per version, so every record written before reads as the current version.
 
 Reading always goes through :func:`parse`: a record older than :data:`RECORD_VERSION` is
 brought up to date by :func:`upgrade` (one step per version in :data:`UPGRADES`), a newer one
@@ -54,13 +56,28 @@ from harness.plan.reference import Reference
 from harness.results.families import Family, Measured, Predicted, Static, Trace, read
 from harness.vocabulary import StageStatus, Status
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 STATUSES: tuple[str, ...] = tuple(Status)
 STAGE_STATUSES: tuple[str, ...] = tuple(StageStatus)
 DOES_NOT_FIT = StageStatus.DOES_NOT_FIT
 
+
+def _with_keys(obj: Any, keys: tuple[str, ...]) -> Any:
+    """``obj`` with each of ``keys`` it lacks as null (anything but an object as it is: the shape check names it)."""
+    return {**dict.fromkeys(keys), **obj} if isinstance(obj, Mapping) else obj
+
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 left out the keys added after it where they had no value; version 2 writes them as null."""
+    keys = {"manifest": ("reference",), "variant": ("reference",), "target": ("mode_used", "compiler_options")}
+    out = {**raw, "record_version": 2, **{k: _with_keys(raw[k], v) for k, v in keys.items() if k in raw}}
+    if isinstance(stages := raw.get("stages"), Mapping):
+        out["stages"] = {n: _with_keys(e, ("phases_s", "predicted")) for n, e in stages.items()}
+    return out
+
+
 # record_version n -> a function turning a version-n record (a JSON object) into version n + 1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 class RecordError(ValueError):
@@ -172,8 +189,8 @@ def _known(cls: type, raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 @dataclass(frozen=True)
 class ManifestRef:
     """The manifest a record was run from, and what of it the report shows: its published
-    ``[reference]`` table (:meth:`harness.plan.reference.Reference.to_dict`; absent in records
-    written before records carried it, and where the manifest has none)."""
+    ``[reference]`` table (:meth:`harness.plan.reference.Reference.to_dict`; None where the manifest
+    has none)."""
 
     path: str
     sha256: str
@@ -255,9 +272,6 @@ class StageEntry:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out = {k: v.to_dict() if isinstance(v, Family) else v for k, v in out.items()}
-        for optional in ("phases_s", "predicted"):  # absent in records written before they existed
-            if out[optional] is None:
-                del out[optional]
         return {**out, "notes": list(self.notes), **self.extra}
 
 
@@ -330,12 +344,6 @@ class Record:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         for name in ("manifest", "variant", "config", "target", "artifacts"):
             out[name] = {k: _plain(v) for k, v in dataclasses.asdict(out[name]).items()}
-        if out["variant"]["reference"] is None:  # as written by harnesses before references existed
-            del out["variant"]["reference"]
-        if out["manifest"]["reference"] is None:  # likewise, before records carried the manifest's [reference]
-            del out["manifest"]["reference"]
-        if out["target"]["compiler_options"] is None:  # as written before compiler options existed
-            del out["target"]["compiler_options"]
         out["stages"] = {name: e.to_dict() for name, e in self.stages.items()}
         return {**out, "notes": list(self.notes), **self.extra}
 

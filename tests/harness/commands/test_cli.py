@@ -12,7 +12,7 @@ import pytest
 
 from harness import cli
 from harness.report.export import to_csv
-from harness.results.record import Record
+from harness.results.record import RECORD_VERSION, Record
 
 _spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
 synthetic = importlib.util.module_from_spec(_spec)
@@ -61,7 +61,7 @@ def test_cli_list_inspect_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert cli.main(["inspect", str(path), "--variant", "last", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["variant"]["name"] == "last" and shown["stages"]["denoise_step"]["static"]["platform"] == "test"
-    assert shown["record_version"] == 1 and shown["config"]["preset"] == "test:ok"  # the record a sweep appends
+    assert shown["record_version"] == RECORD_VERSION and shown["config"]["preset"] == "test:ok"  # as a sweep appends
     assert cli.main(["inspect", str(path), "--variant", "last"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("last (") and "stage denoise_step: ok" in text

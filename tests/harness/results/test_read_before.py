@@ -6,7 +6,12 @@ harness at b181d3b flattened them to (``flattened_b181d3b.json``, written by tha
 write back to the very JSON they were read from. Metrics catalogued since (:data:`SINCE`, read from
 fields the records already had: HBM traffic, matmul FLOPs, the per-scope attribution) are left out
 of that comparison and checked apart; baselines written since (:data:`WRITTEN_SINCE`) are not from
-before."""
+before.
+
+Every committed results file (baselines, fixtures, the history fixture's runs) was written at
+``record_version`` 1: each record is migrated to the current version on reading, writes back as
+exactly that migration, and it and its written-back form flatten to exactly what the harness at
+record_version 1 flattened them to (``flattened_v1.json``, written by the harness at 17a1824)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import pytest
 
 from harness import catalogue
 from harness.results.compare import flatten_record
-from harness.results.record import parse
+from harness.results.record import RECORD_VERSION, parse, upgrade
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "harness" / "fixtures"
@@ -28,6 +33,7 @@ FILES = {
     "tpu_b181d3b.jsonl": FIXTURES / "tpu_b181d3b.jsonl",
 }
 BEFORE = json.loads((FIXTURES / "flattened_b181d3b.json").read_text())
+V1 = json.loads((FIXTURES / "flattened_v1.json").read_text())
 WRITTEN_SINCE = {"nightly-tpu.jsonl"}  # the TPU gate's baseline, with prediction identities
 SINCE = {
     "traffic.hbm_bytes",
@@ -59,7 +65,7 @@ def test_every_committed_results_file_is_covered() -> None:
 def test_records_from_before_read_identically(name: str) -> None:
     lines = [json.loads(line) for line in FILES[name].read_text().splitlines() if line.strip()]
     records = [parse(raw, f"{name}:{i + 1}") for i, raw in enumerate(lines)]
-    assert [r.to_dict() for r in records] == lines
+    assert [r.to_dict() for r in records] == [upgrade(raw) for raw in lines]
     assert [{"variant": r.variant.name, "metrics": _flat(r)} for r in records] == BEFORE[name]
     assert sum(len(r["metrics"]) for r in BEFORE[name]) >= 30 * len(lines) // 2
 
@@ -71,3 +77,28 @@ def test_metrics_catalogued_since_come_from_fields_the_records_had() -> None:
     flat = {metric: v.value for (_, metric), v in flatten_record(record).items()}
     assert flat["traffic.hbm_bytes"] == static["memory_traffic_bytes"]
     assert flat["cost.matmul_flops"] == static["matmul_flops"]
+
+
+def _full(record) -> dict[str, list]:
+    return {
+        f"{s}|{m}": [v.value, len(v.samples), round(sum(v.samples), 12), len(v.rounds), v.loaded, v.model, v.program]
+        for (s, m), v in sorted(flatten_record(record).items())
+    }
+
+
+def test_every_committed_results_file_was_flattened_at_version_1() -> None:
+    committed = [*ROOT.glob("reports/baselines/*.jsonl"), *FIXTURES.glob("**/*.jsonl")]
+    assert sorted(str(p.relative_to(ROOT)) for p in committed) == sorted(V1)
+    assert len(V1) >= 29 and sum(len(m) for recs in V1.values() for m in recs) >= 2500
+
+
+@pytest.mark.parametrize("rel", sorted(V1))
+def test_records_of_version_1_migrate_and_flatten_identically(rel: str) -> None:
+    lines = [json.loads(line) for line in (ROOT / rel).read_text().splitlines() if line.strip()]
+    assert {raw["record_version"] for raw in lines} == {1}
+    records = [parse(raw, f"{rel}:{i + 1}") for i, raw in enumerate(lines)]
+    written = [r.to_dict() for r in records]
+    assert {w["record_version"] for w in written} == {RECORD_VERSION} != {1}
+    assert written == [upgrade(raw) for raw in lines]
+    again = [parse(w, rel) for w in written]
+    assert [_full(r) for r in records] == [_full(r) for r in again] == V1[rel]

@@ -26,7 +26,8 @@ def version_1() -> list[dict[str, Any]]:
 def test_version_1_records_read_losslessly() -> None:
     for raw in version_1():
         record = Record.from_dict(raw)
-        assert record.to_dict() == raw  # nothing dropped, renamed or added
+        assert record.to_dict() == upgrade(raw)  # nothing dropped or renamed; the absent keys written as null
+        assert Record.from_dict(record.to_dict()).to_dict() == record.to_dict()
         assert record.variant.name == raw["variant"]["name"] and record.target.mode_used == "measure"
     trillium = next(Record.from_dict(r) for r in version_1() if r["variant"]["name"] == "trillium-loop")
     step = trillium.stages["denoise_step"]
@@ -36,23 +37,26 @@ def test_version_1_records_read_losslessly() -> None:
     assert not broken.ok and "test workload raised on purpose" in broken.stages["denoise_step"].error
 
 
-def test_upgrade_hook_runs_each_step_on_version_1_records(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A future version 2 that renames ``duration_s``: version-1 records come out as version 2."""
+def test_upgrade_runs_each_step_on_version_1_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 2 writes the keys version 1 left out as null; a future version 3 that renames
+    ``duration_s`` runs after it: version-1 records come out as version 3."""
+    raw = version_1()[0]
+    up = upgrade(raw)
+    assert up["record_version"] == 2 and up["manifest"]["reference"] is None and "reference" not in raw["manifest"]
+    assert all(e["predicted"] is None for e in up["stages"].values()) and upgrade(up) == up
 
-    def to_2(raw: dict[str, Any]) -> dict[str, Any]:
-        out = {**raw, "record_version": 2, "wall_s": raw["duration_s"]}
+    def to_3(raw: dict[str, Any]) -> dict[str, Any]:
+        out = {**raw, "record_version": 3, "wall_s": raw["duration_s"]}
         del out["duration_s"]
         return out
 
-    raw = version_1()[0]
-    assert upgrade(raw) == raw  # version 1 is current: nothing to do
-    monkeypatch.setattr(rec, "RECORD_VERSION", 2)
-    monkeypatch.setattr(rec, "UPGRADES", {1: to_2})
+    monkeypatch.setattr(rec, "RECORD_VERSION", 3)
+    monkeypatch.setattr(rec, "UPGRADES", {**rec.UPGRADES, 2: to_3})
     up = upgrade(raw)
-    assert up["record_version"] == 2 and up["wall_s"] == raw["duration_s"] and "duration_s" not in up
+    assert up["record_version"] == 3 and up["wall_s"] == raw["duration_s"] and "duration_s" not in up
     assert raw["record_version"] == 1 and "duration_s" in raw  # the input is left alone
-    monkeypatch.setattr(rec, "UPGRADES", {1: lambda r: {**r}})
-    with pytest.raises(RecordError, match="upgrade from record_version 1 did not produce version 2"):
+    monkeypatch.setattr(rec, "UPGRADES", {**rec.UPGRADES, 2: lambda r: {**r}})
+    with pytest.raises(RecordError, match="upgrade from record_version 2 did not produce version 3"):
         upgrade(raw)
 
 
@@ -108,7 +112,7 @@ def test_build_record_from_a_worker_outcome(tmp_path: Path) -> None:
         log_path=tmp_path / "v.log",
     )
     d = record.to_dict()
-    assert set(d) == set(version_1()[0])  # the version-1 schema, no more, no less
+    assert set(d) == set(upgrade(version_1()[0]))  # the current schema, no more, no less
     assert d["target"] == {
         "platform": "cpu",
         "mode": "auto",
@@ -116,11 +120,14 @@ def test_build_record_from_a_worker_outcome(tmp_path: Path) -> None:
         "topology": None,
         "devices": 4,
         "mode_used": "measure",
+        "compiler_options": None,
     }
     assert d["machine"] == {"hostname": "h", "backend": "cpu"}  # the worker's view of the devices wins
-    assert d["variant"] == {"name": "v", "id": sweep.variants[0].id, "overrides": {"test.x": 1}, "description": ""}
+    assert d["variant"] == {"name": "v", "id": sweep.variants[0].id, "overrides": {"test.x": 1}, "description": ""} | {
+        "reference": None
+    }
     assert d["artifacts"] == {"log": str(tmp_path / "v.log"), "traces": {"denoise_step": stage["trace"]["log_dir"]}}
-    assert d["stages"]["denoise_step"] == stage and d["config"]["run"]["repeats"] == 5
+    assert d["stages"]["denoise_step"] == {**stage, "predicted": None} and d["config"]["run"]["repeats"] == 5
     assert Record.from_dict(d) == record
 
 
@@ -146,17 +153,17 @@ def test_a_variants_reference_is_recorded_and_old_records_read_without_one(tmp_p
     assert record.to_dict()["variant"]["reference"] == "a" and Record.from_dict(record.to_dict()) == record
     old = version_1()[0]
     assert "reference" not in old["variant"] and Record.from_dict(old).variant.reference is None
-    assert Record.from_dict(old).to_dict() == old
+    assert Record.from_dict(old).to_dict()["variant"] == {**old["variant"], "reference": None}
 
 
-def test_the_predicted_family_is_kept_and_older_stages_write_back_without_it() -> None:
+def test_the_predicted_family_is_kept_and_older_stages_write_back_with_null() -> None:
     raw = version_1()[0]
     assert all("predicted" not in e for e in raw["stages"].values())
-    assert parse(raw, "old").to_dict() == raw  # a record from before the family: no key added
+    assert all(e["predicted"] is None for e in parse(raw, "old").to_dict()["stages"].values())
     stage = next(iter(raw["stages"]))
     new = {**raw, "stages": {**raw["stages"], stage: {**raw["stages"][stage], "predicted": {"step_s": 0.5}}}}
     record = parse(new, "new")
-    assert record.stages[stage].predicted == {"step_s": 0.5} and record.to_dict() == new
+    assert record.stages[stage].predicted == {"step_s": 0.5} and record.to_dict() == upgrade(new)
     bad = {**raw, "stages": {**raw["stages"], stage: {**raw["stages"][stage], "predicted": 3}}}
     with pytest.raises(RecordError, match=f"stages.{stage}.predicted: expected an object or null"):
         parse(bad, "bad")

@@ -87,7 +87,9 @@ def test_a_whole_record_that_lost_its_newline_is_kept(tmp_path: Path) -> None:
 def test_newer_record_version_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps({**_record("a").to_dict(), "record_version": RECORD_VERSION + 1}) + "\n")
-    with pytest.raises(NewerRecordError, match=r"results.jsonl:1: record_version 2 is not readable"):
+    with pytest.raises(
+        NewerRecordError, match=rf"results.jsonl:1: record_version {RECORD_VERSION + 1} is not readable"
+    ):
         load_records(path)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.expansion import load_sweep
+from harness.results.record import RECORD_VERSION
 from harness.results.store import load_records
 from harness.run.launcher import DEVICE_COUNT_FLAG, LocalLauncher, worker_command, worker_env
 from harness.run.runner import SweepOptions, run_sweep, worker_spec
@@ -85,7 +86,7 @@ def test_crashes_and_timeouts_become_failed_records_and_the_sweep_goes_on(tmp_pa
 def test_record_is_self_describing(tmp_path: Path) -> None:
     text = ISOLATION.split("[[variants]]")[0]
     (record,), _ = _sweep(_manifest(tmp_path, text), tmp_path / "reports")
-    assert record["record_version"] == 1 and record["sweep_id"] == "iso"
+    assert record["record_version"] == RECORD_VERSION and record["sweep_id"] == "iso"
     assert record["manifest"]["path"].endswith("iso.toml") and len(record["manifest"]["sha256"]) == 64
     assert record["variant"]["name"] == "base" and len(record["variant"]["id"]) == 12
     assert record["config"]["preset"] == "test:ok" and record["config"]["run"]["repeats"] == 3
@@ -96,13 +97,14 @@ def test_record_is_self_describing(tmp_path: Path) -> None:
         "mesh": {"data": 2},
         "topology": None,
         "devices": 2,
+        "compiler_options": None,
     }
     assert record["machine"]["hostname"] and record["versions"]["jax"]
     assert set(record["git"]) == {"commit", "dirty"}
     assert record["started_at"] < record["finished_at"] and record["duration_s"] > 0
     assert Path(record["artifacts"]["log"]).exists()
     stage = record["stages"]["denoise_step"]
-    assert set(stage) >= {"status", "error", "notes", "static", "measured", "trace", "phases_s"}
+    assert set(stage) >= {"status", "error", "notes", "static", "measured", "trace", "phases_s", "predicted"}
 
 
 def test_resume_skips_finished_variants_unless_rerun(tmp_path: Path) -> None:
