@@ -22,9 +22,8 @@ measured, never fitted to these numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from harness import agreement
 from harness.results import stats
@@ -87,14 +86,20 @@ def points(records: Sequence[Record]) -> list[Point]:
             continue
         devices = math.prod(r.target.mesh.values()) if r.target.mesh else 1
         for stage, entry in r.stages.items():
-            pred: Mapping[str, Any] = entry.predicted or {}
+            pred = entry.predicted
             samples = entry.measured.samples if entry.measured is not None else []
-            step = pred.get("step_s")
-            if entry.status != StageStatus.OK or not samples or not isinstance(step, int | float) or step <= 0:
+            step = pred.step_s if pred is not None else None
+            if (
+                pred is None
+                or entry.status != StageStatus.OK
+                or not samples
+                or not isinstance(step, int | float)
+                or step <= 0
+            ):
                 continue
-            host_loop = bool(pred.get("host_loop"))
-            predicted = float(step) * (int(pred.get("calls_per_video") or 1) if host_loop else 1)
-            modelled = devices == 1 or (pred.get("calibration") or {}).get("devices") == devices
+            host_loop = bool(pred.host_loop)
+            predicted = float(step) * ((pred.calls_per_video or 1) if host_loop else 1)
+            modelled = devices == 1 or (pred.calibration is not None and pred.calibration.devices == devices)
             out.append(Point(r.variant.name, stage, devices, predicted, stats.median(samples), modelled, host_loop))
     return out
 

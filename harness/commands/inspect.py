@@ -44,32 +44,31 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="harness-inspect-") as tmp:
         spec = worker_spec(variant, static_only, Path(tmp) / "traces", Path("reports") / CACHE_DIR)
         outcome = LocalLauncher().run(spec, log_path=Path(tmp) / "worker.log")
-    stages = outcome.result.get("stages") or {}
+    record = build_record(
+        sweep_id=sweep.manifest.name,
+        manifest=sweep.manifest,
+        variant=variant,
+        run=static_only,
+        outcome=outcome,
+        context=context(),
+        log_path="",
+    )
     if args.json:
-        record = build_record(
-            sweep_id=sweep.manifest.name,
-            manifest=sweep.manifest,
-            variant=variant,
-            run=static_only,
-            outcome=outcome,
-            context=context(),
-            log_path="",
-        )
         print(json.dumps(record.to_dict(), indent=2))
     else:
         mesh = variant.target.mesh_shape
         print(
             f"{variant.name} ({variant.id}): preset {variant.preset}, {variant.target.platform} mesh {mesh}, "
-            f"mode {outcome.result.get('mode_used')}, {outcome.status}"
+            f"mode {record.target.mode_used}, {outcome.status}"
         )
-        for name, entry in stages.items():
-            print(f"\nstage {name}: {entry['status']}")
-            for note in entry.get("notes") or []:
+        for name, entry in record.stages.items():
+            print(f"\nstage {name}: {entry.status}")
+            for note in entry.notes:
                 print("\n".join(textwrap.wrap(note, 118, initial_indent="  note: ", subsequent_indent="    ")))
-            if entry.get("static"):
-                print("\n".join(format_static(entry["static"], top=args.top)))
-            if entry.get("error"):
-                print("  " + entry["error"].strip().replace("\n", "\n  "))
-        if outcome.status != Status.OK and not stages:
+            if entry.static:
+                print("\n".join(format_static(entry.static, top=args.top)))
+            if entry.error:
+                print("  " + entry.error.strip().replace("\n", "\n  "))
+        if outcome.status != Status.OK and not record.stages:
             print(outcome.error or "", file=sys.stderr)
     return 0 if outcome.status == Status.OK else 1

@@ -33,6 +33,7 @@ from harness import catalogue
 from harness.catalogue import Metric
 from harness.plan.manifest import Gate
 from harness.results import stats
+from harness.results.families import Family, Measured, Predicted, Static, Trace, at
 from harness.results.record import DOES_NOT_FIT, Record, StageEntry
 from harness.vocabulary import Change, label
 
@@ -65,38 +66,30 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
-def _at(obj: Mapping[str, Any] | None, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _paths(fam: str, obj: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+def _paths(fam: str, obj: Family, out: dict[str, MetricValue]) -> None:
     """Every catalogued metric of the family ``fam`` that sits at its ``path`` in ``obj``."""
     for m in catalogue.of_family(fam):
         if m.path is not None:
-            raw = _at(obj, m.path)
+            raw = at(obj, m.path)
             v = float(raw) if isinstance(raw, bool) and m.unit == "" else _num(raw)
             if v is not None:
                 out[m.name] = MetricValue(v / m.divisor)
 
 
-def _time(measured: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
-    samples = tuple(float(s) for s in measured.get("samples_s") or () if _num(s) is not None)
+def _time(measured: Measured, out: dict[str, MetricValue]) -> None:
+    samples = tuple(s for s in measured.samples if _num(s) is not None)
     if samples:
-        rounds = tuple(tuple(float(x) for x in r) for r in measured.get("rounds_s") or () if r)
-        loaded = bool((measured.get("load") or {}).get("loaded"))
+        rounds = tuple(tuple(float(x) for x in r) for r in measured.rounds_s or () if r)
+        loaded = bool(measured.load and measured.load.loaded)
         out[catalogue.TIME] = MetricValue(stats.median(samples), samples, rounds, loaded)
 
 
-def _collectives(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
-    by_kind = (static.get("collectives") or {}).get("by_kind")
+def _collectives(static: Static, out: dict[str, MetricValue]) -> None:
+    by_kind = static.collectives.by_kind if static.collectives else None
     if isinstance(by_kind, Mapping):
         total_count = total_bytes = 0.0
         for kind, c in by_kind.items():
-            count, nbytes = _num(c.get("count")) or 0.0, _num(c.get("operand_bytes")) or 0.0
+            count, nbytes = _num(c.count) or 0.0, _num(c.operand_bytes) or 0.0
             total_count, total_bytes = total_count + count, total_bytes + nbytes
             if count:  # zero kinds are implied (see _implied_zero)
                 out[catalogue.collective(kind, "count")] = MetricValue(count)
@@ -105,55 +98,51 @@ def _collectives(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None
         out[catalogue.collective(catalogue.TOTAL, "bytes")] = MetricValue(total_bytes)
 
 
-def _scopes(static: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+def _scopes(static: Static, out: dict[str, MetricValue]) -> None:
     """HBM traffic, FLOPs and collectives of each model scope (zeros left out: implied)."""
-    by_scope = (static.get("attribution") or {}).get("by_scope")
+    by_scope = static.attribution.by_scope if static.attribution else None
     if not isinstance(by_scope, Mapping):
         return
     for scope, amounts in by_scope.items():
-        for key, what in (("bytes", "traffic_bytes"), ("flops", "flops")):
-            if v := _num(amounts.get(key)):
+        for v, what in ((_num(amounts.bytes), "traffic_bytes"), (_num(amounts.flops), "flops")):
+            if v:
                 out[catalogue.scoped(label(scope), what)] = MetricValue(v)
-        for kind, c in (amounts.get("collectives") or {}).items():
-            if count := _num(c.get("count")):
+        for kind, c in (amounts.collectives or {}).items():
+            if count := _num(c.count):
                 out[catalogue.scoped(label(scope), catalogue.collective(kind, "count"))] = MetricValue(count)
-                nbytes = _num(c.get("bytes")) or 0.0
+                nbytes = _num(c.bytes) or 0.0
                 out[catalogue.scoped(label(scope), catalogue.collective(kind, "bytes"))] = MetricValue(nbytes)
 
 
-def model_of(predicted: Mapping[str, Any]) -> tuple[str, str]:
+def model_of(predicted: Predicted) -> tuple[str, str]:
     """(the model a prediction was priced by, the program's fingerprint) from its ``identity``
     (:mod:`harness.metrics.timeline.identity`); ("", "") where the spec was measured for the sweep
     (CPU) or the record predates identities: such predictions are shown, never gated."""
-    identity = predicted.get("identity") or {}
-    if not identity.get("deterministic"):
+    identity = predicted.identity
+    if identity is None or not identity.deterministic:
         return "", ""
-    return f"{identity.get('spec')}/v{identity.get('simulator_version')}", str(identity.get("program") or "")
+    return f"{identity.spec}/v{identity.simulator_version}", str(identity.program or "")
 
 
-def _predicted(predicted: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
+def _predicted(predicted: Predicted, out: dict[str, MetricValue]) -> None:
     """The catalogued predicted metrics and the step by scope, each labelled with its model."""
     found: dict[str, MetricValue] = {}
     _paths("predicted", predicted, found)
-    for scope, ns in (predicted.get("critical_by_scope_ns") or {}).items():
+    for scope, ns in (predicted.critical_by_scope_ns or {}).items():
         if v := _num(ns):
             found[catalogue.scoped(label(scope), "time_s", "predicted")] = MetricValue(v / 1e9)
     model, program = model_of(predicted)
     out.update({name: dataclasses.replace(v, model=model, program=program) for name, v in found.items()})
 
 
-def _trace(trace: Mapping[str, Any], out: dict[str, MetricValue]) -> None:
-    devices = [d for d in trace.get("devices") or () if (_num(d.get("window_ns")) or 0) > 0]
+def _trace(trace: Trace, out: dict[str, MetricValue]) -> None:
+    devices = [d for d in trace.devices or () if (_num(d.window_ns) or 0) > 0]
     if not devices:
         return
-
-    def mean(key: str) -> float:
-        return sum(_num(d.get(key)) or 0.0 for d in devices) / len(devices)
-
-    steps = max(1, int(_num(trace.get("steps")) or 1))
+    steps = max(1, int(_num(trace.steps) or 1))
     for m in catalogue.of_family("trace"):
         if m.path and m.path.startswith("devices."):  # a per-device value: its mean (seconds: per step)
-            v = mean(m.path.removeprefix("devices.")) / m.divisor
+            v = sum(_num(at(d, m.path.removeprefix("devices."))) or 0.0 for d in devices) / len(devices) / m.divisor
             out[m.name] = MetricValue(v / steps if m.unit == "s" else v)
 
 

@@ -26,11 +26,12 @@ Pure Python over records (no JAX): the report and ``python -m harness diff`` bot
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.results import stats
+from harness.results.families import CollectiveTotals, StepSample
 from harness.results.record import Record, StageEntry
 
 DIFFERENT_WORKLOAD = "n/a (different workload)"
@@ -109,18 +110,29 @@ class StageDiff:
 # --------------------------------------------------------------------------- pieces
 
 
-def _samples(entry: StageEntry | None) -> list[Mapping[str, Any]]:
+def _samples(entry: StageEntry | None) -> list[StepSample]:
     trace = entry.trace if entry is not None else None
     return list((trace.step_samples if trace is not None else None) or ())
 
 
-def _series(samples: Sequence[Mapping[str, Any]], field: str, depth: int | None) -> dict[str, list[float]]:
+Part = Callable[[StepSample], Mapping[str, float] | None]  # a step's ns by category, or by scope
+
+
+def CATEGORIES(s: StepSample) -> Mapping[str, float] | None:  # noqa: N802 (a constant of type Part)
+    return s.categories
+
+
+def SCOPES(s: StepSample) -> Mapping[str, float] | None:  # noqa: N802
+    return s.by_scope
+
+
+def _series(samples: Sequence[StepSample], part: Part, depth: int | None) -> dict[str, list[float]]:
     """key -> one value per step (0 where a step lacks the key); scopes cut to ``depth`` components."""
     keys: dict[str, None] = {}
     rows = []
     for s in samples:
         row: dict[str, float] = defaultdict(float)
-        for key, ns in (s.get(field) or {}).items():
+        for key, ns in (part(s) or {}).items():
             key = "/".join(key.split("/")[:depth]) if depth and key else key
             row[key] += float(ns)
             keys[key] = None
@@ -138,44 +150,44 @@ def _delta(key: str, base: Sequence[float], head: Sequence[float], step_delta: f
 
 
 def _deltas(
-    base: Sequence[Mapping[str, Any]],
-    head: Sequence[Mapping[str, Any]],
-    field: str,
+    base: Sequence[StepSample],
+    head: Sequence[StepSample],
+    part: Part,
     step_delta: float | None,
     depth: int | None,
     parts: int,
 ) -> tuple[Delta, ...]:
-    b, h = _series(base, field, depth), _series(head, field, depth)
+    b, h = _series(base, part, depth), _series(head, part, depth)
     keys = list(dict.fromkeys([*b, *h]))
     out = [_delta(k, b.get(k, [0.0] * len(base)), h.get(k, [0.0] * len(head)), step_delta, parts) for k in keys]
     return tuple(sorted(out, key=lambda d: -abs(d.delta_ns)))
 
 
-def _parts(base: Sequence[Mapping[str, Any]], head: Sequence[Mapping[str, Any]], depth: int | None) -> int:
+def _parts(base: Sequence[StepSample], head: Sequence[StepSample], depth: int | None) -> int:
     """How many intervals a stage's diff holds: the step, its categories and its scopes."""
-    keys = [set(_series([*base, *head], f, d)) for f, d in (("categories", None), ("by_scope", depth))]
+    keys = [set(_series([*base, *head], f, d)) for f, d in ((CATEGORIES, None), (SCOPES, depth))]
     return 1 + sum(len(k) for k in keys)
 
 
 def collective_deltas(base: StageEntry | None, head: StageEntry | None) -> tuple[CollectiveDelta, ...]:
     """Collective count / bytes per scope and kind (static attribution), where either side has any."""
 
-    def table(entry: StageEntry | None) -> dict[tuple[str, str], Mapping[str, float]]:
+    def table(entry: StageEntry | None) -> dict[tuple[str, str], CollectiveTotals]:
         static = entry.static if entry is not None else None
         attribution = static.attribution if static is not None else None
-        by_scope = attribution.get("by_scope") if attribution is not None else None
-        return {(s, k): c for s, v in (by_scope or {}).items() for k, c in (v.get("collectives") or {}).items()}
+        by_scope = attribution.by_scope if attribution is not None else None
+        return {(s, k): c for s, v in (by_scope or {}).items() for k, c in (v.collectives or {}).items()}
 
     b, h = table(base), table(head)
-    zero: Mapping[str, float] = {}
+    zero = CollectiveTotals()
     out = [
         CollectiveDelta(
             s,
             k,
-            float(b.get((s, k), zero).get("count", 0.0)),
-            float(h.get((s, k), zero).get("count", 0.0)),
-            float(b.get((s, k), zero).get("bytes", 0.0)),
-            float(h.get((s, k), zero).get("bytes", 0.0)),
+            float(b.get((s, k), zero).count or 0.0),
+            float(h.get((s, k), zero).count or 0.0),
+            float(b.get((s, k), zero).bytes or 0.0),
+            float(h.get((s, k), zero).bytes or 0.0),
         )
         for s, k in dict.fromkeys([*b, *h])
     ]
@@ -196,8 +208,8 @@ def host_loop_note(base: Record, head: Record, stage: str) -> str:
     denoising loop against the scanned one), what that means for the comparison; "" otherwise."""
 
     def loop(r: Record) -> tuple[bool, int]:
-        p: Mapping[str, Any] = (r.stages[stage].predicted if stage in r.stages else None) or {}
-        return bool(p.get("host_loop")), int(p.get("calls_per_video") or 1)
+        p = r.stages[stage].predicted if stage in r.stages else None
+        return (bool(p.host_loop), int(p.calls_per_video or 1)) if p is not None else (False, 1)
 
     (lb, cb), (lh, ch) = loop(base), loop(head)
     if lb == lh:
@@ -227,12 +239,12 @@ def diff_stage(base: Record, head: Record, stage: str, *, depth: int | None = No
     categories: tuple[Delta, ...] = ()
     scopes: tuple[Delta, ...] = ()
     if sb and sh:
-        wb, wh = [float(s["window_ns"]) for s in sb], [float(s["window_ns"]) for s in sh]
+        wb, wh = [float(s.window_ns or 0.0) for s in sb], [float(s.window_ns or 0.0) for s in sh]
         parts = _parts(sb, sh, depth)
         step = _delta(STEP, wb, wh, None, parts)
         step = Delta(STEP, step.base_ns, step.head_ns, step.ci, 1.0 if step.delta_ns else None)
-        categories = _deltas(sb, sh, "categories", step.delta_ns, None, parts)
-        scopes = _deltas(sb, sh, "by_scope", step.delta_ns, depth, parts)
+        categories = _deltas(sb, sh, CATEGORIES, step.delta_ns, None, parts)
+        scopes = _deltas(sb, sh, SCOPES, step.delta_ns, depth, parts)
     mb, mh = _median(eb), _median(eh)
     if not comparable(base, head):
         speedup, note = None, DIFFERENT_WORKLOAD

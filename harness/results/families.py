@@ -1,69 +1,44 @@
-"""The metric families of a record's stage as typed, frozen objects over their JSON form.
+"""The metric families of a record's stage as typed, frozen objects: their JSON form, read and written.
 
-A stage's ``predicted`` and ``trace`` (and the XProf op profiles inside them) are read into a
-:class:`Predicted` / :class:`Trace` (:class:`XprofProfile`, :class:`XprofNode`) by
+A stage's ``static``, ``measured``, ``trace`` and ``predicted`` (and the objects inside them) are
+read into :class:`Static`, :class:`Measured`, :class:`Trace` and :class:`Predicted` by
 :meth:`harness.results.record.StageEntry.from_dict`, so readers ask attributes
-(``entry.predicted.step_s``, ``p.xprof.root.flops_utilization``) instead of digging with strings.
-The JSON form is the producers' (:mod:`harness.run.predicted`, :mod:`harness.run.measure`,
-:mod:`harness.metrics.xprof_metrics`) and a family keeps the object it was read from (``raw``):
-:meth:`Family.to_dict` gives it back unchanged, so every record written before reads and writes
-back the same (``tests/harness/results/test_read_before.py``). A family is also a read-only
-``Mapping`` of that object, for the readers not yet moved to attributes. A family grows by a field
-here and its producer; records without the key read it as None.
+(``entry.predicted.step_s``, ``static.compile_cache.first.hit``) instead of digging with strings.
+These modules (the base :mod:`harness.results.family`, the static family's parts in
+:mod:`harness.results.static_family`, imported from here) and :mod:`harness.results.record` are the
+only code that knows the JSON form.
+
+A family is built one of two ways: read from its JSON object (:meth:`Family.from_dict`), keeping
+that object (``raw``) so every record written before writes back the same, keys this harness does
+not know included; or filled by its producer (``Measured(samples_s=..., recompiles=Recompiles(...))``),
+its JSON object then made from its fields (None left out). :meth:`Family.to_dict` gives that object;
+a family is also a read-only ``Mapping`` of it. A family grows by a field here and its producer;
+records without the key read it as None.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Family(Mapping[str, Any]):
-    """A JSON object read into typed fields (None where absent); ``raw`` is the object itself."""
-
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {}  # field -> the family its object is read into
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {}  # field -> the family of each value of its object
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {}  # field -> the family of each object of its array
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls)) - {"raw"}
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
-        known = {}
-        for k in cls.names() & raw.keys():
-            v = raw[k]
-            if k in cls.NESTED:
-                v = read(cls.NESTED[k], v)
-            elif k in cls.MAPS and isinstance(v, Mapping):
-                v = {name: read(cls.MAPS[k], x) for name, x in v.items()}
-            elif k in cls.LISTS and isinstance(v, list):
-                v = tuple(read(cls.LISTS[k], x) for x in v)
-            known[k] = v
-        return cls(raw=dict(raw), **known)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object, exactly as read."""
-        return dict(self.raw)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.raw[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.raw)
-
-    def __len__(self) -> int:
-        return len(self.raw)
-
-
-def read(cls: type[Family], raw: Any) -> Any:
-    """``raw`` read as ``cls`` when it is a JSON object (None and anything else as they are)."""
-    return cls.from_dict(raw) if isinstance(raw, Mapping) and not isinstance(raw, Family) else raw
+from harness.results.family import Family as Family
+from harness.results.family import at as at
+from harness.results.family import read as read
+from harness.results.static_family import Attribution as Attribution
+from harness.results.static_family import CacheEvents as CacheEvents
+from harness.results.static_family import Collectives as Collectives
+from harness.results.static_family import CollectiveSite as CollectiveSite
+from harness.results.static_family import CollectiveTotals as CollectiveTotals
+from harness.results.static_family import CompileCache as CompileCache
+from harness.results.static_family import Cost as Cost
+from harness.results.static_family import Memory as Memory
+from harness.results.static_family import OnTarget as OnTarget
+from harness.results.static_family import Roofline as Roofline
+from harness.results.static_family import ScopeStatic as ScopeStatic
+from harness.results.static_family import Static as Static
+from harness.results.static_family import TargetMemory as TargetMemory
+from harness.results.static_family import Timing as Timing
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -136,6 +111,15 @@ class TraceDevice(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class StepSample(Family):
+    """One traced call: its window and its ns by category and by model scope (device mean)."""
+
+    window_ns: float | None = None
+    categories: Mapping[str, float] | None = None
+    by_scope: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Trace(Family):
     """The ``trace`` family: a measured XLA trace of the stage (:mod:`harness.metrics.trace`)."""
 
@@ -144,7 +128,7 @@ class Trace(Family):
     steps: int | None = None
     top_ops: tuple[TopOp, ...] | None = None
     note: str | None = None
-    step_samples: list[Any] | None = None
+    step_samples: tuple[StepSample, ...] | None = None
     by_scope: Mapping[str, float] | None = None
     scope_coverage: float | None = None
     scope_inferred: float | None = None
@@ -153,7 +137,33 @@ class Trace(Family):
     xplane: str | None = None
     chrome_trace: str | None = None
     NESTED: ClassVar[Mapping[str, type[Family]]] = {"xprof": XprofProfile}
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {"devices": TraceDevice, "top_ops": TopOp}
+    LISTS: ClassVar[Mapping[str, type[Family]]] = {
+        "devices": TraceDevice,
+        "top_ops": TopOp,
+        "step_samples": StepSample,
+    }
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Identity(Family):
+    """What a prediction is a function of (:mod:`harness.metrics.timeline.identity`); ``deterministic``:
+    priced by a fixed table (gated), not constants measured for the sweep."""
+
+    spec: str | None = None
+    simulator_version: int | None = None
+    program: str | None = None
+    deterministic: bool | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Calibration(Family):
+    """The CPU constants a CPU prediction rests on (:class:`harness.calibration.cpu.CpuCalibration`),
+    measured with ``devices`` simulated devices sharing ``cores`` host cores."""
+
+    source: str | None = None
+    measured_at: str | None = None
+    devices: int | None = None
+    cores: int | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -165,8 +175,11 @@ class Predicted(Family):
     video_s: float | None = None
     calls_per_video: int | None = None
     exposed_all_gather_fraction: float | None = None
+    exposed_collective_fraction: float | None = None
     wasted_fraction: float | None = None
-    device: Mapping[str, Any] | None = None
+    device: TraceDevice | None = None  # the simulated device's accounting
+    critical_by_scope_ns: Mapping[str, float] | None = None  # the step by model scope
+    identity: Identity | None = None
     critical_path: tuple[CriticalPathEntry, ...] | None = None
     block_gantt: tuple[GanttEvent, ...] | None = None
     spec: Mapping[str, Any] | None = None
@@ -179,7 +192,7 @@ class Predicted(Family):
     matmul_rates: Mapping[str, Any] | None = None  # the best measured GEMM rate and the datasheet peak
     xplane: str | None = None
     host_loop: bool | None = None
-    calibration: Mapping[str, Any] | None = None
+    calibration: Calibration | None = None
     notes: list[str] | None = None
     LISTS: ClassVar[Mapping[str, type[Family]]] = {"critical_path": CriticalPathEntry}
 
@@ -230,169 +243,46 @@ class Uncertainty(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Roofline(Family):
-    """The on-target roofline of one call: the slowest of compute, HBM and interconnect (and all serial)."""
+class Recompiles(Family):
+    """XLA compilations in a timed region (:mod:`harness.metrics.recompile`)."""
 
-    step_s: float | None = None
-    step_serial_s: float | None = None
-    bound_by: str | None = None
-    assumptions: list[str] | None = None
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class TargetMemory(Family):
-    """What one device needs beside what it has (on-target analysis)."""
-
-    needed_bytes: float | None = None
-    hbm_bytes: float | None = None
-    argument_bytes: float | None = None
-    temp_bytes: float | None = None
+    count: int | None = None
+    by_function: Mapping[str, int] | None = None
+    reasons: list[str] | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class CollectiveTotals(Family):
-    """One collective kind's totals per call (count, operand and result bytes; ``bytes`` per scope)."""
+class Transfers(Family):
+    """Implicit transfers in one untimed call (jax's transfer guard), with a few of its log lines."""
 
-    count: float | None = None
-    operand_bytes: float | None = None
-    result_bytes: float | None = None
-    bytes: float | None = None
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class OnTarget(Family):
-    """``static.target``: the program on the target hardware (:mod:`harness.metrics.aot`)."""
-
-    fits: bool | None = None
-    memory: TargetMemory | None = None
-    roofline: Roofline | None = None
-    spec: Mapping[str, Any] | None = None  # the target's published figures: name, device_kind, source, ...
-    calls_per_video: int | None = None
-    roofline_per_video_s: float | None = None
-    flops_per_device: float | None = None
-    collectives_per_call: Mapping[str, CollectiveTotals] | None = None
-    collectives_per_video: Mapping[str, CollectiveTotals] | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {"memory": TargetMemory, "roofline": Roofline}
-
-    @property
-    def device_kind(self) -> str | None:
-        return (self.spec or {}).get("device_kind")
-
-    @property
-    def spec_source(self) -> str | None:
-        return (self.spec or {}).get("source")
-
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {
-        "collectives_per_call": CollectiveTotals,
-        "collectives_per_video": CollectiveTotals,
-    }
+    host_to_device: int | None = None
+    device_to_host: int | None = None
+    device_to_device: int | None = None
+    examples: list[str] | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Collectives(Family):
-    """``static.collectives``: per kind, what one call runs."""
+class Load(Family):
+    """The machine's load while the repeats ran (:mod:`harness.run.load`)."""
 
-    by_kind: Mapping[str, CollectiveTotals] | None = None
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"by_kind": CollectiveTotals}
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class ScopeStatic(Family):
-    """One model scope's share of the compiled program (:mod:`harness.metrics.attribution`), per call."""
-
-    flops: float | None = None
-    bytes: float | None = None
-    collectives: Mapping[str, CollectiveTotals] | None = None  # kind -> count, bytes
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"collectives": CollectiveTotals}
-
-    @property
-    def collective_count(self) -> float:
-        return sum(float(c.count or 0) for c in (self.collectives or {}).values())
-
-    @property
-    def collective_bytes(self) -> float:
-        return sum(float(c.bytes or 0) for c in (self.collectives or {}).values())
+    cores: int | None = None
+    wall_s: float | None = None
+    others_cpu_s: float | None = None
+    others_busy_cores: float | None = None
+    loadavg_1m: list[float] | None = None  # at the start and the end
+    loaded: bool | None = None
+    loaded_above_cores: float | None = None
+    quiet_wait: Mapping[str, Any] | None = None  # max_load, waited_s, others_busy_cores
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class CollectiveSite(Family):
-    """The collectives one scope runs for one cause (a logical-axis rule), per call."""
+class Accuracy(Family):
+    """The stage's output against the reference variant's (:mod:`harness.metrics.accuracy`)."""
 
-    scope: str | None = None
-    kind: str | None = None
-    count: float | None = None
-    bytes: float | None = None
-    cause: str | None = None
-    axes: list[str] | None = None
-    logical: str | None = None
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Attribution(Family):
-    """``static.attribution``: the compiled program by model scope; ``coverage``: each total's share
-    with a scope (``flops``, ``bytes``, ``collective_bytes``; ``inferred``: the share of it inferred)."""
-
-    by_scope: Mapping[str, ScopeStatic] | None = None
-    collective_sites: tuple[CollectiveSite, ...] | None = None
-    coverage: Mapping[str, Any] | None = None
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"by_scope": ScopeStatic}
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {"collective_sites": CollectiveSite}
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Memory(Family):
-    """``static.memory``: the compiler's memory analysis, bytes per device."""
-
-    argument_bytes: float | None = None
-    output_bytes: float | None = None
-    temp_bytes: float | None = None
-    peak_bytes: float | None = None
-    bound_bytes: float | None = None  # arguments + outputs + temporaries - aliased
-    alias_bytes: float | None = None
-    generated_code_bytes: float | None = None
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Static(Family):
-    """The ``static`` family: numbers from the compiled program (:mod:`harness.metrics.static`)."""
-
-    platform: str | None = None
-    timing: Mapping[str, float] | None = None  # lower_seconds, compile_seconds
-    cost: Mapping[str, float] | None = None  # XLA cost_analysis: flops, bytes_accessed, transcendentals
-    analytic_flops: float | None = None
-    memory: Memory | None = None
-    tokens: Mapping[str, int] | None = None
-    oom: Mapping[str, Any] | None = None
-    collectives: Collectives | None = None
-    target: OnTarget | None = None
-    attribution: Attribution | None = None
-    compile_cache: Mapping[str, Any] | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {
-        "collectives": Collectives,
-        "target": OnTarget,
-        "memory": Memory,
-        "attribution": Attribution,
-    }
-
-    @property
-    def compile_s(self) -> float | None:
-        return (self.timing or {}).get("compile_seconds")
-
-    @property
-    def lower_s(self) -> float | None:
-        return (self.timing or {}).get("lower_seconds")
-
-    @property
-    def cost_flops(self) -> float | None:
-        return (self.cost or {}).get("flops")
-
-    @property
-    def cost_bytes(self) -> float | None:
-        return (self.cost or {}).get("bytes_accessed")
-
-    @property
-    def oom_message(self) -> str:
-        return str((self.oom or {}).get("message") or self.oom)
+    rel_l2: float | None = None
+    max_abs: float | None = None
+    elements: int | None = None
+    leaves: int | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -401,16 +291,32 @@ class Measured(Family):
 
     samples_s: list[float] | None = None
     warmup_s: list[float] | None = None
+    rounds_s: list[list[float]] | None = None  # pooled runs: each run's samples apart
     wall_s: Mapping[str, Any] | None = None
-    recompiles: Mapping[str, Any] | None = None
-    transfers: Mapping[str, Any] | None = None
-    load: Mapping[str, Any] | None = None
-    accuracy: Mapping[str, Any] | None = None  # against the reference variant (harness/metrics/accuracy.py)
+    recompiles: Recompiles | None = None
+    warmup_compiles: Recompiles | None = None
+    transfers: Transfers | None = None
+    load: Load | None = None
+    accuracy: Accuracy | None = None
+    NESTED: ClassVar[Mapping[str, type[Family]]] = {
+        "recompiles": Recompiles,
+        "warmup_compiles": Recompiles,
+        "transfers": Transfers,
+        "load": Load,
+        "accuracy": Accuracy,
+    }
 
     @property
     def samples(self) -> list[float]:
         return [float(x) for x in self.samples_s or ()]
 
 
-Predicted.NESTED = {"xprof": XprofProfile, "sensitivity": Sensitivity, "uncertainty": Uncertainty}
+Predicted.NESTED = {
+    "xprof": XprofProfile,
+    "sensitivity": Sensitivity,
+    "uncertainty": Uncertainty,
+    "device": TraceDevice,
+    "identity": Identity,
+    "calibration": Calibration,
+}
 Predicted.LISTS = {"critical_path": CriticalPathEntry, "block_gantt": GanttEvent}

@@ -33,9 +33,8 @@ deterministic metrics are gated everywhere.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,33 +73,29 @@ def pool_rounds(rounds: Sequence[Sequence[Record]]) -> list[Record]:
             if name in pooled and not pooled[name].ok:
                 continue  # failed once: stays failed
             if name not in pooled or not record.ok:
-                pooled[name] = _with_measured(record, lambda stage, m: {**m, "rounds_s": [list(m["samples_s"])]})
+                pooled[name] = _with_measured(record, lambda stage, m: m.replace(rounds_s=[m.samples]))
                 continue
             previous = pooled[name]
 
-            def pooled_samples(stage: str, m: dict[str, Any], previous: Record = previous) -> dict[str, Any]:
+            def pooled_samples(stage: str, m: Measured, previous: Record = previous) -> Measured:
                 entry = previous.stages.get(stage)
-                before: Mapping[str, Any] = (entry.measured if entry is not None else None) or {}
-                if not before.get("samples_s"):
+                before = entry.measured if entry is not None else None
+                if before is None or not before.samples:
                     return m
-                return {
-                    **m,
-                    "rounds_s": [*before["rounds_s"], list(m["samples_s"])],
-                    "samples_s": list(before["samples_s"]) + list(m["samples_s"]),
-                }
+                return m.replace(rounds_s=[*(before.rounds_s or ()), m.samples], samples_s=before.samples + m.samples)
 
             pooled[name] = _with_measured(record, pooled_samples)
     return list(pooled.values())
 
 
-def _with_measured(record: Record, change: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Record:
+def _with_measured(record: Record, change: Callable[[str, Measured], Measured]) -> Record:
     """``record`` with ``change(stage, measured)`` applied to every stage that has timing samples."""
-    stages = {}
-    for stage, entry in record.stages.items():
-        measured = copy.deepcopy(dict(entry.measured or {}))
-        if measured.get("samples_s"):
-            entry = dataclasses.replace(entry, measured=Measured.from_dict(change(stage, measured)))
-        stages[stage] = entry
+    stages = {
+        stage: dataclasses.replace(entry, measured=change(stage, entry.measured))
+        if entry.measured is not None and entry.measured.samples
+        else entry
+        for stage, entry in record.stages.items()
+    }
     return record.replace(stages=stages)
 
 

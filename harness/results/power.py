@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from harness.results import stats
 from harness.results.record import Record
@@ -46,9 +45,8 @@ def sample_runs(records: Sequence[Record], dropped: list[Key] | None = None) -> 
         if not r.ok:
             continue
         for stage, entry in r.stages.items():
-            measured: Mapping[str, Any] = entry.measured or {}
-            xs = [float(x) for x in measured.get("samples_s") or ()]
-            if xs and (measured.get("load") or {}).get("loaded"):
+            xs = entry.measured.samples if entry.measured is not None else []
+            if xs and entry.measured is not None and entry.measured.load and entry.measured.load.loaded:
                 if dropped is not None:
                     dropped.append((r.variant.name, stage))
             elif xs:

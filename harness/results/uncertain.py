@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from harness.results.families import Predicted
 
 
 @dataclass(frozen=True)
@@ -22,18 +23,18 @@ class Uncertain:
     spec: str = ""
 
     @classmethod
-    def of(cls, predicted: Mapping[str, Any] | None, scale: float = 1.0) -> Uncertain | None:
-        """From a stage's ``predicted`` object (times multiplied by ``scale``); None without a step."""
-        if not predicted or not isinstance(predicted.get("step_s"), int | float):
+    def of(cls, predicted: Predicted | None, scale: float = 1.0) -> Uncertain | None:
+        """From a stage's ``predicted`` family (times multiplied by ``scale``); None without a step."""
+        if predicted is None or not isinstance(step := predicted.step_s, int | float):
             return None
-        unc = predicted.get("uncertainty") or {}
-        interval = unc.get("interval_s")
-        points = {str(k): float(v) * scale for k, v in (unc.get("points_s") or {}).items()}
+        unc = predicted.uncertainty
+        interval = unc.interval_s if unc else None
+        points = {str(k): float(v) * scale for k, v in ((unc.points_s if unc else None) or {}).items()}
         return cls(
-            float(predicted["step_s"]) * scale,
+            float(step) * scale,
             (float(interval[0]) * scale, float(interval[1]) * scale) if interval else None,
             points,
-            str((predicted.get("spec") or {}).get("name") or ""),
+            predicted.spec_name or "",
         )
 
 

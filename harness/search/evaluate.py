@@ -21,6 +21,7 @@ from harness.plan.manifest import Manifest, ManifestError
 from harness.plan.variants import Sweep, Variant
 from harness.results import store
 from harness.results.record import Record
+from harness.results.uncertain import Uncertain
 from harness.run.runner import SweepOptions, run_sweep
 from harness.search.space import Candidate
 from harness.search.strategy import Score
@@ -84,34 +85,31 @@ def score_of(record: Record, stage: str, depth: int, full_layers: int, hbm_bytes
         error = (entry.error if entry is not None else None) or record.error or "failed"
         return Score(StageStatus.FAILED, depth=depth, variant_id=record.variant.id, error=error)
     scale = full_layers / depth
-    predicted: Mapping[str, Any] = entry.predicted or {}
-    device = predicted.get("device") or {}
-    static: Mapping[str, Any] = entry.static or {}
-    memory = static.get("memory") or {}
-    needed = memory.get("bound_bytes") or memory.get("peak_bytes")
-    if needed is not None:
-        needed = needed + (memory.get("argument_bytes") or 0) * (scale - 1)
-    fits = (static.get("target") or {}).get("fits")
+    predicted, static = entry.predicted, entry.static
+    memory = static.memory if static is not None else None
+    needed = (memory.bound_bytes or memory.peak_bytes) if memory is not None else None
+    if needed is not None and memory is not None:
+        needed = needed + (memory.argument_bytes or 0) * (scale - 1)
+    fits = static.target.fits if static is not None and static.target is not None else None
     if entry.status == StageStatus.DOES_NOT_FIT or (
         needed is not None and hbm_bytes is not None and needed > hbm_bytes
     ):
         fits = False
-    step = predicted.get("step_s")
-    exposed = device.get("exposed_collective_ns")
-    unc = predicted.get("uncertainty") or {}
-    interval = unc.get("interval_s")
+    unc = Uncertain.of(predicted, scale)
+    device = predicted.device if predicted is not None else None
+    exposed = device.exposed_collective_ns if device is not None else None
     return Score(
         status=StageStatus.DOES_NOT_FIT if fits is False else StageStatus.OK,
-        step_s=None if step is None else step * scale,
+        step_s=unc.step_s if unc is not None else None,
         depth=depth,
         fits=fits,
         memory_bytes=needed,
-        exposed_all_gather=predicted.get("exposed_all_gather_fraction"),
+        exposed_all_gather=predicted.exposed_all_gather_fraction if predicted is not None else None,
         exposed_collective_s=None if exposed is None else exposed * 1e-9 * scale,
-        wasted=predicted.get("wasted_fraction"),
+        wasted=predicted.wasted_fraction if predicted is not None else None,
         variant_id=record.variant.id,
-        error=None if step is not None else "no predicted step (see the record's notes)",
-        interval_s=(interval[0] * scale, interval[1] * scale) if interval else None,
-        points_s=tuple((str(k), float(v) * scale) for k, v in (unc.get("points_s") or {}).items()),
-        spec=str((predicted.get("spec") or {}).get("name") or ""),
+        error=None if unc is not None else "no predicted step (see the record's notes)",
+        interval_s=unc.interval_s if unc is not None else None,
+        points_s=tuple(unc.points_s.items()) if unc is not None else (),
+        spec=unc.spec if unc is not None else "",
     )

@@ -136,3 +136,40 @@ def test_dotted_metric_names_are_written_only_in_the_catalogue() -> None:
             if isinstance(n, ast.Constant) and n.value in dotted and id(n) not in docs
         ]
     assert found == []
+
+
+def _field_family(tp: object) -> type | None:
+    """The family a field's annotation holds (``X | None``, ``tuple[X, ...]``), None for a plain value."""
+    import typing
+
+    from harness.results.families import Family
+
+    if isinstance(tp, type) and issubclass(tp, Family):
+        return tp
+    found = [f for a in typing.get_args(tp) if (f := _field_family(a)) is not None]
+    return found[0] if found else None
+
+
+def test_every_metric_path_is_a_chain_of_typed_fields() -> None:
+    """A catalogued ``path`` is read as attributes of the typed family (never a key of a JSON object):
+    each step names a field, every step but the last a family, the last a value; the trace's
+    ``devices.<field>`` a field of each device's family."""
+    import typing
+
+    from harness.results import families
+
+    roots = {"static": families.Static, "measured": families.Measured, "trace": families.Trace}
+    roots["predicted"] = families.Predicted
+    checked = 0
+    for m in METRICS:
+        if m.path is None:
+            continue
+        cls: type | None = roots[m.family]
+        for step in m.path.split("."):
+            assert cls is not None, f"{m.name}: {m.path!r} goes through a value at {step!r}"
+            hints = typing.get_type_hints(cls)
+            assert step in hints and step != "raw", f"{m.name}: {cls.__name__} has no field {step!r}"
+            cls = _field_family(hints[step])
+        assert cls is None or m.path.startswith("devices"), f"{m.name}: {m.path!r} ends at a family"
+        checked += 1
+    assert checked >= 30

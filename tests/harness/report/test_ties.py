@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.report.predicted import interval_text
+from harness.results.families import Predicted
 from harness.results.uncertain import Uncertain, ordering, ranking_text
 
 
@@ -39,6 +40,6 @@ def test_uncertain_reads_a_predicted_object_and_scales_it() -> None:
         "spec": {"name": "v6e:2x4"},
         "uncertainty": {"interval_s": [0.4, 0.7], "points_s": {"base": 0.5, "fast": 0.4, "slow": 0.7}},
     }
-    u = Uncertain.of(predicted, scale=2.0)
+    u = Uncertain.of(Predicted.from_dict(predicted), scale=2.0)
     assert u == Uncertain(1.0, (0.8, 1.4), {"base": 1.0, "fast": 0.8, "slow": 1.4}, "v6e:2x4")
-    assert Uncertain.of({"step_s": None}) is None and Uncertain.of(None) is None
+    assert Uncertain.of(Predicted(step_s=None)) is None and Uncertain.of(None) is None

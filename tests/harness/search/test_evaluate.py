@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from harness.results.families import Memory, OnTarget, Predicted, Static, TraceDevice
 from harness.search.evaluate import score_of
 
 GiB = 2**30
@@ -17,13 +18,13 @@ def _record(status: str = "ok", stage_status: str = "ok", fits: bool | None = Tr
     entry = SimpleNamespace(
         status=stage_status,
         error=error,
-        predicted={
-            "step_s": 0.010,
-            "exposed_all_gather_fraction": 0.05,
-            "wasted_fraction": 0.1,
-            "device": {"exposed_collective_ns": 2e6},
-        },
-        static={"memory": {"bound_bytes": 3 * GiB, "argument_bytes": 1 * GiB}, "target": {"fits": fits}},
+        predicted=Predicted(
+            step_s=0.010,
+            exposed_all_gather_fraction=0.05,
+            wasted_fraction=0.1,
+            device=TraceDevice(exposed_collective_ns=2e6),
+        ),
+        static=Static(memory=Memory(bound_bytes=3 * GiB, argument_bytes=1 * GiB), target=OnTarget(fits=fits)),
     )
     return SimpleNamespace(
         status=status, error=error, stages={"denoise_step": entry}, variant=SimpleNamespace(id="abc")
