@@ -39,6 +39,10 @@ a CPU target's from constants measured on this machine with as many simulated de
 variant's mesh has, sharing the host's cores (:mod:`harness.calibration.cpu`),
 once per sweep and device count: the first worker measures them into
 ``<sweep>/traces/cpu-calibration-<N>dev.json``, the others read it.
+
+A compile-only variant on a fixed spec keeps its entry in the prediction cache beside its compiled
+program (:mod:`harness.run.predicted_cache`): the same program, spec and simulator are not simulated
+again.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ from harness.metrics.timeline import (
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
+from harness.run.compile_cache import cache_key
+from harness.run.predicted_cache import PredictionCache, prediction_key
 from harness.run.spec import WorkerSpec
 from ltx2 import scopes
 
@@ -190,18 +196,34 @@ def xprof_interval(
 def stage_prediction(
     name: str,
     hlo_text: str,
-    module: HloModule,
+    module: HloModule | Callable[[], HloModule],
     spec: WorkerSpec,
     devices: Sequence[Any],
     calls_per_video: int,
     host_loop: bool = False,
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring)."""
+    """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring).
+    ``module``: the parsed program, or what parses it (not called on a hit of the prediction cache:
+    a compile-only variant with a cache folder and a fixed spec, :mod:`harness.run.predicted_cache`,
+    said in ``notes``)."""
     tl_spec, calibration = timeline_spec(spec, devices)
     where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
-    out = predicted_entry(module, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
-    out["host_loop"] = host_loop
-    out["identity"] = identity(tl_spec, hlo_text, deterministic=calibration is None)
+    cache, key = None, ""
+    if spec.compile_only and spec.cache_dir and calibration is None:
+        cache = PredictionCache(spec.cache_dir)
+        key = prediction_key(cache_key(spec, name), tl_spec, calls_per_video=calls_per_video, host_loop=host_loop)
+    out = cache.get(key, where) if cache is not None else None
+    if out is not None:
+        if notes is not None:
+            notes.append(f"predicted entry from the prediction cache ({key[:12]}): same program, spec and simulator")
+    else:
+        parsed = module() if callable(module) else module
+        out = predicted_entry(parsed, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
+        out["host_loop"] = host_loop
+        out["identity"] = identity(tl_spec, hlo_text, deterministic=calibration is None)
+        if cache is not None:
+            cache.put(key, out, where)
     if calibration is not None:
         out["calibration"] = calibration
     if spec.run.trace:  # the program a measured trace ran, for python -m harness calibrate

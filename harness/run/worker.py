@@ -200,8 +200,12 @@ def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str
         devices = list(mesh.devices.flat) if mesh is not None else []
         program = getattr(stage, "program", None)  # a host loop around the program: one call is not one step
         host_loop = getattr(program, "host_run", None) is not None
-        module = getattr(stage, "hlo", None) or parse(stage.hlo_text)  # a JaxStage's: parsed for its static metrics
-        return stage_prediction(name, stage.hlo_text, module, spec, devices, stage.calls_per_video, host_loop)
+        text = stage.hlo_text
+
+        def module() -> Any:  # a JaxStage's: parsed for its static metrics; parsed only if simulated
+            return getattr(stage, "hlo", None) or parse(text)
+
+        return stage_prediction(name, text, module, spec, devices, stage.calls_per_video, host_loop, notes)
     except Exception as e:
         notes.append(f"predicted: not simulated ({type(e).__name__}: {str(e)[:300]})")
         say(f"{name}: prediction failed:\n{error_text(e)}")

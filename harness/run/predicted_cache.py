@@ -1,0 +1,147 @@
+"""On-disk cache of predicted entries, beside the compile cache's programs: an unchanged program priced
+by an unchanged simulator on an unchanged spec is not simulated again.
+
+A hit of the compile cache (:mod:`harness.run.compile_cache`) skips the compile but re-simulates the
+program: for a 40-step loop of the 19B that is minutes of CPU (the prediction, its sensitivity and
+its uncertainty interval each simulate it many times), nearly all of a warm TPU gate. The predicted
+entry is a pure function of the program and the spec, so it is cached under a key of
+
+* the stage's compile key (:func:`harness.run.compile_cache.cache_key`: what was compiled, the
+  compilers' versions and the code that builds and reads the program), which names the program;
+* the simulator's identity (:func:`simulator_identity`): :data:`SIMULATOR_VERSION` and a sha256 over
+  the source of the code that prices a program and writes the entry (:data:`SIMULATOR_FILES`), so
+  an edit to the simulator misses even when the version was not bumped;
+* the spec, whole (its numbers and its prose: the entry carries both), and what the entry scales by
+  (calls per video, whether one call is a host loop).
+
+Only predictions on a fixed spec (a TPU / GPU topology's table or a spec file) are cached: a CPU
+target's constants are measured for each sweep. An entry is ``<key>.predicted.json`` (the entry,
+its files' paths relative) and ``<key>.predicted/`` (the Chrome trace and the XSpace it wrote); a hit
+copies the files into the stage's trace folder. An entry that cannot be read is a miss, said on
+stderr and removed; one the disk refuses is said and skipped (:class:`PredictionCache`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.metrics.timeline.identity import SIMULATOR_VERSION
+from harness.metrics.timeline.specs import TimelineSpec
+from harness.results.storage import StorageError, write_atomic
+
+ENTRY_VERSION = 1
+_ROOT = Path(__file__).resolve().parents[2]
+# The code between a parsed program and its predicted entry (files or folders, from the repository root).
+SIMULATOR_FILES = (
+    "harness/metrics/timeline",
+    "harness/metrics/predicted_xprof.py",
+    "harness/metrics/xplane_write.py",
+    "harness/metrics/xprof_metrics.py",
+    "harness/metrics/chrome.py",
+    "harness/run/predicted.py",
+    "harness/run/predicted_cache.py",
+)
+FILE_FIELDS = ("chrome_trace", "xplane")  # entry fields that are paths of files under the stage's folder
+
+
+@functools.cache
+def simulator_identity(root: Path = _ROOT) -> str:
+    """sha256 (hex) of :data:`SIMULATOR_VERSION` and the source of :data:`SIMULATOR_FILES` (paths and
+    contents, sorted)."""
+    files: list[Path] = []
+    for name in SIMULATOR_FILES:
+        path = root / name
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    h = hashlib.sha256(f"simulator {SIMULATOR_VERSION}\0".encode())
+    for path in files:
+        if path.exists():
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def prediction_key(
+    compile_key: str, spec: TimelineSpec, *, calls_per_video: int, host_loop: bool, simulator: str | None = None
+) -> str:
+    """Key of one stage's predicted entry (see the module docstring for what enters it)."""
+    what = {
+        "entry_version": ENTRY_VERSION,
+        "compile_key": compile_key,
+        "simulator": simulator if simulator is not None else simulator_identity(),
+        "spec": spec.to_dict(),
+        "calls_per_video": calls_per_video,
+        "host_loop": host_loop,
+    }
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class PredictionCache:
+    """A directory of ``<key>.predicted.json`` entries and ``<key>.predicted/`` folders of their files."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.predicted.json"
+
+    def files(self, key: str) -> Path:
+        return self.directory / f"{key}.predicted"
+
+    def get(self, key: str, where: Path) -> dict[str, Any] | None:
+        """The entry, its files copied into ``where`` and its paths pointing there; None on a miss."""
+        path = self.path(key)
+        try:
+            entry = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            self._drop(key, f"unreadable ({e})")
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("predicted"), dict):
+            self._drop(key, "not a predicted entry for this key")
+            return None
+        out = dict(entry["predicted"])
+        try:
+            for field in FILE_FIELDS:
+                if isinstance(rel := out.get(field), str):
+                    target = where / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(self.files(key) / rel, target)
+                    out[field] = str(target)
+        except OSError as e:
+            self._drop(key, f"its files cannot be copied ({e})")
+            return None
+        return out
+
+    def put(self, key: str, predicted: Mapping[str, Any], where: Path) -> None:
+        """Keep ``predicted`` and the files it names under ``where`` (other paths are not cached)."""
+        out = dict(predicted)
+        try:
+            for field in FILE_FIELDS:
+                if isinstance(value := out.get(field), str):
+                    rel = Path(value).relative_to(where)
+                    target = self.files(key) / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(value, target)
+                    out[field] = rel.as_posix()
+            write_atomic(self.path(key), json.dumps({"key": key, "predicted": out}, default=str).encode())
+        except (OSError, ValueError, StorageError) as e:
+            _say(f"{self.path(key)}: not cached ({e}): the next run simulates the program again")
+
+    def _drop(self, key: str, why: str) -> None:
+        _say(f"{self.path(key)}: {why}: ignored and removed, simulating again")
+        with contextlib.suppress(OSError):
+            self.path(key).unlink()
+        shutil.rmtree(self.files(key), ignore_errors=True)
+
+
+def _say(line: str) -> None:
+    print(f"prediction cache: {line}", file=sys.stderr, flush=True)
