@@ -259,16 +259,19 @@ def _trace() -> list[Metric]:
 
 
 def _accuracy() -> list[Metric]:
-    """The output against the reference variant's (harness/run/accuracy.py). Reordered sums move the rel
-    L2 of n roundings by ~1/sqrt(2n); one more rounding of each, by sqrt(2): the 25 % lies between."""
-    of = " of the stage's output against its reference variant's, both on the reference's seeded inputs"
-    rows = (  # name, unit, kind, rule, tolerance, label, definition
-        ("rel_l2", "fraction", "deterministic", "relative", 0.25, "rel L2 vs ref", "|out - ref|_2 / |ref|_2" + of),
-        ("max_abs", "", "info", "info", 0.0, "max abs vs ref", "max |out - ref|" + of),
+    """Output vs the reference's (run/accuracy.py): reordered sums move the rel L2 of n roundings ~1/sqrt(2n),
+    one more rounding each sqrt(2): 25 % lies between. The compile-only probe (run/probe.py): never gated."""
+    of = " of the output vs its reference variant's, on the reference's seeded inputs"
+    on = " of the variant's knobs on CPU, small config (accuracy probe: the step's update vs float32's"
+    rows = (  # name, family, unit, kind, rule, tolerance, label, definition
+        ("rel_l2", "measured", "fraction", "deterministic", "relative", 0.25, "rel L2 vs ref", "rel L2" + of),
+        ("max_abs", "measured", "", "info", "info", 0.0, "max abs vs ref", "max |out - ref|" + of),
+        ("probe_rel_l2", "static", "fraction", "info", "info", 0.0, "rel L2 (CPU probe)", "rel L2" + on + ")"),
+        ("probe_ratio", "static", "", "info", "info", 0.0, "x plain bf16 (CPU probe)", "rel L2 / bf16's" + on),
     )
     return [
-        Metric(f"accuracy.{n}", "measured", u, k, r, lab, d, "lower", t, True, f"accuracy.{n}")
-        for n, u, k, r, t, lab, d in rows
+        Metric(f"accuracy.{n}", f, u, k, r, lab, d, "lower", t, True, f"accuracy.{n}".replace(".probe_", "_probe."))
+        for n, f, u, k, r, t, lab, d in rows
     ]
 
 

@@ -210,9 +210,11 @@ KEYS: dict[str, Key] = dict(
             "run.metrics",
             Key(
                 "array of strings",
-                "Metric families to collect.",
+                "Metric families to collect. `accuracy`: a compile-only TPU/GPU variant's numerics knobs probed on "
+                "CPU at a small config against float32, beside plain bfloat16 (a measured variant with a reference "
+                "records its accuracy against the reference's output whatever this says).",
                 "[run]\nmetrics = ['static', 'measured', 'trace']",
-                allowed=("static", "measured", "trace"),
+                allowed=("static", "measured", "trace", "accuracy"),
             ),
         ),
         (

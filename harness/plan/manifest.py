@@ -69,7 +69,7 @@ from harness.plan.toml import (
 SCHEMA_VERSION = 1
 PLATFORMS = ("cpu", "tpu", "gpu")
 MODES = ("auto", "measure", "compile")
-METRIC_FAMILIES = ("static", "measured", "trace")
+METRIC_FAMILIES = ("static", "measured", "trace", "accuracy")  # accuracy: the CPU probe of compile-only variants
 # The largest workload sizes a manifest may ask for: far beyond any LTX-2 workload (experiments/ goes up
 # to 768x512 px, 121 frames, 1024 text tokens, 40 steps), and small enough that every count derived
 # from them (latent grid, tokens, buffer bytes) stays well inside 64-bit integers.

@@ -147,15 +147,22 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
             speedup += f" <span class=note>vs {e(r.speedup_reference)}</span>"
         wasted = "-" if r.wasted_fraction is None else f"{r.wasted_fraction:.1%}"
         accuracy = "-" if r.accuracy is None else f"{r.accuracy:.2e}"
+        sort_accuracy = r.accuracy if r.accuracy is not None else (r.probe or {}).get("rel_l2", -1)
         if r.accuracy_max_abs is not None:
             accuracy += f" <span class=note>max {r.accuracy_max_abs:.1e}</span>"
+        elif r.probe and r.accuracy is None:
+            p = r.probe
+            accuracy = (
+                f"{p['rel_l2']:.2e} <span class=note>{p['ratio']:.3f}x plain bf16 (worse on {p['worse']}/{p['seeds']} "
+                "seeds); CPU probe, small config</span>"
+            )
         scoped = "-" if r.scope_coverage is None else f"{r.scope_coverage:.1%}"
         body.append(
             f'<tr data-variant="{e(r.variant)}"><td class="l">{e(r.variant)} <span class=note>{e(r.variant_id)}'
             f'</span></td><td class="l">{e(r.stage)}</td><td class="l status-{e(r.status)}">{e(r.status)}</td>'
             f'<td class="l">{e(r.mode or "-")}</td><td data-sort="{t.median if t else -1}">{time}</td>'
             f'<td data-sort="{r.speedup if r.speedup is not None else -1}">{speedup}</td>'
-            f'<td data-sort="{r.accuracy if r.accuracy is not None else -1}">{accuracy}</td>'
+            f'<td data-sort="{sort_accuracy}">{accuracy}</td>'
             f'<td data-sort="{r.compile_s or 0}">{fmt_html(r.compile_s, "s")}</td><td>{fmt_num(r.recompiles)}</td>'
             f'<td data-sort="{r.memory_bytes or 0}">{fmt_html(r.memory_bytes, "bytes")}</td>'
             f'<td>{fmt_num(r.collective_count)}</td><td data-sort="{r.collective_bytes or 0}">'
@@ -187,8 +194,10 @@ def variant_section(rows: Sequence[tables.StageRow], reference: str | None, decl
         "call (loop bodies counted once per trip). Wasted = exposed collective time + idle, as a share of "
         "the traced window. Speedup: the reference's median / this one's, only between the same model and "
         "workload sizes. Rel L2 vs ref: the stage's output on its reference's seeded inputs against the "
-        "reference's output, |out - ref| / |ref| (max: the largest |out - ref|). Time scoped: share of traced "
-        "op time attributed to a model scope.</p></section>"
+        "reference's output, |out - ref| / |ref| (max: the largest |out - ref|); for a compile-only variant, its "
+        "knobs' accuracy probe: measured on CPU at a small config (not the target), the step's update against "
+        "float32's, beside plain bfloat16's. Time scoped: share of traced op time attributed to a model scope.</p>"
+        "</section>"
     )
 
 

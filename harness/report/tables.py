@@ -47,6 +47,7 @@ class StageRow:
     under_load: bool = False  # timed while other processes kept the machine busy
     accuracy: float | None = None  # relative L2 of the output against its reference variant's (accuracy.rel_l2)
     accuracy_max_abs: float | None = None
+    probe: Mapping[str, Any] | None = None  # a compile-only variant's CPU accuracy probe (static.accuracy_probe)
 
 
 def ok_records(records: Sequence[Record]) -> list[Record]:
@@ -155,6 +156,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                     under_load=catalogue.TIME in m and m[catalogue.TIME].loaded,
                     accuracy=_value(m, catalogue.ACCURACY_L2),
                     accuracy_max_abs=_value(m, catalogue.ACCURACY_MAX),
+                    probe=entry.static.get("accuracy_probe") if entry.static is not None else None,
                 )
             )
     return rows

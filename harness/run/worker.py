@@ -178,6 +178,10 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
             cache.put(key, static)
             if stage.hlo_text:
                 cache.put_hlo(key, stage.hlo_text)
+    if spec.compile_only and target.platform != "cpu" and "accuracy" in spec.run.metrics:
+        static = _with_probe(name, static, spec, notes)
+        if cache is not None and "accuracy_probe" in static:
+            cache.put(key, static)
     if target.topology and target.platform != "cpu":
         spec_ = targets.SPECS.get(targets.parse_topology(target.topology)[0])
         devices = math.prod(spec.mesh_shape.values())
@@ -185,6 +189,26 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
     if static.get("oom"):
         notes.append(f"does not fit: {static['oom']['message']}")
     return static
+
+
+PROBED_STAGES = ("denoise_step", "guided_step", "denoise_loop")
+
+
+def _with_probe(name: str, static: dict[str, Any], spec: WorkerSpec, notes: list[str]) -> dict[str, Any]:
+    """``static`` with ``accuracy_probe`` (:mod:`harness.run.probe`: the variant's numerics knobs run on
+    CPU at a small config), measured once per unchanged variant (the compile cache keeps it)."""
+    if "accuracy_probe" in static or name not in PROBED_STAGES:
+        return static
+    from harness.run.probe import run_in_subprocess
+
+    try:
+        scratch = Path(spec.scratch_dir or tempfile.gettempdir()) / f"probe-{spec.variant_id}-{name}"
+        probe = run_in_subprocess(spec.config_overrides, spec.mesh_shape, name, scratch)
+    except Exception as e:
+        notes.append(f"accuracy probe: not measured ({type(e).__name__}: {str(e)[-300:]})")
+        return static
+    notes.append(f"accuracy probe: {probe['where']}")
+    return {**static, "accuracy_probe": probe}
 
 
 def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> dict[str, Any] | None:

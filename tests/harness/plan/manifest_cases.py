@@ -225,7 +225,7 @@ BAD: list[tuple[str, str, str, int | None, str]] = [
         BASE + '[run]\nmetrics = ["static", "power"]\n',
         "run.metrics[1]",
         13,
-        "unknown metric 'power' (known: static, measured, trace)",
+        "unknown metric 'power' (known: static, measured, trace, accuracy)",
     ),
     ("trace-type", BASE + '[run]\ntrace = "yes"\n', "run.trace", 13, "expected a boolean, got a string ('yes')"),
     ("alpha-range", BASE + "[gate]\nalpha = 1.5\n", "gate.alpha", 13, "must be in (0, 1), got 1.5"),

@@ -1,0 +1,169 @@
+"""The accuracy probe of a compile-only variant: its numerics knobs run on CPU at a small config.
+
+A TPU or GPU variant compiled here never runs, so its output cannot be compared. What its knobs do
+to the arithmetic can: the probe builds the variant's stage with the variant's own overrides (dtype,
+``linear_partials``, RoPE form, attention path -- splash runs on CPU in interpret mode --, sharding
+rules and mesh, so the partial sums, pipeline stages and context ring are the variant's; its attention path on every
+attention, as ``attention_impl_min_tokens`` is dropped: the probe's sequences are short) on
+:data:`PROBE_PRESET`, a small LTX-2.0 transformer, on 8 simulated CPU devices, and measures, per seed:
+
+* the **float32 reference**: the same config with every numerics knob at its default (float32,
+  replicated, XLA attention, float32 partial sums, one pipeline stage, one token chunk) and the
+  guidance passes run one by one as diffusers does (``sequential``, no STG fork, no text K/V cache);
+* **plain bfloat16**: that reference in bfloat16 (weights and activations): the rounding the
+  variant's knobs are judged against (itself measured no further from diffusers' float32 than
+  diffusers' own bfloat16, ``tests/ltx2/test_bf16_accuracy.py``);
+* **the variant**.
+
+What is compared is the step's update (:func:`update`: each output minus the latents it updates).
+All three run on the reference's seeded weights and inputs (cast to each one's dtype and layout,
+:func:`harness.run.accuracy.like`). The record's ``static.accuracy_probe``: the medians over seeds
+of the variant's and plain bfloat16's relative L2 from the reference, the median per-seed ratio
+variant / plain bfloat16, how many seeds were worse, and where it was measured (never the target:
+CPU, a small config). ``python -m harness.run.probe <in.json> <out.json>`` runs it in a process of
+its own, with 8 CPU devices, for a worker that compiles for another platform.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+SEEDS = 8
+DEVICES = 8
+# The CPU benchmark's LTX-2.0 transformer (2 layers, width 128 in 4 heads, audio 64 in 4): its heads
+# and layers split over the meshes of v6e.toml and v7x.toml (tensor up to 4, two pipeline stages).
+PROBE_PRESET = "small"
+PROBE_WORKLOAD: dict[str, Any] = dict(
+    height=128, width=128, num_frames=17, frame_rate=24.0, batch=2, steps=2, text_tokens=16
+)
+WHERE = "CPU (8 simulated devices), small config (LTX-2.0 blocks, 2 layers, width 128), {n} seeds: not the target"
+# Knobs reset for the reference (removed: the preset's default), and the diffusers-like guidance.
+GUIDED_KNOBS = ("pipeline.stg_fork", "pipeline.guidance_batching", "pipeline.text_kv_cache")
+KNOB_NAMES = (  # ltx2.config.KNOBS
+    "scan_layers",
+    "sharding",
+    "attention_impl",
+    "attention_impl_min_tokens",
+    "dtype",
+    "param_dtype",
+    "linear_partials",
+    "rope_form",
+    "token_chunks",
+    "pipeline_stages",
+)
+REFERENCE = {"pipeline.guidance_batching": "sequential", "pipeline.stg_fork": False, "pipeline.text_kv_cache": False}
+BF16 = {"transformer.dtype": "bfloat16", "transformer.param_dtype": "bfloat16"}
+
+
+def is_knob(key: str) -> bool:
+    """A numerics or layout knob the reference resets (the model's own sizes are kept)."""
+    if key.startswith("transformer."):
+        return key.removeprefix("transformer.") in KNOB_NAMES
+    return key.startswith("sharding.rules.") or key in GUIDED_KNOBS
+
+
+def configs(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The three configs' overrides (of :data:`PROBE_PRESET`): reference, plain bf16, the variant."""
+    kept = {k: v for k, v in overrides.items() if not is_knob(k) and k != "model.preset"}
+    reference = {**kept, **REFERENCE}
+    variant = {k: v for k, v in overrides.items() if k not in ("model.preset", "transformer.attention_impl_min_tokens")}
+    return {"reference": reference, "bf16": {**reference, **BF16}, "variant": variant}
+
+
+def probe(overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: str, seeds: int = SEEDS) -> dict:
+    """Run the three configs of ``stage`` on ``seeds`` seeds (this process must have 8 CPU devices)."""
+    from harness.metrics.accuracy import compare
+    from harness.model import build_config
+    from harness.run.accuracy import like, output_arrays
+    from ltx2 import Workload, build_mesh, build_stage
+
+    devices = jax.devices("cpu")
+    if len(devices) < (n := math.prod(mesh_shape.values())):
+        raise RuntimeError(f"the probe's mesh {dict(mesh_shape)} needs {n} CPU devices, found {len(devices)}")
+    mesh = build_mesh(dict(mesh_shape), devices=devices[:n])
+    workload = Workload(**PROBE_WORKLOAD)
+    programs = {
+        k: build_stage(stage, build_config(PROBE_PRESET, o), workload, mesh) for k, o in configs(overrides).items()
+    }
+    devs: dict[str, list[dict[str, Any]]] = {"bf16": [], "variant": []}
+    with jax.set_mesh(mesh):
+        for seed in range(seeds):
+            args = programs["reference"].make_args(seed)
+            ref = update(output_arrays(jax.block_until_ready(programs["reference"].run(*args))), args)
+            for k in devs:
+                mine = like(args, programs[k].abstract_args)
+                out = output_arrays(jax.block_until_ready(programs[k].run(*mine)))
+                devs[k].append(compare(update(out, mine), ref))
+    return summary(devs["variant"], devs["bf16"])
+
+
+def update(out: dict[str, np.ndarray], args: tuple[Any, ...]) -> dict[str, np.ndarray]:
+    """Each output leaf minus the stage's top-level input of its shape (the latents it updates), in
+    float64: the step's update, whose error is the transformer's. Compared whole, a step's output is
+    its input plus a small update, and the input's own rounding to bfloat16 (the same for every
+    bfloat16 config) would hide what the knobs do to the update."""
+    inputs = [np.asarray(jax.device_get(a), np.float64) for a in args[1:] if hasattr(a, "shape")]
+    res = {}
+    for name, x in out.items():
+        same = next((i for i in inputs if i.shape == x.shape), None)
+        res[name] = np.asarray(x, np.float64) - (0.0 if same is None else same)
+    return res
+
+
+def summary(variant: list[dict[str, Any]], bf16: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over seeds, the per-seed ratio variant / plain bf16 (relative L2) and its count above 1."""
+    ratios = [v["rel_l2"] / max(b["rel_l2"], 1e-300) for v, b in zip(variant, bf16, strict=True)]
+    return {
+        "rel_l2": statistics.median(v["rel_l2"] for v in variant),
+        "max_abs": statistics.median(v["max_abs"] for v in variant),
+        "bf16_rel_l2": statistics.median(b["rel_l2"] for b in bf16),
+        "ratio": statistics.median(ratios),
+        "worse": sum(r > 1.0 for r in ratios),
+        "seeds": len(ratios),
+        "where": WHERE.format(n=len(ratios)),
+    }
+
+
+def run_in_subprocess(
+    overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: str, scratch: Path, timeout_s: float = 600.0
+) -> dict[str, Any]:
+    """:func:`probe` in a process of its own on 8 CPU devices; RuntimeError with its log's tail on failure."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    src, out = scratch / "probe-in.json", scratch / "probe-out.json"
+    src.write_text(json.dumps({"overrides": dict(overrides), "mesh": dict(mesh_shape), "stage": stage}))
+    root = str(Path(__file__).resolve().parents[2])
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}",
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    }
+    for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES"):
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "harness.run.probe", str(src), str(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0 or not out.exists():
+        raise RuntimeError(f"accuracy probe failed (exit {done.returncode}): {done.stderr.strip()[-600:]}")
+    return json.loads(out.read_text())
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    result = probe(spec["overrides"], spec["mesh"], spec["stage"])
+    Path(argv[1]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
