@@ -156,7 +156,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
                     under_load=catalogue.TIME in m and m[catalogue.TIME].loaded,
                     accuracy=_value(m, catalogue.ACCURACY_L2),
                     accuracy_max_abs=_value(m, catalogue.ACCURACY_MAX),
-                    probe=entry.static.get("accuracy_probe") if entry.static is not None else None,
+                    probe=entry.static.accuracy_probe if entry.static is not None else None,
                 )
             )
     return rows

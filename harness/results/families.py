@@ -279,6 +279,7 @@ class Load(Family):
 class Accuracy(Family):
     """The stage's output against the reference variant's (:mod:`harness.metrics.accuracy`)."""
 
+    reference: str | None = None  # the reference variant's name
     rel_l2: float | None = None
     max_abs: float | None = None
     elements: int | None = None

@@ -173,6 +173,20 @@ class CompileCache(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class AccuracyProbe(Family):
+    """A compile-only variant's knobs run on CPU at a small config (:mod:`harness.run.probe`): medians
+    over seeds of its and plain bfloat16's relative L2 from float32, their per-seed ratio, where."""
+
+    rel_l2: float | None = None
+    max_abs: float | None = None
+    bf16_rel_l2: float | None = None
+    ratio: float | None = None
+    worse: int | None = None
+    seeds: int | None = None
+    where: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Static(Family):
     """The ``static`` family: numbers from the compiled program (:mod:`harness.metrics.static`)."""
 
@@ -189,7 +203,9 @@ class Static(Family):
     target: OnTarget | None = None
     attribution: Attribution | None = None
     compile_cache: CompileCache | None = None
+    accuracy_probe: AccuracyProbe | None = None
     NESTED: ClassVar[Mapping[str, type[Family]]] = {
+        "accuracy_probe": AccuracyProbe,
         "timing": Timing,
         "cost": Cost,
         "compile_cache": CompileCache,
