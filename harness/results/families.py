@@ -194,6 +194,9 @@ class Predicted(Family):
     host_loop: bool | None = None
     calibration: Calibration | None = None
     notes: list[str] | None = None
+    simulate_s: float | None = None
+    compiler_agreement: Mapping[str, Any] | None = None  # the simulator's prices against libtpu's cycles
+    program: str | None = None  # a traced stage's optimized HLO (gzip), which calibrate pairs
     LISTS: ClassVar[Mapping[str, type[Family]]] = {"critical_path": CriticalPathEntry}
 
     @property
@@ -262,6 +265,15 @@ class Transfers(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class QuietWait(Family):
+    """How long the repeats waited for a quiet machine (``run.max_load``), and how busy it was then."""
+
+    max_load: float | None = None
+    waited_s: float | None = None
+    others_busy_cores: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Load(Family):
     """The machine's load while the repeats ran (:mod:`harness.run.load`)."""
 
@@ -272,7 +284,8 @@ class Load(Family):
     loadavg_1m: list[float] | None = None  # at the start and the end
     loaded: bool | None = None
     loaded_above_cores: float | None = None
-    quiet_wait: Mapping[str, Any] | None = None  # max_load, waited_s, others_busy_cores
+    quiet_wait: QuietWait | None = None
+    NESTED: ClassVar[Mapping[str, type[Family]]] = {"quiet_wait": QuietWait}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -46,7 +46,10 @@ class Family(Mapping[str, Any]):
         return dict(self.raw)
 
     def replace(self, **changes: Any) -> Self:
-        """This family with some fields changed (its JSON object with them)."""
+        """This family with some fields changed (its JSON object with them); TypeError on a name that is
+        no field."""
+        if unknown := changes.keys() - self.names():
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
         return self.from_dict({**self.raw, **{k: _json(v) for k, v in changes.items()}})
 
     def __getitem__(self, key: str) -> Any:

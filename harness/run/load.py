@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from harness.results.families import Load, QuietWait
 
 PROC_STAT = Path("/proc/stat")
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal
@@ -74,19 +75,19 @@ class Window:
         others = max(0.0, (busy - self.busy) - (_own_cpu_s() - self.own))
         return others / wall, wall, others
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> Load:
         """The record's ``load``: cores, others' CPU seconds and busy cores, load averages, loaded."""
         busy_cores, wall, others = self.others_busy_cores()
         n = cores()
-        return {
-            "cores": n,
-            "wall_s": wall,
-            "others_cpu_s": others,
-            "others_busy_cores": busy_cores,
-            "loadavg_1m": [self.loadavg, os.getloadavg()[0]],
-            "loaded": loaded(busy_cores, n),
-            "loaded_above_cores": LOADED_SHARE * n,
-        }
+        return Load(
+            cores=n,
+            wall_s=wall,
+            others_cpu_s=others,
+            others_busy_cores=busy_cores,
+            loadavg_1m=[self.loadavg, os.getloadavg()[0]],
+            loaded=loaded(busy_cores, n),
+            loaded_above_cores=LOADED_SHARE * n,
+        )
 
 
 def others_busy_now(interval_s: float = POLL_S) -> float | None:
@@ -98,7 +99,7 @@ def others_busy_now(interval_s: float = POLL_S) -> float | None:
 
 def wait_for_quiet(
     max_load: float, wait_s: float, say: Callable[[str], None] = lambda _: None, *, poll_s: float = POLL_S
-) -> dict[str, Any]:
+) -> QuietWait:
     """Block until other processes keep at most ``max_load`` cores busy (sampled over ``poll_s``), for at
     most ``wait_s`` seconds; :class:`MachineBusy` if they never do. Returns how long it waited."""
     start = time.monotonic()
@@ -106,7 +107,7 @@ def wait_for_quiet(
         busy = others_busy_now(poll_s)
         waited = time.monotonic() - start
         if busy is None or busy <= max_load:
-            return {"max_load": max_load, "waited_s": waited, "others_busy_cores": busy}
+            return QuietWait(max_load=max_load, waited_s=waited, others_busy_cores=busy)
         if waited >= wait_s:
             raise MachineBusy(
                 f"machine busy: other processes kept {busy:.2f} cores busy, above run.max_load = {max_load:g}, "

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.results.families import Load, Measured, Recompiles, Transfers
 from harness.results.stats import summarize
 from harness.run import load
 from harness.run.stage import Stage
@@ -50,7 +51,7 @@ def _captured_fd2() -> Iterator[list[str]]:
             lines.extend(tmp.read().decode(errors="replace").splitlines())
 
 
-def count_transfers(run: Callable[[], Any]) -> dict[str, Any]:
+def count_transfers(run: Callable[[], Any]) -> Transfers:
     """Implicit host<->device transfers during one (untimed) call, from jax's transfer guard."""
     import jax
 
@@ -58,24 +59,24 @@ def count_transfers(run: Callable[[], Any]) -> dict[str, Any]:
         run()
     hits = [m.group(1) for line in lines if (m := _TRANSFER_LINE.search(line))]
     examples = [line.strip() for line in lines if _TRANSFER_LINE.search(line)][:5]
-    return {
-        "host_to_device": hits.count("host-to-device"),
-        "device_to_host": hits.count("device-to-host"),
-        "device_to_device": hits.count("device-to-device"),
-        "examples": examples,
-    }
+    return Transfers(
+        host_to_device=hits.count("host-to-device"),
+        device_to_host=hits.count("device-to-host"),
+        device_to_device=hits.count("device-to-device"),
+        examples=examples,
+    )
 
 
-def _compiles(watch: Any, *, timed: bool = False) -> dict[str, Any]:
+def _compiles(watch: Any, *, timed: bool = False) -> Recompiles:
     """The compiles a watcher saw. In the timed region every compile is a recompile, served by the
     persistent cache or not: a retrace per call that lowers to the same program is a cache hit each
     time (``count`` was 0 for a step recompiled on every call, at 10x its time:
     benchmarks/results/nightly-tpu-gate-2026-11-29.md), so there ``count`` and ``by_function``
     include the hits. In the warm-up a hit is a warm start, not counted."""
     if watch is None:
-        return {"count": 0, "by_function": {}, "reasons": []}
+        return Recompiles(count=0, by_function={}, reasons=[])
     seen = watch.compiles + watch.cache_hits if timed else watch.compiles
-    return {"count": sum(seen.values()), "by_function": dict(seen), "reasons": watch.reasons[:20]}
+    return Recompiles(count=sum(seen.values()), by_function=dict(seen), reasons=watch.reasons[:20])
 
 
 def measure(
@@ -86,7 +87,7 @@ def measure(
     *,
     max_load: float | None = None,
     max_load_wait_s: float = 300.0,
-) -> dict[str, Any]:
+) -> Measured:
     """Warm-up calls (first one compiles), then timed repeats with the compile watcher on and the
     machine's load recorded; with ``max_load``, first a bounded wait for a quiet machine
     (:class:`harness.run.load.MachineBusy` if it stays busy)."""
@@ -106,32 +107,32 @@ def measure(
     window = load.Window.open()
     with watcher() as watch:
         samples = [_timed(stage.run) for _ in range(repeats)]
-    machine_load = {**window.close(), "quiet_wait": quiet}
+    machine_load = window.close().replace(quiet_wait=quiet)
     transfers = None
     if stage.uses_jax:
         status(stage.name, "transfers")
         transfers = count_transfers(stage.run)
-    return {
-        "wall_s": summarize(samples),
-        "samples_s": samples,
-        "warmup_s": warm,
-        "recompiles": _compiles(watch, timed=True),  # in the timed region: must be 0
-        "warmup_compiles": _compiles(warm_watch),
-        "transfers": transfers,
-        "load": machine_load,
-    }
+    return Measured(
+        wall_s=summarize(samples),
+        samples_s=samples,
+        warmup_s=warm,
+        recompiles=_compiles(watch, timed=True),  # in the timed region: must be 0
+        warmup_compiles=_compiles(warm_watch),
+        transfers=transfers,
+        load=machine_load,
+    )
 
 
-def load_notes(machine_load: dict[str, Any]) -> list[str]:
+def load_notes(machine_load: Load | None) -> list[str]:
     """A stage's note when its samples were taken under load (and when it waited for a quiet machine)."""
     notes = []
-    quiet = machine_load.get("quiet_wait")
-    if quiet and quiet["waited_s"] >= load.POLL_S * 1.5:
-        notes.append(f"waited {quiet['waited_s']:.0f} s for a quiet machine (run.max_load = {quiet['max_load']:g})")
-    if machine_load.get("loaded"):
+    quiet = machine_load.quiet_wait if machine_load is not None else None
+    if quiet is not None and (quiet.waited_s or 0.0) >= load.POLL_S * 1.5:
+        notes.append(f"waited {quiet.waited_s:.0f} s for a quiet machine (run.max_load = {quiet.max_load:g})")
+    if machine_load is not None and machine_load.loaded:
         notes.append(
-            f"timed under load: other processes kept {machine_load['others_busy_cores']:.2f} of "
-            f"{machine_load['cores']} cores busy (load average {machine_load['loadavg_1m'][1]:.2f})"
+            f"timed under load: other processes kept {machine_load.others_busy_cores:.2f} of "
+            f"{machine_load.cores} cores busy (load average {(machine_load.loadavg_1m or [0.0])[-1]:.2f})"
         )
     return notes
 

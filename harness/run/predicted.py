@@ -73,6 +73,7 @@ from harness.metrics.timeline import (
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
+from harness.results.families import Predicted, Uncertainty
 from harness.run.compile_cache import cache_key
 from harness.run.predicted_cache import PredictionCache, prediction_key
 from harness.run.spec import WorkerSpec
@@ -139,31 +140,32 @@ def predicted_entry(
     calls_per_video: int,
     where: Path,
     scope_of: Callable[[str], str] | None = None,
-) -> dict[str, Any]:
+) -> Predicted:
     """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
     start = time.perf_counter()
     program = build_program(module)
     prediction = simulate(program, tl_spec, scope_of)
-    out = prediction.to_dict()
-    out["simulate_s"] = time.perf_counter() - start
-    step = out.get("step_s")
-    out["calls_per_video"] = calls_per_video
-    out["video_s"] = None if step is None else step * calls_per_video
-    out["sensitivity"] = sensitivity(program, tl_spec, factor=SENSITIVITY_FACTOR)
-    out["uncertainty"] = uncertainty(program, tl_spec)
-    out["video_interval_s"] = [v * calls_per_video for v in out["uncertainty"]["interval_s"]]
+    step = prediction.step_ns / 1e9
+    unc = Uncertainty.from_dict(uncertainty(program, tl_spec))
     where.mkdir(parents=True, exist_ok=True)
-    out["chrome_trace"] = str(write_chrome_trace(prediction.chrome_trace(), where / CHROME_NAME))
     costs, opcodes = program_costs(program.ops)
     peaks = {"peak_flops_per_s": tl_spec.value("peak_flops_per_s"), "hbm_bytes_per_s": tl_spec.value("hbm_bytes_per_s")}
-    out["xprof"] = xprof_entry(prediction.events, costs, opcodes, **peaks)
-    out["xprof_interval"] = xprof_interval(program, tl_spec, out["xprof"], costs, opcodes, peaks)
-    out["matmul_rates"] = rates.matmul_rates(tl_spec.name.split(":")[0]) if tl_spec.platform != "cpu" else None
-    out["xplane"] = str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks))
+    xprof = xprof_entry(prediction.events, costs, opcodes, **peaks)
     agreement = compare_program(program, tl_spec)
-    if agreement is not None:
-        out["compiler_agreement"] = agreement.to_dict()
-    return out
+    return Predicted.from_dict(prediction.to_dict()).replace(
+        simulate_s=time.perf_counter() - start,
+        calls_per_video=calls_per_video,
+        video_s=step * calls_per_video,
+        sensitivity=sensitivity(program, tl_spec, factor=SENSITIVITY_FACTOR),
+        uncertainty=unc,
+        video_interval_s=[v * calls_per_video for v in unc.interval_s or ()],
+        chrome_trace=str(write_chrome_trace(prediction.chrome_trace(), where / CHROME_NAME)),
+        xprof=xprof,
+        xprof_interval=xprof_interval(program, tl_spec, xprof, costs, opcodes, peaks),
+        matmul_rates=rates.matmul_rates(tl_spec.name.split(":")[0]) if tl_spec.platform != "cpu" else None,
+        xplane=str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks)),
+        **({"compiler_agreement": agreement.to_dict()} if agreement is not None else {}),
+    )
 
 
 XPROF_SHARES = ("all_gather_wasted_fraction",)
@@ -202,8 +204,8 @@ def stage_prediction(
     calls_per_video: int,
     host_loop: bool = False,
     notes: list[str] | None = None,
-) -> dict[str, Any]:
-    """The ``predicted`` object of stage ``name`` of the variant ``spec`` (see the module docstring).
+) -> Predicted:
+    """The ``predicted`` family of stage ``name`` of the variant ``spec`` (see the module docstring).
     ``module``: the parsed program, or what parses it (not called on a hit of the prediction cache:
     a compile-only variant with a cache folder and a fixed spec, :mod:`harness.run.predicted_cache`,
     said in ``notes``)."""
@@ -213,22 +215,22 @@ def stage_prediction(
     if spec.compile_only and spec.cache_dir and calibration is None:
         cache = PredictionCache(spec.cache_dir)
         key = prediction_key(cache_key(spec, name), tl_spec, calls_per_video=calls_per_video, host_loop=host_loop)
-    out = cache.get(key, where) if cache is not None else None
-    if out is not None:
+    cached = cache.get(key, where) if cache is not None else None
+    if cached is not None:
+        out = Predicted.from_dict(cached)
         if notes is not None:
             notes.append(f"predicted entry from the prediction cache ({key[:12]}): same program, spec and simulator")
     else:
         parsed = module() if callable(module) else module
         out = predicted_entry(parsed, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
-        out["host_loop"] = host_loop
-        out["identity"] = identity(tl_spec, hlo_text, deterministic=calibration is None)
+        out = out.replace(host_loop=host_loop, identity=identity(tl_spec, hlo_text, deterministic=calibration is None))
         if cache is not None:
             cache.put(key, out, where)
     if calibration is not None:
-        out["calibration"] = calibration
+        out = out.replace(calibration=calibration)
     if spec.run.trace:  # the program a measured trace ran, for python -m harness calibrate
         where.mkdir(parents=True, exist_ok=True)
         with gzip.open(where / PROGRAM_NAME, "wt", encoding="utf-8") as f:
             f.write(hlo_text)
-        out["program"] = str(where / PROGRAM_NAME)
+        out = out.replace(program=str(where / PROGRAM_NAME))
     return out

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets, testing
+from harness.results import stats
+from harness.results.families import Family, Predicted
 from harness.run import jax_cache, lifeline
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.load import MachineBusy
@@ -211,7 +213,7 @@ def _with_probe(name: str, static: dict[str, Any], spec: WorkerSpec, notes: list
     return {**static, "accuracy_probe": probe}
 
 
-def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> dict[str, Any] | None:
+def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> Predicted | None:
     """The stage's step simulated from its compiled program (:mod:`harness.run.predicted`); a failure
     to predict is a note, never a failed stage."""
     if not stage.uses_jax or not stage.hlo_text:
@@ -307,22 +309,24 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
             status(name, "prepare")
             stage.prepare()
             if "measured" in run.metrics:
-                entry["measured"] = measure(
+                measured = measure(
                     stage, run.warmup, run.repeats, status, max_load=run.max_load, max_load_wait_s=run.max_load_wait_s
                 )
-                entry["notes"] += load_notes(entry["measured"]["load"])
+                entry["measured"] = measured
+                entry["notes"] += load_notes(measured.load)
                 if stage.uses_jax and spec.outputs_dir is not None:
                     from harness.run.accuracy import stage_accuracy
 
                     status(name, "accuracy")
                     accuracy = stage_accuracy(name, stage, spec, stages.build_reference, entry["notes"])
                     if accuracy is not None:
-                        entry["measured"]["accuracy"] = accuracy
+                        entry["measured"] = measured.replace(accuracy=accuracy)
             elif run.warmup:
                 for _ in range(run.warmup):
                     stage.run()
             if wants_trace and stage.uses_jax:
-                median = ((entry["measured"] or {}).get("wall_s") or {}).get("median")
+                xs = entry["measured"].samples if entry["measured"] else []
+                median = stats.median(xs) if xs else None
                 where = Path(spec.trace_dir) / name / (f"process-{spec.process_id}" if spec.processes > 1 else "")
                 entry["trace"] = trace(stage, where, trace_steps(median), status)
     except Exception as e:  # a failed stage is data, not a crash
@@ -330,7 +334,7 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
         entry["error"] = str(e) if isinstance(e, (*stages.unavailable, MachineBusy)) else error_text(e)
         say(f"{name} failed:\n{error_text(e)}")
     entry["phases_s"] = status.durations(name)
-    return entry
+    return {k: v.to_dict() if isinstance(v, Family) else v for k, v in entry.items()}
 
 
 # --------------------------------------------------------------------------- main

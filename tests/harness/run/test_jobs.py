@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness import cli
 from harness.expansion import load_sweep
+from harness.results.families import Measured
 from harness.results.store import load_records
 from harness.run import parallel
 from harness.run.launcher import LocalLauncher
@@ -53,7 +54,7 @@ VOLATILE = ("started_at", "finished_at", "duration_s", "artifacts", "sweep_id", 
 
 def _stable_stage(entry: dict) -> dict:
     """A stage without its timings and the notes the machine's load at the time gave it."""
-    loaded = load_notes((entry.get("measured") or {}).get("load") or {})
+    loaded = load_notes(Measured.from_dict(entry["measured"]).load if entry.get("measured") else None)
     out = {k: v for k, v in entry.items() if k not in ("phases_s", "measured")}
     out["notes"] = [n for n in entry.get("notes", []) if n not in loaded]
     return out

@@ -15,6 +15,7 @@ from harness.plan.manifest import Gate
 from harness.report.html import comparison_section
 from harness.results import gate
 from harness.results.compare import compare_records
+from harness.results.families import Load, QuietWait
 from harness.run import load
 from harness.run.measure import load_notes, measure
 from harness.testing import TestStage
@@ -35,22 +36,21 @@ def test_busy_cpu_seconds_from_proc_stat(tmp_path):
 
 def test_measure_records_the_load_of_its_timed_region():
     m = measure(TestStage("s", "test:ok", {"test.run_s": 0.001}), 1, 3, lambda *_: None)
-    got = m["load"]
-    assert got["cores"] == os.cpu_count() and len(got["loadavg_1m"]) == 2 and got["quiet_wait"] is None
-    assert got["wall_s"] > 0 and got["loaded_above_cores"] == load.LOADED_SHARE * got["cores"]
-    assert got["loaded"] == load.loaded(got["others_busy_cores"], got["cores"])
-    if got["others_busy_cores"] is not None:  # Linux
-        assert got["others_busy_cores"] >= 0 and got["others_cpu_s"] >= 0
+    got = m.load
+    assert got is not None and got.cores == os.cpu_count() and len(got.loadavg_1m) == 2 and got.quiet_wait is None
+    assert got.wall_s > 0 and got.loaded_above_cores == load.LOADED_SHARE * got.cores
+    assert got.loaded == load.loaded(got.others_busy_cores, got.cores)
+    assert m.to_dict()["load"] == got.to_dict() and got.to_dict()["quiet_wait"] is None  # as the record holds it
+    if got.others_busy_cores is not None:  # Linux
+        assert got.others_busy_cores >= 0 and got.others_cpu_s >= 0
 
 
 def test_loaded_threshold_and_notes():
     assert load.loaded(0.5, 2) and not load.loaded(0.49, 2) and not load.loaded(None, 2)
-    notes = load_notes(
-        {"loaded": True, "others_busy_cores": 1.5, "cores": 2, "loadavg_1m": [3.0, 3.5], "quiet_wait": None}
-    )
+    notes = load_notes(Load(loaded=True, others_busy_cores=1.5, cores=2, loadavg_1m=[3.0, 3.5]))
     assert notes == ["timed under load: other processes kept 1.50 of 2 cores busy (load average 3.50)"]
-    waited = {"loaded": False, "quiet_wait": {"waited_s": 12.0, "max_load": 0.5}}
-    assert load_notes(waited) == ["waited 12 s for a quiet machine (run.max_load = 0.5)"]
+    waited = Load(loaded=False, quiet_wait=QuietWait(waited_s=12.0, max_load=0.5))
+    assert load_notes(waited) == ["waited 12 s for a quiet machine (run.max_load = 0.5)"] and load_notes(None) == []
 
 
 def test_wait_for_quiet_waits_then_goes_on(monkeypatch):
@@ -58,7 +58,7 @@ def test_wait_for_quiet_waits_then_goes_on(monkeypatch):
     monkeypatch.setattr(load, "others_busy_now", lambda interval_s: next(readings))
     said = []
     got = load.wait_for_quiet(0.5, 60.0, said.append, poll_s=0.0)
-    assert got["others_busy_cores"] == 0.3 and got["max_load"] == 0.5 and len(said) == 2
+    assert got.others_busy_cores == 0.3 and got.max_load == 0.5 and len(said) == 2
 
 
 def test_wait_for_quiet_refuses_after_its_bounded_wait(monkeypatch):
