@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,12 @@ def _only(names: list[str], what: str) -> str:
     return names[0]
 
 
-def pick_metric(args: argparse.Namespace, variants: list[str], stages: list[str]) -> Metric:
-    """The metric to bisect: the arguments, then --from-gate's first failure, then the only choice."""
+def pick_metric(
+    args: argparse.Namespace, variants: list[str], stages: Sequence[str] | Mapping[str, Sequence[str]]
+) -> Metric:
+    """The metric to bisect: the arguments, then --from-gate's first failure, then the only choice.
+    ``stages``: the stages every variant runs, or each variant's own (a variant may override
+    ``workload.stages``)."""
     failure: dict[str, Any] = {}
     if args.from_gate is not None:
         failures = json.loads(args.from_gate.read_text()).get("failures") or []
@@ -70,14 +75,17 @@ def pick_metric(args: argparse.Namespace, variants: list[str], stages: list[str]
             raise BisectInputError(f"{args.from_gate}: the gate recorded no failure to bisect")
         failure = failures[0]
     variant = args.variant or failure.get("variant") or _only(variants, "variant")
-    stage = args.stage or failure.get("stage") or _only(stages, "stage")
+    if variant not in variants:
+        raise BisectInputError(f"no variant {variant!r} in the manifest (variants: {', '.join(variants)})")
+    runs = list(stages.get(variant, ())) if isinstance(stages, Mapping) else list(stages)
+    stage = args.stage or failure.get("stage") or _only(runs, "stage")
     metric = args.metric or failure.get("metric")
     if not metric:
         raise BisectInputError("which metric? pass --metric NAME (e.g. time) or --from-gate reports/<id>/gate.json")
-    if variant not in variants:
-        raise BisectInputError(f"no variant {variant!r} in the manifest (variants: {', '.join(variants)})")
-    if stage not in stages:
-        raise BisectInputError(f"stage {stage!r} is not in the manifest's workload.stages ({', '.join(stages)})")
+    if stage not in runs:
+        raise BisectInputError(
+            f"variant {variant!r} does not run stage {stage!r} (its workload.stages: {', '.join(runs)})"
+        )
     return Metric(variant, stage, metric)
 
 
@@ -127,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         sweep = load_sweep(args.manifest)
         manifest = sweep.manifest
-        metric = pick_metric(args, [v.name for v in sweep.variants], list(manifest.workload.stages))
+        stages = {v.name: list(v.workload.stages) for v in sweep.variants}
+        metric = pick_metric(args, [v.name for v in sweep.variants], stages)
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         plan = TimingPlan(args.alpha, args.min_ratio, args.max_rounds, args.budget)
         tolerance = tolerance_for(manifest.gate, metric.stage, metric.metric)

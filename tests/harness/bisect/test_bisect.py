@@ -179,8 +179,17 @@ def test_pick_metric_from_a_gate_json(tmp_path):
     with pytest.raises(command.BisectInputError, match="name one with --variant"):
         command.pick_metric(args, ["a", "b"], ["s"])
     args = parser.parse_args(["G", "B", "--manifest", "m.toml", "--metric", "cost.flops", "--stage", "x"])
-    with pytest.raises(command.BisectInputError, match="not in the manifest's workload.stages"):
+    with pytest.raises(command.BisectInputError, match="does not run stage 'x'"):
         command.pick_metric(args, ["a"], ["s"])
+    # a variant that overrides workload.stages (nightly.toml's vae-decode-context): its own stages
+    args = parser.parse_args(["G", "B", "--manifest", "m.toml", "--metric", "recompiles", "--variant", "vae"])
+    per_variant = {"vae": ["video_decode"], "a": ["denoise_step"]}
+    assert command.pick_metric(args, ["a", "vae"], per_variant) == Metric("vae", "video_decode", "recompiles")
+    args = parser.parse_args(
+        ["G", "B", "--manifest", "m.toml", "--metric", "x", "--variant", "a", "--stage", "video_decode"]
+    )
+    with pytest.raises(command.BisectInputError, match="its workload.stages: denoise_step"):
+        command.pick_metric(args, ["a", "vae"], per_variant)
 
 
 AA_MANIFEST = """\
