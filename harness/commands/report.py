@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "results",
         type=Path,
-        help="reports/<sweep-id>/results.jsonl or the sweep directory (or a `harness profile` profile.json)",
+        help="reports/<sweep-id>/results.jsonl or the sweep directory (or a `harness profile` profile.json, "
+        "or a `harness search` search.json)",
     )
     parser.add_argument(
         "--baseline",
@@ -61,16 +62,19 @@ def _profile_result(path: Path) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.report import write_report  # plotting and statistics load only when a report is made
+    from harness.report.search import SEARCH_JSON
+    from harness.report.search import write as write_search
     from harness.results.gate import same_machine
 
     profile = _profile_result(args.results)
-    if profile is not None:  # a real profile predicted: its own page
+    if profile is not None or args.results.name == SEARCH_JSON:  # a real profile predicted, a search: own pages
         from harness.report.profile import write as write_profile
 
         try:
-            print(f"wrote {write_profile(profile, args.out)}")
+            write = write_search if profile is None else write_profile
+            print(f"wrote {write(profile or args.results, args.out)}")
         except (ValueError, KeyError, OSError) as e:
-            print(f"error: {profile}: {e}", file=sys.stderr)
+            print(f"error: {profile or args.results}: {e}", file=sys.stderr)
             return 2
         return 0
 

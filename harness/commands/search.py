@@ -32,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.report.search import agreement_text, console_table
+    from harness.report.search import write as write_page
     from harness.results import store
-    from harness.search.output import console_table, rank_agreement, rows, write_outputs
-    from harness.search.page import agreement_text
+    from harness.search.output import rank_agreement, rows, write_outputs
     from harness.search.references import reference_rows
     from harness.search.setup import load_search
     from harness.search.strategy import search
@@ -57,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
     paths = write_outputs(path.parent, s.manifest, result, s.space.base, args.winners, references)
     print(console_table(rows(result), references))
     print(agreement_text(rank_agreement(rows(result))))
-    print(f"search: {paths['html']}\nwinners: {paths['winners']}\nwall time {time.monotonic() - started:.0f} s")
+    page = write_page(paths["json"])
+    print(f"search: {page}\nwinners: {paths['winners']}\nwall time {time.monotonic() - started:.0f} s")
     return 0 if any(sc.usable for sc in [*result.proxy.values(), *result.confirmed.values()]) else 1

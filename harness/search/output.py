@@ -1,5 +1,6 @@
-"""What a search hands back: ranked rows (console table, ``search.json``, the HTML page) and the
-winners as a manifest of variants with per-rule overrides that ``harness sweep`` runs as is."""
+"""What a search hands back: its results (``search.json``: ranked rows, what was pruned, the references;
+rendered by :mod:`harness.report.search` into the page and the console table) and the winners as a
+manifest of variants with per-rule overrides that ``harness sweep`` runs as is."""
 
 from __future__ import annotations
 
@@ -10,17 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.agreement import spearman
-from harness.fmt import fmt_pct
 from harness.plan.manifest import Manifest
 from harness.results.uncertain import Uncertain, ordering
-from harness.search.page import rules_text, search_page
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
 from harness.vocabulary import StageStatus
 
-GiB = 2**30
 # The manifest sections a winners manifest copies as written (everything but the variants and the space).
 COPIED = ("target", "model", "workload", "run", "gate")
+SEARCH_JSON = "search.json"
 
 
 def _uncertain(row: Mapping[str, Any]) -> Uncertain | None:
@@ -91,58 +90,6 @@ def rank_agreement(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"spearman": None if math.isnan(rho) else rho, "pairs": len(pairs)}
 
 
-def _ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 1e3:.1f}" if v < 0.1 else f"{v * 1e3:.0f}"
-
-
-def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]] = ()) -> str:
-    """Ranked candidates (and hand-written references) as plain text."""
-    head = (
-        "#",
-        "step ms",
-        "interval ms",
-        "depth",
-        "exp AG",
-        "exp coll ms",
-        "wasted",
-        "mem GiB",
-        "fits",
-        "mesh",
-        "attn",
-        "rules",
-    )
-    lines = [head]
-    for r in [*table, *references]:
-        mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
-        rank = str(r.get("rank", "ref")) + ("~" if r.get("tie_with_previous") else "")
-        interval = r.get("interval_s")
-        lines.append(
-            (
-                rank,
-                _ms(r["step_s"]),
-                f"{_ms(interval[0])}..{_ms(interval[1])}" if interval else "-",
-                f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
-                fmt_pct(r["exposed_all_gather"]),
-                _ms(r["exposed_collective_s"]),
-                fmt_pct(r["wasted"]),
-                mem,
-                {True: "yes", False: "no", None: "?"}[r["fits"]],
-                "x".join(f"{a}{s}" for a, s in r["mesh"].items()),
-                r["attention"],
-                r.get("label") or rules_text(r["rules"]),
-            )
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
-    text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
-    return (
-        "\n".join(text)
-        + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth; "
-        + "N~: a tie with the row above, its order flips within the constants' stated uncertainty)"
-    )
-
-
 # --------------------------------------------------------------------------- winners manifest
 
 
@@ -203,10 +150,11 @@ def write_outputs(
     winners: int,
     references: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Path]:
-    """``search.json`` (rows), ``search.html`` (the page) and ``winners.toml`` in ``folder``."""
+    """``search.json`` (the results, :data:`SEARCH_JSON`; its page and console table are the report's,
+    :mod:`harness.report.search`) and ``winners.toml`` in ``folder``."""
     table = rows(result)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"json": folder / "search.json", "html": folder / "search.html", "winners": folder / "winners.toml"}
+    paths = {"json": folder / SEARCH_JSON, "winners": folder / "winners.toml"}
     summary = {
         "declared": result.declared,
         "pruned": {k: len(v) for k, v in result.pruned.items()},
@@ -215,8 +163,8 @@ def write_outputs(
         "analytic_rank_agreement": rank_agreement(table),
         "references": list(references),
     }
+    summary["title"] = f"Layout search: {manifest.name}"
     paths["json"].write_text(json.dumps(summary, indent=1, sort_keys=True))
-    paths["html"].write_text(search_page(summary, title=f"Layout search: {manifest.name}"))
     by_name = {c.name: c for c in [*result.proxy, *result.confirmed]}
     best = [(by_name[r["name"]], r) for r in table if r["status"] == StageStatus.OK and r["step_s"] is not None][
         :winners

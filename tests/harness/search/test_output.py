@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness import cli
 from harness.expansion import load_sweep
 from harness.model import build_config, rules_of
 from harness.plan.manifest import load_manifest
-from harness.search.output import console_table, mark_ties, rank_agreement, rows, toml_value, write_outputs
+from harness.report.search import console_table
+from harness.report.search import write as write_page
+from harness.search.output import mark_ties, rank_agreement, rows, toml_value, write_outputs
 from harness.search.strategy import search
 from tests.harness.search.test_search_manifest import HEAD
 from tests.harness.search.test_space import MESH, tiny_facts
@@ -45,12 +48,15 @@ def test_the_winners_manifest_runs_the_winners_as_they_are(tmp_path: Path) -> No
     assert summary["declared"] == 32 and summary["evaluations"] == result.evaluations
     assert summary["rows"][0]["rules"] == {k: list(v) for k, v in BEST.items()}
     assert summary["rows"][0]["step_s"] == 0.010 and summary["rows"][0]["confirmed"] is True
-    page = paths["html"].read_text()
+    page = write_page(paths["json"]).read_text()
     assert page.startswith("<!doctype html>") and summary["rows"][0]["variant_id"] in page
     agreement = summary["analytic_rank_agreement"]
     ok = [r for r in summary["rows"] if r["status"] == "ok" and r["step_s"] is not None]
     assert agreement == rank_agreement(summary["rows"]) and agreement["pairs"] == len(ok) >= 3
     assert f"Spearman {agreement['spearman']:.2f} over {len(ok)} compiled candidates" in page
+    again = tmp_path / "again"  # the page is a function of search.json alone: the report verb renders it again
+    assert cli.main(["report", str(paths["json"]), "--out", str(again)]) == 0
+    assert (again / "search.html").read_text() == page and f"Layout search: {manifest.name}" in page
 
 
 def test_the_console_table_ranks_best_first() -> None:

@@ -1,12 +1,19 @@
-"""The layout search's page (``search.html``): a pure function of its summary (``search.json``), no JAX, no model."""
+"""The layout search's results rendered: its page (``search.html``) and its console table, pure
+functions of what the search wrote (``search.json``, :func:`harness.search.output.write_outputs`): no
+JAX, no model. ``python -m harness report <folder>/search.json`` renders the page again."""
 
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.fmt import fmt_bytes, fmt_pct, fmt_time
+
+SEARCH_JSON, SEARCH_HTML = "search.json", "search.html"  # as harness.search.output writes it; the page
+GiB = 2**30
 
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -64,7 +71,7 @@ def _row(r: Mapping[str, Any], rank: str) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "".join(f'<td class="l">{c}</td>' for c in left) + "</tr>"
 
 
-def search_page(summary: Mapping[str, Any], title: str) -> str:
+def search_page(summary: Mapping[str, Any], title: str | None = None) -> str:
     """One self-contained HTML page: what was pruned, the ranked candidates, the references."""
     pruned = ", ".join(f"{html.escape(k)}: {n}" for k, n in summary["pruned"].items()) or "none"
     head = "".join(
@@ -73,6 +80,7 @@ def search_page(summary: Mapping[str, Any], title: str) -> str:
     body = "".join(_row(r, str(r["rank"])) for r in summary["rows"])
     refs = "".join(_row(r, "ref") for r in summary.get("references", []))
     order = agreement_text(summary.get("analytic_rank_agreement") or {})
+    title = title or summary.get("title") or "Layout search"
     return (
         f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
@@ -81,3 +89,66 @@ def search_page(summary: Mapping[str, Any], title: str) -> str:
         f"a proxy's step and memory are scaled per block to full depth. {order}</p>"
         f"<table><tr>{head}</tr>{body}{refs}</table></body></html>"
     )
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1e3:.1f}" if v < 0.1 else f"{v * 1e3:.0f}"
+
+
+def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Ranked candidates (and hand-written references) as plain text."""
+    head = (
+        "#",
+        "step ms",
+        "interval ms",
+        "depth",
+        "exp AG",
+        "exp coll ms",
+        "wasted",
+        "mem GiB",
+        "fits",
+        "mesh",
+        "attn",
+        "rules",
+    )
+    lines = [head]
+    for r in [*table, *references]:
+        mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
+        rank = str(r.get("rank", "ref")) + ("~" if r.get("tie_with_previous") else "")
+        interval = r.get("interval_s")
+        lines.append(
+            (
+                rank,
+                _ms(r["step_s"]),
+                f"{_ms(interval[0])}..{_ms(interval[1])}" if interval else "-",
+                f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
+                fmt_pct(r["exposed_all_gather"]),
+                _ms(r["exposed_collective_s"]),
+                fmt_pct(r["wasted"]),
+                mem,
+                {True: "yes", False: "no", None: "?"}[r["fits"]],
+                "x".join(f"{a}{s}" for a, s in r["mesh"].items()),
+                r["attention"],
+                r.get("label") or rules_text(r["rules"]),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
+    text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
+    return (
+        "\n".join(text)
+        + "\n(depth N proxy: compiled with N blocks, step and memory scaled per block to full depth; "
+        + "N~: a tie with the row above, its order flips within the constants' stated uncertainty)"
+    )
+
+
+def write(result_path: str | Path, out: str | Path | None = None) -> Path:
+    """``search.html`` of a ``search.json``, next to it unless ``out`` (a folder) is given."""
+    result_path = Path(result_path)
+    summary = json.loads(result_path.read_text())
+    folder = Path(out) if out is not None else result_path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    page = folder / SEARCH_HTML
+    page.write_text(search_page(summary))
+    return page
