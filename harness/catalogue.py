@@ -2,35 +2,26 @@
 
 A :class:`Metric` says what one flat, dotted metric name (``time``, ``memory.peak_bytes``,
 ``collectives.all-gather.count``, ``predicted.step_s``) is: its record family, unit, kind, which
-way is better, how the gate compares it and with what default tolerance, a short label and a
-one-line definition, and where its value sits in its family's JSON object (``path``). Everything
-that lists or describes metrics derives from :data:`METRICS`: the flattening of a record
-(:func:`harness.results.compare.flatten_stage` reads every metric with a ``path`` generically), the
-gate's rules and tolerances, the tolerance keys a manifest may write (:func:`split_tolerance_key`),
-the CSV's kind and unit columns, the page's labels and tooltips, the CLI's tables and the docs'
-metric reference.
+way is better, how the gate compares it and with what default tolerance, a short label, a one-line
+definition, and where its value sits in its typed family (``path``: a chain of fields of
+:mod:`harness.results.families`). Everything that lists or describes metrics derives from
+:data:`METRICS`: the flattening (:func:`harness.results.compare.flatten_stage`), the gate's rules
+and tolerances, the manifest's tolerance keys, the CSV's columns, the page's labels and tooltips,
+the CLI's tables and the docs' metric reference. A leaf: imports only :mod:`harness.vocabulary`.
 
-API (a leaf: imports only :mod:`harness.vocabulary`):
+API: :data:`METRICS` (table order), :data:`NAMES`; :func:`get` (an uncatalogued name reads as
+:data:`UNKNOWN`: shown, never gated), :func:`rank`, :func:`of_family`; :func:`tolerance_forms`,
+:func:`tolerance_names`, :func:`split_tolerance_key` (the ``[gate] tolerances`` keys: a metric, a
+dotted prefix, or a collective metric without its kind, optionally after its family and a stage).
 
-* :data:`METRICS` -- every metric, in the order tables list them; :data:`NAMES` name -> Metric;
-* :func:`get` -- the Metric of a name (an uncatalogued name reads as :data:`UNKNOWN`: shown, never
-  gated); :func:`rank` -- its place in table order; :func:`of_family` -- one family's metrics;
-* :func:`tolerance_forms`, :func:`tolerance_names`, :func:`split_tolerance_key` -- the manifest's
-  ``[gate] tolerances`` keys (a metric, a dotted prefix of it, or a collective metric without its
-  kind, optionally after its family and a stage name).
+Adding a metric is one entry here plus the producer that fills its field: with a ``path`` nothing
+else changes; a metric with ``path=None`` is computed by the flattener (its definition says how).
 
-Adding a metric is one entry here plus the producer that writes it into its family: with a
-``path`` nothing else changes (it is flattened, compared, gated by its rule, written to the CSV and
-shown with its label); a metric with ``path=None`` is computed by the flattener from several fields
-(its definition says how).
-
-Fields: ``kind`` is what the number is: ``deterministic`` (a function of the compiled program and
-the spec: the same program gives the same value anywhere), ``timing`` (a time measured on this
-machine: gated only against the same kind of machine) or ``info`` (shown, never gated). ``rule`` is
-how the gate compares it: ``timing`` (raw samples, ratio of medians + Mann-Whitney), ``exact`` (a
-count that must not change), ``relative`` (within ``tolerance`` of the baseline), ``monotonic`` (any
-increase is a regression) or ``info``. ``better``: ``lower``, ``higher`` or ``""`` (neither: a
-change is only a change).
+Fields: ``kind``: ``deterministic`` (a function of the compiled program and the spec), ``timing``
+(measured on this machine: gated only against the same kind of machine) or ``info`` (never gated).
+``rule``: ``timing`` (raw samples, ratio of medians + Mann-Whitney), ``exact`` (a count that must not
+change), ``relative`` (within ``tolerance``), ``monotonic`` (any increase regresses) or ``info``.
+``better``: ``lower``, ``higher`` (the gate reads a drop as the regression) or ``""`` (neither).
 """
 
 from __future__ import annotations
@@ -64,8 +55,7 @@ class Metric:
     better: str = "lower"
     tolerance: float = 0.0  # default relative tolerance (exact and relative rules)
     optional: bool = False  # may be absent from a run for a good reason (a warm start has no cold compile)
-    # The dotted path of the value in its family's JSON object (``devices.<key>``: a trace's per-device
-    # value, its mean over the devices; seconds per traced step); None: computed by the flattener.
+    # Its chain of typed fields (``devices.<field>``: a trace's, mean over devices, per step); None: computed.
     path: str | None = None
     divisor: float = 1.0  # the recorded value over this is the metric (ns -> s: 1e9)
 
@@ -223,6 +213,16 @@ def _predicted() -> list[Metric]:
             label="our exposed collectives (predicted)",
             definition="collective time of every kind not overlapped by compute / step window, predicted",
             path="exposed_collective_fraction",
+            **info,
+        ),
+        Metric(
+            "predicted.flops_utilization",
+            unit="fraction",
+            label="FLOPs utilization (predicted)",
+            definition="the step's FLOPs / (predicted step x the datasheet's peak FLOP/s): XProf's op-profile "
+            "FLOPs utilization of the simulated step (the hardware's share of its peak the program reaches)",
+            better="higher",
+            path="xprof.root.flops_utilization",
             **info,
         ),
         Metric(

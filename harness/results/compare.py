@@ -300,7 +300,7 @@ def compare_metric(
         if common["under_load"]:
             detail += f"; samples taken under load ({common['under_load']})"
     elif predicted and (base.model or head.model):
-        v = stats.compare_values(base.value, head.value, tolerance_for(gate, stage, metric))
+        v = stats.compare_values(base.value, head.value, tolerance_for(gate, stage, metric), spec.better)
         changed = _model_change(base, head, v.verdict)
         detail = v.describe() + (f"; not gated: {changed}" if changed else "; predicted, the same model")
         return Comparison(
@@ -320,7 +320,7 @@ def compare_metric(
         v = stats.compare_values(base.value, head.value, 0.0)
         detail = "any increase fails"
     else:
-        v = stats.compare_values(base.value, head.value, tolerance_for(gate, stage, metric))
+        v = stats.compare_values(base.value, head.value, tolerance_for(gate, stage, metric), spec.better)
         detail = v.describe()
     return Comparison(**common, verdict=v.verdict, gated=gated, detail=detail, result=v)
 

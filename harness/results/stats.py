@@ -357,11 +357,11 @@ def compare_samples(
     )
 
 
-def compare_values(base: float, head: float, tolerance: float = 0.0) -> Verdict:
-    """Verdict on one deterministic value (lower is better) within a relative tolerance.
+def compare_values(base: float, head: float, tolerance: float = 0.0, better: str = "lower") -> Verdict:
+    """Verdict on one deterministic value within a relative tolerance.
 
     regressed: head > base * (1 + tolerance); improved: head < base * (1 - tolerance);
-    unchanged otherwise. ``tolerance`` 0 means exact equality.
+    unchanged otherwise (the reverse where ``better`` is "higher"). ``tolerance`` 0 means exact equality.
     """
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")
@@ -373,6 +373,8 @@ def compare_values(base: float, head: float, tolerance: float = 0.0) -> Verdict:
         verdict = IMPROVED
     else:
         verdict = UNCHANGED
+    if better == "higher":
+        verdict = {REGRESSED: IMPROVED, IMPROVED: REGRESSED}.get(verdict, verdict)
     return Verdict(verdict, ratio(base, head), base, head, tolerance=tolerance)
 
 

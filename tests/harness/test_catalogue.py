@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,12 +79,21 @@ def test_an_entry_whose_kind_and_rule_disagree_is_refused() -> None:
         catalogue.Metric("x", "derived", "s", "info", "info", "x", "x")
 
 
-def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
-    """``predicted.exposed_collective_fraction`` came as its catalogue entry and one line of its
-    producer (the simulator's ``Prediction.to_dict``): a record with it flattens to it, the gate
-    compares it by its catalogue rule, the CSV writes it with its kind and unit, the page shows it with its
-    label. Records written before (without it) read as they did."""
+@pytest.mark.parametrize(
+    ("name", "producer"),
+    [
+        ("predicted.exposed_collective_fraction", lambda p: p["device"]["exposed_collective_ns"] / (p["step_s"] * 1e9)),
+        ("predicted.flops_utilization", None),  # its producer (metrics/xprof_metrics.py) wrote it before it was one
+    ],
+)
+def test_a_new_metric_is_one_entry_and_its_producer(name: str, producer: Any) -> None:
+    """Each came as its catalogue entry (and, for ``predicted.exposed_collective_fraction``, one line of
+    its producer, ``Prediction.to_dict``; ``predicted.flops_utilization`` reads what the XProf op
+    profile of the prediction already held): a record with it flattens to it, the gate compares it by
+    its catalogue rule (a 2 % move the wrong way on the same model fails), the CSV writes it with its
+    kind and unit, the page shows it with its label. Records written before read as they did."""
     import csv
+    import html
     import io
     import json
 
@@ -93,24 +103,33 @@ def test_a_new_metric_is_one_entry_and_its_producer(tmp_path: Path) -> None:
     from harness.results.compare import compare_records, flatten_record
     from harness.results.record import parse
 
-    metric = catalogue.NAMES["predicted.exposed_collective_fraction"]
-    assert (metric.family, metric.unit, metric.path) == ("predicted", "fraction", "exposed_collective_fraction")
-    raw = json.loads((Path(__file__).parent / "fixtures" / "tpu_b181d3b.jsonl").read_text().splitlines()[0])
-    before = parse(raw, "v6e")
-    assert ("denoise_step", metric.name) not in flatten_record(before)
+    metric = catalogue.NAMES[name]
+    assert (metric.family, metric.unit, metric.rule) == ("predicted", "fraction", "relative")
+    root = Path(__file__).resolve().parents[2]
+    raw = json.loads((root / "reports" / "baselines" / "nightly-tpu.jsonl").read_text().splitlines()[0])
     p = raw["stages"]["denoise_step"]["predicted"]
-    p[metric.path] = p["device"]["exposed_collective_ns"] / (p["step_s"] * 1e9)  # what the producer writes
+    if producer is not None:  # a record from before its producer wrote it
+        p.pop(metric.path, None)
+        assert ("denoise_step", metric.name) not in flatten_record(parse(raw, "before"))
+        p[metric.path] = producer(p)  # what the producer writes
     now = parse(raw, "v6e")
     value = flatten_record(now)[("denoise_step", metric.name)].value
-    assert 0.0 <= value <= p["wasted_fraction"]
+    assert 0.0 < value < 1.0
     (c,) = [c for c in compare_records([now], [now], Gate()).comparisons if c.metric == metric.name]
     assert (c.kind, c.unit, c.baseline, c.now, c.verdict) == (metric.rule, "fraction", value, value, "unchanged")
+    node = p
+    for step in metric.path.split(".")[:-1]:
+        node = node[step]
+    node[metric.path.split(".")[-1]] = value * (0.98 if metric.better == "higher" else 1.02)
+    p["identity"]["program"] = "another program"  # a changed program, priced by the same model
+    (c,) = [c for c in compare_records([now], [parse(raw, "worse")], Gate()).comparisons if c.metric == metric.name]
+    assert c.verdict == "regressed" and c.gated
     rows = [r for r in csv.DictReader(io.StringIO(to_csv([now]))) if r["metric"] == metric.name]
     assert [(r["family"], r["kind"], r["rule"], r["unit"], float(r["value"])) for r in rows] == [
         ("predicted", metric.kind, metric.rule, "fraction", value)
     ]
-    page = comparison_section(compare_records([before], [now], Gate()), Gate(), "before")
-    assert f'title="{metric.label}: {metric.definition}">{metric.name}</td>' in page
+    page = comparison_section(compare_records([now], [parse(raw, "worse")], Gate()), Gate(), "before")
+    assert f'title="{html.escape(f"{metric.label}: {metric.definition}")}">{metric.name}</td>' in page
 
 
 def test_dotted_metric_names_are_written_only_in_the_catalogue() -> None:

@@ -43,6 +43,7 @@ SINCE = {
     "scope.<scope>.collectives.<kind>.count",
     "scope.<scope>.collectives.<kind>.bytes",
     "predicted.scope.<scope>.time_s",
+    *(CATALOGUED_SINCE_V1 := {"predicted.flops_utilization"}),  # read from the XProf profile the records had
 }
 
 
@@ -92,7 +93,15 @@ def _full(record) -> dict[str, list]:
     return {
         f"{s}|{m}": [v.value, len(v.samples), round(sum(v.samples), 12), len(v.rounds), v.loaded, v.model, v.program]
         for (s, m), v in sorted(flatten_record(record).items())
+        if m not in CATALOGUED_SINCE_V1
     }
+
+
+def test_the_flops_utilization_catalogued_since_is_the_xprof_profiles() -> None:
+    raw = json.loads((ROOT / "reports" / "baselines" / "nightly-tpu.jsonl").read_text().splitlines()[0])
+    flat = {metric: v.value for (_, metric), v in flatten_record(parse(raw, "nightly-tpu.jsonl:1")).items()}
+    root = raw["stages"]["denoise_step"]["predicted"]["xprof"]["root"]
+    assert flat["predicted.flops_utilization"] == root["flops_utilization"] > 0
 
 
 def test_every_committed_results_file_was_flattened_at_version_1() -> None:
