@@ -4,7 +4,7 @@
 
 The program is the diff test's block (``tests/harness/results/test_diff.py``: an attention and an
 ff matmul of [384, 384] float32 inside the model's named scopes). Each trace is ``--steps``
-consecutive calls captured by :func:`harness.metrics.trace.capture_trace` and parsed into per-step
+consecutive calls captured by :func:`harness.metrics.measured.trace.capture_trace` and parsed into per-step
 samples exactly as a sweep's trace is; one JSON line per trace holds its step samples and the load
 other processes put on the machine while it ran (:mod:`harness.run.load`). Every call of every
 trace runs the same code, so any interval of a diff between two parts of them that excludes zero is
@@ -26,9 +26,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from harness.metrics.attribution import instruction_scopes  # noqa: E402
+from harness.metrics.compiled.attribution import instruction_scopes  # noqa: E402
 from harness.metrics.hlo import parse  # noqa: E402
-from harness.metrics.trace import analyze_trace, capture_trace  # noqa: E402
+from harness.metrics.measured.trace import analyze_trace, capture_trace  # noqa: E402
 from harness.run import load  # noqa: E402
 from ltx2 import scopes  # noqa: E402
 

@@ -110,8 +110,8 @@ def _abstract_inputs(cfg: Any, plan: Any, mesh: Any) -> tuple[Any, ...]:
 
 
 def _static(compiled: Any, hlo: str) -> dict[str, Any]:
+    from harness.metrics.compiled.static import analyze_compiled
     from harness.metrics.hlo import matmul_flops, memory_traffic_bytes, parse
-    from harness.metrics.static import analyze_compiled
 
     module = parse(hlo)
     return {
@@ -128,7 +128,7 @@ def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[s
     import jax
     from flax import nnx
 
-    from harness.metrics.aot import analyze
+    from harness.metrics.compiled.aot import analyze
     from ltx2.components import abstract_state
     from ltx2.denoise import denoise_step, text_kv_once
     from ltx2.latents import Plan

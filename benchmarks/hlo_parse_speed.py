@@ -64,7 +64,8 @@ def timeline_spec(path: Path, text: str) -> Any:
 
 def phases(spec: Any, with_sensitivity: bool) -> tuple[str, dict[str, Callable[[str], object]]]:
     """The API this harness has, and phase name -> what it runs on the text."""
-    from harness.metrics import attribution, timeline
+    from harness.metrics import timeline
+    from harness.metrics.compiled import attribution
     from ltx2 import scopes
 
     path = scopes.scope_path
@@ -94,7 +95,8 @@ def phases(spec: Any, with_sensitivity: bool) -> tuple[str, dict[str, Callable[[
 
 
 def _text_phases(spec: Any, with_sensitivity: bool) -> dict[str, Callable[[str], object]]:
-    from harness.metrics import attribution, timeline
+    from harness.metrics import timeline
+    from harness.metrics.compiled import attribution
     from ltx2 import scopes
 
     hlo, hlo_cost = (importlib.import_module(f"harness.metrics.{m}") for m in ("hlo", "hlo_cost"))  # the old modules

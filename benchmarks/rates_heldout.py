@@ -35,7 +35,7 @@ def score(hlo: Path) -> dict[str, Any]:
     """One dumped program at the tables' rates and at the datasheet's: step, interval, AG wasted share."""
     from harness.metrics import timeline
     from harness.metrics.hlo import parse
-    from harness.metrics.predicted_xprof import program_costs, xprof_entry
+    from harness.metrics.xprof.predicted import program_costs, xprof_entry
     from harness.run.predicted import xprof_interval
 
     meta = json.loads(hlo.with_suffix(".json").read_text())

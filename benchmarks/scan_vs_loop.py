@@ -24,10 +24,10 @@ from typing import Any
 
 import jax
 
-from harness.metrics.accounting import covered_ns, merge_intervals
-from harness.metrics.events import COMPUTE
-from harness.metrics.trace import capture_trace
-from harness.metrics.xspace import read_trace
+from harness.metrics.measured.accounting import covered_ns, merge_intervals
+from harness.metrics.measured.events import COMPUTE
+from harness.metrics.measured.trace import capture_trace
+from harness.metrics.measured.xspace import read_trace
 from harness.model import build_config
 from ltx2 import Workload, build_mesh, build_stage
 

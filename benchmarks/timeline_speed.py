@@ -44,7 +44,7 @@ def dump(
     variant = select(sweep.variants, [variant_name])[0]
     for key, value in targets.compile_env(variant.target.platform).items():
         os.environ.setdefault(key, value)
-    from harness.metrics.static import lower_and_compile
+    from harness.metrics.compiled.static import lower_and_compile
     from harness.run.jax_stage import open_model
 
     spec = worker_spec(variant, sweep.manifest.run, out / "traces")

@@ -274,6 +274,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("harness.plan",),
     ("harness.model",),
     ("harness.expansion",),
+    ("harness.metrics.hlo",),
+    ("harness.metrics.compiled",),
     ("harness.metrics",),
     ("harness.results",),
     ("harness.calibration",),

@@ -65,7 +65,7 @@ def program_samples(
 ) -> tuple[list[fitting.Sample], dict[str, Any], HloModule]:
     """The matched samples of one (program, trace) pair, what the spec file records of it (with the
     traced step's wall and busy time where the trace has step windows) and the parsed program."""
-    from harness.metrics.xspace import read_trace  # JAX's profiler reads the trace
+    from harness.metrics.measured.xspace import read_trace  # JAX's profiler reads the trace
 
     parsed = parse(read_program(hlo))
     program = build_program(parsed)

@@ -3,7 +3,7 @@ and per op by name, with the prediction's interval and notes (what it could not 
 
 The profile is an XSpace (``*.xplane.pb``) from ``jax.profiler`` or XProf on the target; its
 ``/host:metadata`` holds the scheduled HLO of every program it ran, which is what is predicted
-(``harness.metrics.profile_programs``), on the target's spec for the slice the programs' device
+(``harness.metrics.xprof.profile_programs``), on the target's spec for the slice the programs' device
 assignments name (``--topology`` to say otherwise). Writes into ``--out``: ``profile.json`` (the
 result; ``harness report <out>`` renders it again), ``profile.html``, and an XProf log folder
 holding the real profile (run ``real``) and one predicted XSpace per module (runs
@@ -49,7 +49,7 @@ def _console(result: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.metrics.profile_compare import RUNS, compare
+    from harness.metrics.xprof.profile_compare import RUNS, compare
     from harness.report.profile import PROFILE_JSON, write
 
     if not args.xspace.is_file():

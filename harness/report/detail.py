@@ -5,7 +5,7 @@ caused them, coverage of the attribution, and the diff against the variant's ref
 Inputs are the numbers the worker stored (``trace.by_scope``, ``trace.step_samples``,
 ``trace.top_ops``, ``static.attribution``) and :mod:`harness.results.diff`; nothing is re-parsed.
 Time by scope takes any per-instruction timeline through one function
-(:func:`harness.metrics.attribution.time_by_scope`), so a predicted timeline's section is one call
+(:func:`harness.metrics.compiled.attribution.time_by_scope`), so a predicted timeline's section is one call
 of :func:`scope_time_table` with its own by-scope numbers.
 """
 

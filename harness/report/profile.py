@@ -1,6 +1,6 @@
 """The real-profile page (``profile.html``): a profile's programs predicted against what it measured,
 per module and per op by name; a pure function of the result ``harness profile`` writes
-(``profile.json``, :mod:`harness.metrics.profile_compare`'s fields), nothing re-run or re-parsed.
+(``profile.json``, :mod:`harness.metrics.xprof.profile_compare`'s fields), nothing re-run or re-parsed.
 
 Every predicted number carries the result's label (``predicted, datasheet rates`` or ``predicted,
 measured curves``); the link-sharing policy the spec does not use is a column of its own, since

@@ -44,7 +44,7 @@ from harness.results.static_family import Timing as Timing
 @dataclass(frozen=True, eq=False, kw_only=True)
 class XprofNode(Family):
     """One node of XProf's op profile (all ops, a category, an op): its time and the utilisations
-    XProf's op profile shows (:mod:`harness.metrics.xprof_metrics`)."""
+    XProf's op profile shows (:mod:`harness.metrics.xprof.metrics`)."""
 
     time_ns: float | None = None
     time_fraction: float | None = None
@@ -97,7 +97,7 @@ class TopOp(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class TraceDevice(Family):
-    """One device's accounting of a measured trace (:mod:`harness.metrics.accounting`), ns per window."""
+    """One device's accounting of a measured trace (:mod:`harness.metrics.measured.accounting`), ns per window."""
 
     device: int | None = None
     window_ns: float | None = None
@@ -121,7 +121,7 @@ class StepSample(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Trace(Family):
-    """The ``trace`` family: a measured XLA trace of the stage (:mod:`harness.metrics.trace`)."""
+    """The ``trace`` family: a measured XLA trace of the stage (:mod:`harness.metrics.measured.trace`)."""
 
     platform: str | None = None
     devices: tuple[TraceDevice, ...] | None = None
@@ -247,7 +247,7 @@ class Uncertainty(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Recompiles(Family):
-    """XLA compilations in a timed region (:mod:`harness.metrics.recompile`)."""
+    """XLA compilations in a timed region (:mod:`harness.metrics.measured.recompile`)."""
 
     count: int | None = None
     by_function: Mapping[str, int] | None = None
@@ -290,7 +290,7 @@ class Load(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Accuracy(Family):
-    """The stage's output against the reference variant's (:mod:`harness.metrics.accuracy`)."""
+    """The stage's output against the reference variant's (:mod:`harness.metrics.measured.accuracy`)."""
 
     reference: str | None = None  # the reference variant's name
     rel_l2: float | None = None

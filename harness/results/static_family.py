@@ -41,7 +41,7 @@ class CollectiveTotals(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class OnTarget(Family):
-    """``static.target``: the program on the target hardware (:mod:`harness.metrics.aot`)."""
+    """``static.target``: the program on the target hardware (:mod:`harness.metrics.compiled.aot`)."""
 
     fits: bool | None = None
     memory: TargetMemory | None = None
@@ -78,7 +78,7 @@ class Collectives(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ScopeStatic(Family):
-    """One model scope's share of the compiled program (:mod:`harness.metrics.attribution`), per call."""
+    """One model scope's share of the compiled program (:mod:`harness.metrics.compiled.attribution`), per call."""
 
     flops: float | None = None
     bytes: float | None = None
@@ -188,7 +188,7 @@ class AccuracyProbe(Family):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Static(Family):
-    """The ``static`` family: numbers from the compiled program (:mod:`harness.metrics.static`)."""
+    """The ``static`` family: numbers from the compiled program (:mod:`harness.metrics.compiled.static`)."""
 
     platform: str | None = None
     timing: Timing | None = None

@@ -1,4 +1,4 @@
-"""The worker's side of the accuracy metric (:mod:`harness.metrics.accuracy`): a stage's output on
+"""The worker's side of the accuracy metric (:mod:`harness.metrics.measured.accuracy`): a stage's output on
 its reference variant's inputs, against the reference's own output.
 
 The reference variant keeps its output of each stage (its seeded weights and data, ``spec.seed``).
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.metrics.accuracy import compare, load, output_path, save
+from harness.metrics.measured.accuracy import compare, load, output_path, save
 from harness.run.spec import WorkerSpec
 
 
@@ -65,7 +65,7 @@ def stage_accuracy(
 ) -> dict[str, Any] | None:
     """Keep this stage's output when others compare with it; compare it with the reference's when
     the variant has one (``measured.accuracy``: the reference's name and the fields of
-    :func:`harness.metrics.accuracy.compare`)."""
+    :func:`harness.metrics.measured.accuracy.compare`)."""
     if spec.outputs_dir is None:
         return None
     if spec.save_output:

@@ -42,7 +42,11 @@ _ROOT = Path(__file__).resolve().parents[2]
 # Harness code that decides how a stage is compiled and how its program is read (files or folders).
 CODE_FILES = ("harness/run/jax_stage.py", "harness/metrics", "harness/targets.py", "harness/run/compile_cache.py")
 # What reads the cached program after a hit as after a compile; no static metric comes from it.
-PREDICTION_FILES = ("harness/metrics/timeline", "harness/metrics/predicted_xprof.py", "harness/metrics/xplane_write.py")
+PREDICTION_FILES = (
+    "harness/metrics/timeline",
+    "harness/metrics/xprof/predicted.py",
+    "harness/metrics/xprof/xplane_write.py",
+)
 
 
 def _versions() -> dict[str, str | None]:

@@ -74,7 +74,7 @@ def warm_recompile(program: Any, compiler_options: Any = None) -> dict[str, Any]
     in-memory caches cleared: seconds, persistent-cache hits and misses."""
     import jax
 
-    from harness.metrics.static import lower_and_compile
+    from harness.metrics.compiled.static import lower_and_compile
 
     jax.clear_caches()
     with CacheEvents() as events:

@@ -22,10 +22,10 @@ import jax
 from jax.sharding import Mesh
 
 from harness import targets
-from harness.metrics.attribution import Scopes, instruction_scopes, static_by_scope
-from harness.metrics.collective_cause import ParamLayout, ShardingFacts
+from harness.metrics.compiled.attribution import Scopes, instruction_scopes, static_by_scope
+from harness.metrics.compiled.collective_cause import ParamLayout, ShardingFacts
+from harness.metrics.compiled.static import CompilerOptionError, analyze_compiled, lower_and_compile
 from harness.metrics.hlo import HloModule, collective_instructions, matmul_flops, memory_traffic_bytes, parse
-from harness.metrics.static import CompilerOptionError, analyze_compiled, lower_and_compile
 from harness.model import build_config, config_dict, model_workload
 from harness.plan.manifest import Target
 from harness.run.spec import WorkerSpec

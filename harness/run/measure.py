@@ -93,7 +93,7 @@ def measure(
     (:class:`harness.run.load.MachineBusy` if it stays busy)."""
     watcher: Callable[[], Any] = contextlib.nullcontext
     if stage.uses_jax:
-        from harness.metrics.recompile import CompileWatcher
+        from harness.metrics.measured.recompile import CompileWatcher
 
         watcher = CompileWatcher
     status(stage.name, "warmup")
@@ -140,7 +140,7 @@ def load_notes(machine_load: Load | None) -> list[str]:
 def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], None]) -> dict[str, Any]:
     """An XLA trace of ``steps`` calls, parsed into per-device time by category, per step and by
     model scope (when the stage knows its program's scopes)."""
-    from harness.metrics.trace import PERFETTO_TRACE, analyze_trace, capture_trace
+    from harness.metrics.measured.trace import PERFETTO_TRACE, analyze_trace, capture_trace
 
     status(stage.name, "trace")
     xplane = capture_trace(stage.run, log_dir, steps=steps)

@@ -15,9 +15,9 @@ where the variant runs, and returns the stage entry's ``predicted`` object::
      video_interval_s,           the interval times the calls per video
      chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
      xplane,                     the same timeline as a TPU-layout XSpace (`xprof --logdir <its
-                                 stage folder>` opens it: :mod:`harness.metrics.predicted_xprof`)
+                                 stage folder>` opens it: :mod:`harness.metrics.xprof.predicted`)
      xprof,                      XProf's op-profile numbers of the step (time %, FLOPs and HBM
-                                 utilisation, wasted %, by category: :mod:`harness.metrics.xprof_metrics`)
+                                 utilisation, wasted %, by category: :mod:`harness.metrics.xprof.metrics`)
      xprof_interval,             the XProf shares at the interval's joint bounds: per share [low, high]
                                  and each bound's value (:func:`xprof_interval`)
      matmul_rates,               TPU / GPU: the best measured GEMM rate and the datasheet peak the
@@ -57,9 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.calibration.cpu import load_or_measure
-from harness.metrics.chrome import write_chrome_trace
 from harness.metrics.hlo import HloModule
-from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
+from harness.metrics.measured.chrome import write_chrome_trace
 from harness.metrics.timeline import (
     TimelineSpec,
     build_program,
@@ -73,6 +72,7 @@ from harness.metrics.timeline import (
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
+from harness.metrics.xprof.predicted import program_costs, write_predicted_xspace, xprof_entry
 from harness.results.families import Predicted, Uncertainty
 from harness.run.compile_cache import cache_key
 from harness.run.predicted_cache import PredictionCache, prediction_key

@@ -42,10 +42,10 @@ _ROOT = Path(__file__).resolve().parents[2]
 # The code between a parsed program and its predicted entry (files or folders, from the repository root).
 SIMULATOR_FILES = (
     "harness/metrics/timeline",
-    "harness/metrics/predicted_xprof.py",
-    "harness/metrics/xplane_write.py",
-    "harness/metrics/xprof_metrics.py",
-    "harness/metrics/chrome.py",
+    "harness/metrics/xprof/predicted.py",
+    "harness/metrics/xprof/xplane_write.py",
+    "harness/metrics/xprof/metrics.py",
+    "harness/metrics/measured/chrome.py",
     "harness/run/predicted.py",
     "harness/run/predicted_cache.py",
 )

@@ -83,7 +83,7 @@ def configs(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def probe(overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: str, seeds: int = SEEDS) -> dict:
     """Run the three configs of ``stage`` on ``seeds`` seeds (this process must have 8 CPU devices)."""
-    from harness.metrics.accuracy import compare
+    from harness.metrics.measured.accuracy import compare
     from harness.model import build_config
     from harness.run.accuracy import like, output_arrays
     from ltx2 import Workload, build_mesh, build_stage

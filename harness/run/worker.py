@@ -144,7 +144,7 @@ def open_stages(spec: WorkerSpec) -> Stages:
 
 def _compile_static(stage: Stage, platform: str) -> dict[str, Any]:
     """The stage's static metrics; a compile that runs out of device memory is a result too."""
-    from harness.metrics.aot import oom_static
+    from harness.metrics.compiled.aot import oom_static
 
     try:
         return stage.static()
@@ -161,7 +161,7 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
     compiled program's HLO text is left in ``stage.hlo_text`` (from the cache on a hit)."""
     if not stage.uses_jax:  # test workloads: nothing compiled, and JAX must stay unimported
         return stage.static()
-    from harness.metrics.aot import analyze
+    from harness.metrics.compiled.aot import analyze
 
     target = spec.target
     cache = CompileCache(spec.cache_dir) if spec.compile_only and spec.cache_dir else None

@@ -83,7 +83,7 @@ def test_an_entry_whose_kind_and_rule_disagree_is_refused() -> None:
     ("name", "producer"),
     [
         ("predicted.exposed_collective_fraction", lambda p: p["device"]["exposed_collective_ns"] / (p["step_s"] * 1e9)),
-        ("predicted.flops_utilization", None),  # its producer (metrics/xprof_metrics.py) wrote it before it was one
+        ("predicted.flops_utilization", None),  # its producer (metrics/xprof/metrics.py) wrote it before it was one
     ],
 )
 def test_a_new_metric_is_one_entry_and_its_producer(name: str, producer: Any) -> None:

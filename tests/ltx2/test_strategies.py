@@ -450,7 +450,7 @@ def test_block_collectives_per_strategy(mesh: Mesh) -> None:
 def test_bad_names_and_meshes_fail_before_compiling() -> None:
     """Unknown strategies, unknown logical names in an override, meshes that do not fit the devices,
     and a VAE layout XLA would miscompile: ValueErrors naming the culprit, raised before any compile."""
-    from harness.metrics.recompile import CompileWatcher
+    from harness.metrics.measured.recompile import CompileWatcher
 
     with CompileWatcher(explain=False) as watch:
         with pytest.raises(ValueError, match="unknown sharding strategy 'zigzag'"):

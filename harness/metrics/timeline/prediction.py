@@ -1,7 +1,7 @@
 """A predicted step: its timeline, the per-device accounting of a measured trace, the critical
 path, one transformer block's Gantt events, and the spec it was priced with.
 
-The accounting is :func:`harness.metrics.accounting.device_metrics` over the timeline's events,
+The accounting is :func:`harness.metrics.measured.accounting.device_metrics` over the timeline's events,
 the very function a measured trace goes through, so predicted and measured numbers mean the same.
 An async collective is written as a measured trace shows it: a zero-length ``*-start`` op when it
 is issued and a ``*-done`` op from when the stream reaches it until the transfer has ended; the
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.metrics.accounting import device_metrics
-from harness.metrics.events import COMPUTE, OpEvent
+from harness.metrics.measured.accounting import device_metrics
+from harness.metrics.measured.events import COMPUTE, OpEvent
 from harness.metrics.timeline.simulate import Event
 from harness.metrics.timeline.specs import TimelineSpec
 from harness.vocabulary import KINDS
@@ -104,7 +104,7 @@ class Prediction:
     def chrome_trace(self, device: int = 0) -> dict[str, Any]:
         """Chrome trace-event JSON of the timeline (Perfetto, ``chrome://tracing``): ``pid`` the
         device, one ``tid`` per lane (compute, then each collective kind), times in us;
-        :func:`harness.metrics.chrome.read_chrome_trace` reads it back."""
+        :func:`harness.metrics.measured.chrome.read_chrome_trace` reads it back."""
         return chrome_trace(self.events, device, self.spec.name)
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.metrics.aot import ring_wire_bytes
+from harness.metrics.compiled.aot import ring_wire_bytes
 from harness.metrics.hlo.model import HloModule, Instruction
 from harness.metrics.hlo.text import shape_bytes, top_level_items
 from harness.metrics.timeline.groups import Groups, all_devices

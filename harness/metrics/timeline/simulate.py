@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from harness.metrics.events import COMPUTE
+from harness.metrics.measured.events import COMPUTE
 from harness.metrics.timeline import pricing
 from harness.metrics.timeline.groups import Route, permute_route, slowest_route
 from harness.metrics.timeline.links import Links, Transfer, clone

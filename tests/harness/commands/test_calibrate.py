@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from harness.cli import main
-from harness.metrics.trace import capture_trace
+from harness.metrics.measured.trace import capture_trace
 from harness.plan.manifest import ManifestError, Run, Target, Workload, load_manifest
 from harness.run.predicted import timeline_spec
 from harness.run.spec import WorkerSpec

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.metrics.xplane_write import XOp, write_xspace
-from harness.metrics.xspace import read_trace
+from harness.metrics.measured.xspace import read_trace
+from harness.metrics.xprof.xplane_write import XOp, write_xspace
 from harness.report.profile import load, render
 
 pytest.importorskip("jaxlib._hlo")

@@ -207,7 +207,7 @@ def test_a_half_written_trace_folder_from_a_killed_run_is_skipped(tmp_path: Path
     import jax
     import jax.numpy as jnp
 
-    from harness.metrics.trace import analyze_trace, capture_trace
+    from harness.metrics.measured.trace import analyze_trace, capture_trace
 
     old = tmp_path / "plugins" / "profile" / "2020_01_01_00_00_00"
     old.mkdir(parents=True)

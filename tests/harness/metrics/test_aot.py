@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 from harness import targets
-from harness.metrics.aot import analyze, oom_static, parse_oom, wire_bytes
+from harness.metrics.compiled.aot import analyze, oom_static, parse_oom, wire_bytes
 from harness.metrics.hlo import matmul_flops, parse
 
 REPO = Path(__file__).resolve().parents[3]

@@ -15,7 +15,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics.attribution import (
+from harness.metrics.compiled.attribution import (
     UNATTRIBUTED,
     coverage,
     instruction_scopes,
@@ -23,7 +23,7 @@ from harness.metrics.attribution import (
     static_by_scope,
     time_by_scope,
 )
-from harness.metrics.collective_cause import ParamLayout, ShardingFacts, explain, spanned_axes
+from harness.metrics.compiled.collective_cause import ParamLayout, ShardingFacts, explain, spanned_axes
 from harness.metrics.hlo import parse
 from harness.metrics.hlo.replica_groups import device_groups
 from ltx2 import scopes

@@ -6,8 +6,8 @@ import pytest
 
 from harness.calibration import fit as calibrate
 from harness.metrics import timeline
-from harness.metrics.events import OpEvent
 from harness.metrics.hlo import parse
+from harness.metrics.measured.events import OpEvent
 from harness.metrics.timeline.program import build_program
 from harness.metrics.timeline.simulate import Simulator
 

@@ -11,12 +11,12 @@ import pytest
 
 from harness.metrics.hlo import parse
 from harness.metrics.hlo.replica_groups import device_groups
+from harness.metrics.measured.xplane_read import op_metadata, read_xspace
 from harness.metrics.timeline import predict, pricing, spec_for
 from harness.metrics.timeline.program import OFFLOAD, build_program
-from harness.metrics.xplane_read import op_metadata, read_xspace
 
 pytest.importorskip("jaxlib._hlo")
-from harness.metrics.profile_programs import profile_programs  # noqa: E402 - needs jaxlib
+from harness.metrics.xprof.profile_programs import profile_programs  # noqa: E402 - needs jaxlib
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real" / "v6e-tpu_inference_2.xplane.pb"
 F32_ARRAY = 5 * 1024 * 1024 * 256 * 4

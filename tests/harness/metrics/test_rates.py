@@ -145,7 +145,7 @@ ENTRY %main (p: bf16[1048576], q: bf16[2048,2048]) -> bf16[2048,2048] {
 
 
 def test_the_xprof_shares_get_an_interval_from_the_same_bounds() -> None:
-    from harness.metrics.predicted_xprof import program_costs, xprof_entry
+    from harness.metrics.xprof.predicted import program_costs, xprof_entry
     from harness.run.predicted import xprof_interval
 
     spec = timeline.spec_for("v6e:2x4", "tpu")

@@ -2,7 +2,7 @@
 
 The fixture (``tests/harness/fixtures/real/``, provenance beside it) is xprof's own test XSpace from
 one host of a v6e job: four device planes, a host-offload stress program. Every number asserted here
-was read from the file with :mod:`harness.metrics.xplane_read` (a wire-format decoder) and
+was read from the file with :mod:`harness.metrics.measured.xplane_read` (a wire-format decoder) and
 ``jax.profiler.ProfileData``, not copied from a README. About 3 s (two xprof converter runs).
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics.trace import analyze_trace
-from harness.metrics.xplane_read import global_chips, hlo_protos, op_metadata, peaks, read_xspace
-from harness.metrics.xspace import read_trace
+from harness.metrics.measured.trace import analyze_trace
+from harness.metrics.measured.xplane_read import global_chips, hlo_protos, op_metadata, peaks, read_xspace
+from harness.metrics.measured.xspace import read_trace
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real" / "v6e-tpu_inference_2.xplane.pb"
 F32_ARRAY = 5 * 1024 * 1024 * 256 * 4  # f32[5,1024,1024,256]: 5,368,709,120 bytes
@@ -99,7 +99,7 @@ def test_all_reduce_and_fusions(table, planes):
 
 def test_xprof_numbers_agree_with_xprofs_converters(table, tmp_path):
     pytest.importorskip("xprof.convert.raw_to_tool_data")
-    from harness.metrics.xprof_metrics import xprof_converter_hlo_stats
+    from harness.metrics.xprof.metrics import xprof_converter_hlo_stats
 
     copy = tmp_path / REAL.name  # xprof's converters cache their op stats beside the file they read
     shutil.copyfile(REAL, copy)
@@ -131,13 +131,13 @@ def test_xprof_numbers_agree_with_xprofs_converters(table, tmp_path):
 def test_overview_page_idle_is_xprofs_own(table, tmp_path):
     """xprof's overview page finds no step here and counts only its "high confidence" idle: 13.4%
     of device time; our windows (first op start to last op end per device) hold 14.8% idle. The gap
-    is the rule written in :mod:`harness.metrics.xprof_metrics`, not a number we reproduce."""
+    is the rule written in :mod:`harness.metrics.xprof.metrics`, not a number we reproduce."""
     pytest.importorskip("xprof.convert.raw_to_tool_data")
     import json
 
     from xprof.convert import raw_to_tool_data
 
-    from harness.metrics.accounting import device_metrics
+    from harness.metrics.measured.accounting import device_metrics
 
     copy = tmp_path / REAL.name
     shutil.copyfile(REAL, copy)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import monitoring
 
-from harness.metrics.recompile import BACKEND_COMPILE_EVENT, CACHE_HIT_EVENT, CompileWatcher
+from harness.metrics.measured.recompile import BACKEND_COMPILE_EVENT, CACHE_HIT_EVENT, CompileWatcher
 
 
 def test_static_float_recompiles_per_value() -> None:

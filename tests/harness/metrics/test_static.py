@@ -11,8 +11,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics.hlo import CollectiveCount
-from harness.metrics.static import (
+from harness.metrics.compiled.static import (
     CostMetrics,
     analyze_compiled,
     compile_and_analyze,
@@ -20,6 +19,7 @@ from harness.metrics.static import (
     lower_and_compile,
     memory_metrics,
 )
+from harness.metrics.hlo import CollectiveCount
 
 F32 = 4
 

@@ -14,10 +14,10 @@ import math
 import pytest
 
 from harness.metrics import timeline
-from harness.metrics.accounting import device_metrics
-from harness.metrics.chrome import read_chrome_trace
 from harness.metrics.hlo import parse
 from harness.metrics.hlo.replica_groups import device_groups
+from harness.metrics.measured.accounting import device_metrics
+from harness.metrics.measured.chrome import read_chrome_trace
 from harness.metrics.timeline import groups
 from harness.metrics.timeline.groups import all_devices, route
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
@@ -351,7 +351,7 @@ def test_timeline_and_chrome_reader_import_no_jax():
     import sys
 
     code = (
-        "import sys, harness.metrics.timeline, harness.metrics.chrome, harness.metrics.accounting; "
+        "import sys, harness.metrics.timeline, harness.metrics.measured.chrome, harness.metrics.measured.accounting; "
         "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'ltx2') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics.trace import (
+from harness.metrics.measured.trace import (
     COMPUTE,
     CPU_NOTE,
     OpEvent,

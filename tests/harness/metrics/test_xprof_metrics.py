@@ -1,5 +1,5 @@
-"""XProf's op-profile definitions (:mod:`harness.metrics.xprof_metrics`) on hand-computed ops, and
-a predicted timeline written as an XSpace (:mod:`harness.metrics.predicted_xprof`) read back by
+"""XProf's op-profile definitions (:mod:`harness.metrics.xprof.metrics`) on hand-computed ops, and
+a predicted timeline written as an XSpace (:mod:`harness.metrics.xprof.predicted`) read back by
 xprof's own converters (``xprof.convert.raw_to_tool_data.xspace_to_tool_data``: trace viewer, op
 profile, HLO stats, roofline), whose numbers must equal ours.
 
@@ -20,11 +20,11 @@ import pytest
 
 from harness.metrics import timeline
 from harness.metrics.hlo import parse
-from harness.metrics.predicted_xprof import program_costs, write_predicted_xspace, xprof_entry
+from harness.metrics.measured.trace import analyze_trace
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
-from harness.metrics.trace import analyze_trace
-from harness.metrics.xplane_write import XOp, write_xspace
-from harness.metrics.xprof_metrics import OpCost, from_xprof_op_profile, op_costs, op_profile
+from harness.metrics.xprof.metrics import OpCost, from_xprof_op_profile, op_costs, op_profile
+from harness.metrics.xprof.predicted import program_costs, write_predicted_xspace, xprof_entry
+from harness.metrics.xprof.xplane_write import XOp, write_xspace
 
 raw_to_tool_data = pytest.importorskip("xprof.convert.raw_to_tool_data")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import pytest
 
-from harness.metrics.trace import analyze_trace
-from harness.metrics.xspace import read_trace
+from harness.metrics.measured.trace import analyze_trace
+from harness.metrics.measured.xspace import read_trace
 
 NS = 1000  # ps per ns
 
@@ -148,7 +148,7 @@ def test_gpu_layout_reads_kernels_once(derived: bool) -> None:
 def test_a_device_steps_line_gives_the_steps_without_host_annotations(tmp_path) -> None:
     """A profile with no host ``step`` annotations takes its steps from a device ``Steps`` line
     (the one our predicted XSpace writes), before falling back to module executions."""
-    from harness.metrics.xplane_write import XOp, write_xspace
+    from harness.metrics.xprof.xplane_write import XOp, write_xspace
 
     ops = [XOp("fusion.1", "fusion", 0.0, 40.0), XOp("fusion.2", "fusion", 50.0, 90.0)]
     path = write_xspace(

@@ -14,7 +14,7 @@ import pytest
 
 from harness import targets
 from harness.expansion import expand
-from harness.metrics.static import CompilerOptionError, lower_and_compile
+from harness.metrics.compiled.static import CompilerOptionError, lower_and_compile
 from harness.plan.manifest import Target, parse_manifest
 from harness.plan.variants import resolved_settings, select
 from harness.results.record import TargetInfo
@@ -180,7 +180,7 @@ ASYNC_FLAGS_V6E = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from harness.metrics.hlo import collective_stats, parse
-from harness.metrics.static import lower_and_compile
+from harness.metrics.compiled.static import lower_and_compile
 from harness.targets import compile_devices
 mesh = Mesh(np.array(compile_devices("tpu", "v6e:2x4")).reshape(8), ("x",))
 w = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, P(None, "x")))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from harness.commands import diff as diff_command
-from harness.metrics.attribution import instruction_scopes
+from harness.metrics.compiled.attribution import instruction_scopes
 from harness.metrics.hlo import parse
-from harness.metrics.trace import analyze_trace, capture_trace
+from harness.metrics.measured.trace import analyze_trace, capture_trace
 from harness.report.console import WIDTH, format_diff
 from harness.results.diff import DIFFERENT_WORKLOAD, STEP, diff_stage
 from ltx2 import scopes

@@ -1,5 +1,5 @@
 """The accuracy metric: a variant's stage output on its reference's inputs against the reference's
-output (harness/metrics/accuracy.py, harness/run/accuracy.py), recorded, flattened and shown."""
+output (harness/metrics/measured/accuracy.py, harness/run/accuracy.py), recorded, flattened and shown."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from harness import catalogue
 from harness.expansion import load_sweep
-from harness.metrics import accuracy
+from harness.metrics.measured import accuracy
 from harness.results.compare import flatten_stage
 from harness.run.launcher import LocalLauncher
 from harness.run.runner import SweepOptions, accuracy_fields, run_sweep

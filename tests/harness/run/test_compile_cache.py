@@ -86,10 +86,10 @@ def test_code_hash_follows_the_analysis_code_not_the_prediction_code(tmp_path: P
         "harness/run/jax_stage.py": "b = 1\n",
         "harness/targets.py": "",
         "harness/run/compile_cache.py": "",
-        "harness/metrics/static.py": "c = 1\n",
+        "harness/metrics/compiled/static.py": "c = 1\n",
         "harness/metrics/timeline/simulate.py": "d = 1\n",
-        "harness/metrics/xplane_write.py": "e = 1\n",
-        "harness/metrics/predicted_xprof.py": "f = 1\n",
+        "harness/metrics/xprof/xplane_write.py": "e = 1\n",
+        "harness/metrics/xprof/predicted.py": "f = 1\n",
     }
 
     def tree(name: str, **changed: str) -> Path:
@@ -101,7 +101,7 @@ def test_code_hash_follows_the_analysis_code_not_the_prediction_code(tmp_path: P
 
     base = code_hash(tree("base"))
     assert code_hash(tree("sim", harness_metrics_timeline_simulate="d = 2\n")) == base
-    assert code_hash(tree("xs", harness_metrics_xplane_write="e = 2\n")) == base
-    assert code_hash(tree("px", harness_metrics_predicted_xprof="f = 2\n")) == base
-    assert code_hash(tree("static", harness_metrics_static="c = 2\n")) != base
+    assert code_hash(tree("xs", harness_metrics_xprof_xplane_write="e = 2\n")) == base
+    assert code_hash(tree("px", harness_metrics_xprof_predicted="f = 2\n")) == base
+    assert code_hash(tree("static", harness_metrics_compiled_static="c = 2\n")) != base
     assert code_hash(tree("model", ltx2_model="a = 2\n")) != base

@@ -23,7 +23,7 @@ import json, sys
 from pathlib import Path
 import jax, jax.numpy as jnp
 from types import SimpleNamespace
-from harness.metrics.static import lower_and_compile
+from harness.metrics.compiled.static import lower_and_compile
 from harness.run import jax_cache
 
 path = Path(sys.argv[1])

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.metrics.xplane_read import XPlane, fields, hlo_protos, varint
+from harness.metrics.measured.xplane_read import XPlane, fields, hlo_protos, varint
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ optimized HLO alone (:class:`harness.metrics.hlo.HloModule`, so compile-only pro
   attributed to its own scope);
 * bytes read and written by ops that run as ops of their own (``Instruction.traffic``);
 * collectives by kind (count and operand bytes), each with the sharding rule that caused it where
-  that can be derived (:mod:`harness.metrics.collective_cause`);
+  that can be derived (:mod:`harness.metrics.compiled.collective_cause`);
 
 every amount multiplied by how often its computation runs per call of the program
 (``Computation.runs``: loop trip counts, every branch of a conditional). Time by scope comes from
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.metrics.collective_cause import ShardingFacts, explain
+from harness.metrics.compiled.collective_cause import ShardingFacts, explain
 from harness.metrics.hlo.collectives import own_collective
 from harness.metrics.hlo.model import HloModule, Instruction
 from harness.vocabulary import UNATTRIBUTED

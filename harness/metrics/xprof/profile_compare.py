@@ -8,7 +8,7 @@ Rules (each number below is one of the result's fields):
   (host copies, barriers with other hosts);
 * **measured, per op**: the op's self time (the device's own duration, as xprof sums it) per
   execution, median over executions and devices; ``share``: its total over the profile's op time;
-* **predicted**: the program's own scheduled HLO (:mod:`harness.metrics.profile_programs`) on the
+* **predicted**: the program's own scheduled HLO (:mod:`harness.metrics.xprof.profile_programs`) on the
   target's spec for the slice the programs' device assignments name (``slice_topology``: 8 v6e
   chips are a 2x4), one call of the module; an op's time is its events' (a done's: the stream's
   wait for its transfer, as measured); ``interval``: :func:`harness.metrics.timeline.uncertainty`
@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics.hlo import parse
-from harness.metrics.predicted_xprof import XPLANE_NAME, program_costs, xops
+from harness.metrics.measured.xplane_read import XPlane, device_ordinal, global_chips, hlo_protos, read_xspace
+from harness.metrics.measured.xspace import read_trace
 from harness.metrics.timeline import LINK_SHARING, Prediction, TimelineSpec, predict, spec_for, uncertainty
 from harness.metrics.timeline.program import build_program
-from harness.metrics.xplane_read import XPlane, device_ordinal, global_chips, hlo_protos, read_xspace
-from harness.metrics.xplane_write import write_xspace
-from harness.metrics.xprof_metrics import TRANSFER_SUFFIX
-from harness.metrics.xspace import read_trace
+from harness.metrics.xprof.metrics import TRANSFER_SUFFIX
+from harness.metrics.xprof.predicted import XPLANE_NAME, program_costs, xops
+from harness.metrics.xprof.xplane_write import write_xspace
 
 RESULT_VERSION = 1
 RUNS = Path("plugins") / "profile"  # where ``xprof --logdir <out>`` finds its runs, one folder each
@@ -187,7 +187,7 @@ def compare(xspace: str | Path, target: str, topology: str | None = None, out: P
     """The ``profile.json`` result of ``xspace`` predicted on ``target`` (see the module docstring);
     ``out``: an XProf log folder the predicted XSpaces go into, one run per module
     (``<out>/plugins/profile/predicted-<module>/predicted.xplane.pb``)."""
-    from harness.metrics.profile_programs import profile_programs  # jaxlib prints the programs
+    from harness.metrics.xprof.profile_programs import profile_programs  # jaxlib prints the programs
 
     planes = read_xspace(xspace)
     if not hlo_protos(planes):

@@ -27,7 +27,7 @@ What each backend's layout claim rests on:
 An earlier docstring said the GPU layout was "verified on one H100"; no script, result or test of
 that run exists, so that claim is withdrawn: the GPU reading rests on the sources above.
 
-Steps are the host-side ``StepTraceAnnotation`` events :func:`harness.metrics.trace.capture_trace`
+Steps are the host-side ``StepTraceAnnotation`` events :func:`harness.metrics.measured.trace.capture_trace`
 writes (name ``step``, stat ``step_num``), so a step's window is one call of the stage as the
 host saw it: device ops plus the host time around and between them. A profile without them (a
 user's own, taken by another program) gives its steps from a device plane's ``Steps`` line, else
@@ -49,7 +49,7 @@ from typing import Any
 
 import jax
 
-from harness.metrics.events import COMPUTE, OpEvent, OpTable, op_category  # noqa: F401 - COMPUTE: its old home
+from harness.metrics.measured.events import COMPUTE, OpEvent, OpTable, op_category  # noqa: F401 - COMPUTE: its old home
 
 STEP_EVENT = "step"
 _DEVICE_PLANE = re.compile(r"^/device:([A-Z]+):(\d+)$")

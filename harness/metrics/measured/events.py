@@ -1,6 +1,6 @@
 """One op execution on one device, and a trace's table of them: what every timeline reader
-produces (a profiler's XSpace, :mod:`harness.metrics.xspace`; Chrome trace-event JSON,
-:mod:`harness.metrics.chrome`) and the simulator's predicted timeline
+produces (a profiler's XSpace, :mod:`harness.metrics.measured.xspace`; Chrome trace-event JSON,
+:mod:`harness.metrics.measured.chrome`) and the simulator's predicted timeline
 (:mod:`harness.metrics.timeline`) is written as. Pure Python (no JAX)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-device time accounting over a window, from op executions (:class:`~harness.metrics.events.OpEvent`).
+"""Per-device time accounting over a window, from op executions (:class:`~harness.metrics.measured.events.OpEvent`).
 
 Categories are ``compute`` or a collective kind from ``harness.vocabulary.KINDS``. An async
 collective (``*-start`` ... ``*-done``) occupies the span from the start of its start op to the end
@@ -9,7 +9,7 @@ of its done op. Per device, over a window:
     idle       = window - busy
     wasted     = exposed + idle          wasted_fraction = wasted / window
 
-The same functions account for a measured trace (:mod:`harness.metrics.trace`) and a predicted
+The same functions account for a measured trace (:mod:`harness.metrics.measured.trace`) and a predicted
 timeline (:mod:`harness.metrics.timeline`), so the two are comparable number for number. Pure
 Python (no JAX).
 """
@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.metrics.events import COMPUTE, OpEvent
+from harness.metrics.measured.events import COMPUTE, OpEvent
 from harness.vocabulary import KINDS
 
 _ASYNC_SUFFIX = re.compile(r"-(start|done)(?=[.\d]*$)")

@@ -1,11 +1,11 @@
 """Read Chrome trace-event JSON (``{"traceEvents": [...]}``, what Perfetto and ``chrome://tracing``
 open) into op executions, so a timeline written as JSON goes through the same accounting
-(:func:`harness.metrics.accounting.device_metrics`) as a profiler's XSpace.
+(:func:`harness.metrics.measured.accounting.device_metrics`) as a profiler's XSpace.
 
-Complete events (``"ph": "X"``) become :class:`~harness.metrics.events.OpEvent`: ``pid`` is the
+Complete events (``"ph": "X"``) become :class:`~harness.metrics.measured.events.OpEvent`: ``pid`` is the
 device, ``ts``/``dur`` are microseconds, the category is ``args.category`` where the writer put one
 (the predicted timeline does: :meth:`harness.metrics.timeline.Prediction.chrome_trace`), else it
-is derived from the op name (:func:`~harness.metrics.events.op_category`). Metadata and other
+is derived from the op name (:func:`~harness.metrics.measured.events.op_category`). Metadata and other
 phases are skipped. Accepts a dict, JSON text, or a ``.json`` / ``.json.gz`` path. Pure Python.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.events import OpEvent, OpTable, op_category
+from harness.metrics.measured.events import OpEvent, OpTable, op_category
 
 US = 1e3  # ns per trace-event microsecond
 

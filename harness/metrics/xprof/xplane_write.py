@@ -1,6 +1,6 @@
 """Write op executions as an XSpace (``*.xplane.pb``) laid out as a TPU trace, so XProf opens it.
 
-The layout is the one :mod:`harness.metrics.xspace` reads and xprof's TPU converters expect
+The layout is the one :mod:`harness.metrics.measured.xspace` reads and xprof's TPU converters expect
 (``xprof/convert/xplane_to_op_metrics_db.cc``, ``ConvertTensorCoreDeviceTraceXPlaneToOpMetricsDb``;
 ``xprof/utils/op_metrics_db_utils.cc``, ``SetOpMetadataFromHloEventMetadata``;
 ``xprof/convert/xplane_to_op_stats.cc``, ``GetPerfEnvFromXPlane``):

@@ -1,6 +1,6 @@
 """A predicted timeline in XProf's terms: its op-profile numbers
-(:func:`harness.metrics.xprof_metrics.op_profile`) and its XSpace
-(:func:`harness.metrics.xplane_write.write_xspace`), both from the same events.
+(:func:`harness.metrics.xprof.metrics.op_profile`) and its XSpace
+(:func:`harness.metrics.xprof.xplane_write.write_xspace`), both from the same events.
 
 The events are the simulator's (:class:`harness.metrics.timeline.simulate.Event`: lane, name,
 category, start_ns, end_ns, scope); each op's FLOPs and HBM bytes of one execution come from the
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.events import COMPUTE
-from harness.metrics.xplane_write import XOp, write_xspace
-from harness.metrics.xprof_metrics import TRANSFER_SUFFIX, op_costs, op_profile
+from harness.metrics.measured.events import COMPUTE
+from harness.metrics.xprof.metrics import TRANSFER_SUFFIX, op_costs, op_profile
+from harness.metrics.xprof.xplane_write import XOp, write_xspace
 
 XPLANE_NAME = "predicted.xplane.pb"
 PROFILE_DIR = "plugins/profile/predicted"  # where `xprof --logdir <trace dir>` looks

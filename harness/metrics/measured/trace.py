@@ -1,15 +1,15 @@
 """Capture an XLA trace and turn it into per-device time by category, by scope and by step.
 
-Reading the XSpace (backend layouts and what each rests on) is :mod:`harness.metrics.xspace`.
+Reading the XSpace (backend layouts and what each rests on) is :mod:`harness.metrics.measured.xspace`.
 Categories are ``compute`` or a collective kind from ``harness.vocabulary.KINDS``; the per-device
 accounting over a window (busy, exposed collective time, idle, wasted) is
-:mod:`harness.metrics.accounting`, shared with the predicted timeline.
+:mod:`harness.metrics.measured.accounting`, shared with the predicted timeline.
 
 The whole-trace window runs from the first op start to the last op end across all devices. Each
 traced *step* (one call of the stage) has its own window, from the host's step annotation: there,
 host time before, between and after the device's ops is idle (a Python loop over a compiled step
 shows its gaps). Per step, means over devices: compute, exposed time by collective kind and idle
-(they sum to the window), and the ops' self time by model scope (:mod:`harness.metrics.attribution`);
+(they sum to the window), and the ops' self time by model scope (:mod:`harness.metrics.compiled.attribution`);
 these per-step samples are what a diff's intervals are computed from.
 
 On CPU the nested ``Rendezvous`` events (waiting for the other participants) are summed into
@@ -27,7 +27,8 @@ from typing import Any
 
 import jax
 
-from harness.metrics.accounting import (
+from harness.metrics.compiled.attribution import Scopes, coverage, time_by_scope
+from harness.metrics.measured.accounting import (
     DeviceMetrics,
     collective_spans,
     covered_ns,
@@ -36,10 +37,9 @@ from harness.metrics.accounting import (
     overlap_ns,
     window_metrics,
 )
-from harness.metrics.attribution import Scopes, coverage, time_by_scope
-from harness.metrics.xplane_read import op_metadata, peaks, read_xspace
-from harness.metrics.xprof_metrics import OpCost, op_costs, op_family, op_profile, xprof_converter_profile
-from harness.metrics.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, op_category, read_trace
+from harness.metrics.measured.xplane_read import op_metadata, peaks, read_xspace
+from harness.metrics.measured.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, op_category, read_trace
+from harness.metrics.xprof.metrics import OpCost, op_costs, op_family, op_profile, xprof_converter_profile
 
 CPU_NOTE = (
     "CPU trace: collectives are in-process rendezvous plus memcpy between threads of one "
@@ -185,12 +185,12 @@ XPROF_COSTS_NOTE = (
 
 
 def xprof_profile(table: OpTable, xspace: str | Path | bytes | None = None) -> dict[str, Any]:
-    """XProf's op-profile numbers (:func:`harness.metrics.xprof_metrics.op_profile`) of every op
+    """XProf's op-profile numbers (:func:`harness.metrics.xprof.metrics.op_profile`) of every op
     of the trace, summed over devices as xprof combines its cores, and, for a device trace file,
     xprof's own converter on it (``converter``; None on CPU, whose traces have no device planes).
 
     A TPU profile carries libtpu's per-op costs and the device's peaks
-    (:func:`harness.metrics.xplane_read.op_metadata`, :func:`~harness.metrics.xplane_read.peaks`):
+    (:func:`harness.metrics.measured.xplane_read.op_metadata`, :func:`~harness.metrics.measured.xplane_read.peaks`):
     then each op is priced with them and categorised by its ``hlo_category``, as xprof does, and
     the numbers agree with the converter's (``tests/harness/metrics/test_real_profile.py``)."""
     meta = _tpu_metadata(table, xspace)
@@ -248,7 +248,7 @@ def analyze_trace(
     top: int = 20,
 ) -> TraceMetrics:
     """Read a trace: per-device metrics over the whole trace, the top ops, and per-step samples by
-    category and (given the program's ``scopes``) by scope (see :func:`harness.metrics.xspace.read_trace`)."""
+    category and (given the program's ``scopes``) by scope (see :func:`harness.metrics.measured.xspace.read_trace`)."""
     table = read_trace(xspace, modules=modules, categories=categories)
     samples = step_samples(table, scopes)
     by_scope: dict[str, float] = defaultdict(float)

@@ -1,0 +1,1 @@
+"""Numbers read from a measured trace: op events, per-device accounting, XSpace and Chrome readers, recompiles."""
