@@ -95,7 +95,7 @@ class Baseline:
 
     @property
     def commit(self) -> str | None:
-        return self.records[0].git.get("commit") if self.records else None
+        return self.records[0].commit if self.records else None
 
 
 def build(records: Sequence[Record], *, name: str | None = None, source: str = "") -> dict[str, Any]:

@@ -98,7 +98,7 @@ def run_file_name(records: Sequence[Record]) -> str:
     """``<UTC start, compact>-<commit12>.jsonl`` for a run's records (``nocommit`` without one)."""
     start = min(r.started_at for r in records)
     stamp = re.sub(r"[^0-9T]", "", start.split("+")[0].split(".")[0]) + "Z"
-    commit = next((str(r.git.get("commit")) for r in records if r.git.get("commit")), "nocommit")
+    commit = next((str(r.commit) for r in records if r.commit), "nocommit")
     return f"{stamp}-{commit[:12]}{SUFFIX}"
 
 
@@ -124,7 +124,7 @@ def load(history: Path, manifest: str) -> list[Run]:
     for path in sorted(folder.glob(f"*{SUFFIX}")):
         records = tuple(load_records(path))
         if records:
-            commit = next((str(r.git.get("commit")) for r in records if r.git.get("commit")), None)
+            commit = next((str(r.commit) for r in records if r.commit), None)
             start = min(r.started_at for r in records)
             runs.append(Run(str(path.relative_to(history)), start, commit, records))
     return sorted(runs, key=lambda r: (r.started_at, r.path))
