@@ -100,29 +100,26 @@ def header_section(info: Mapping[str, Any], title: str | None) -> str:
         )
     )
     mode_class = "mode-compile" if info["compile_only"] else "mode-measure"
-    m, t = info["machine"], info["target"]
-    manifest = info["manifest"]
+    m, t, manifest = info["machine"], info["target"], info["manifest"]
     versions = ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items()) if v)
     commit = ", ".join(c[:12] for c in info["commits"]) + (" (dirty tree)" if info["dirty"] else "")
-    mesh = ", ".join(f"{a}={s}" for a, s in (t["mesh"] if "mesh" in t else {}).items())
+    mesh = ", ".join(f"{a}={s}" for a, s in (t.mesh if t is not None else {}).items())
     span = f"{info['span'][0]} to {info['span'][1]}" if info["span"] else "-"
+    where = f"{t.platform} mesh {{{mesh}}}, {t.topology or str(t.devices) + ' devices'}" if t is not None else "-"
     items = [
         (
             "Manifest",
-            f"<code>{e(str(manifest.get('path', '-')))}</code> "
-            f"<span class=note>sha256 {e(str(manifest.get('sha256', ''))[:12])}</span>",
+            f"<code>{e(manifest.path if manifest else '-')}</code> "
+            f"<span class=note>sha256 {e((manifest.sha256 if manifest else '')[:12])}</span>",
         ),
         ("Mode", f'<span id="mode" class="badge {mode_class}">{e(mode)}</span>'),
-        (
-            "Target",
-            e(f"{t.get('platform', '-')} mesh {{{mesh}}}, {t.get('topology') or str(t.get('devices')) + ' devices'}"),
-        ),
+        ("Target", e(where)),
         (
             "Machine",
             e(
-                f"{m.get('hostname', '-')}: {m.get('cpu', '-')} ({m.get('cpu_count', '?')} cores), "
-                f"backend {m.get('backend', '-')}, {m.get('device_count', '?')} x {m.get('device_kind', '-')}, "
-                f"{m.get('os', '')}, Python {m.get('python', '-')}"
+                f"{m.hostname or '-'}: {m.cpu or '-'} ({m.cpu_count or '?'} cores), "
+                f"backend {m.backend or '-'}, {m.device_count or '?'} x {m.device_kind or '-'}, "
+                f"{m.os or ''}, Python {m.python or '-'}"
             ),
         ),
         ("Versions", e(versions or "-")),

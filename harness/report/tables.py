@@ -16,7 +16,7 @@ from harness import catalogue
 from harness.results import stats
 from harness.results.compare import flatten_stage
 from harness.results.diff import DIFFERENT_WORKLOAD, comparable
-from harness.results.families import CollectiveTotals, Roofline, TargetMemory
+from harness.results.families import CollectiveTotals, Machine, Roofline, TargetMemory
 from harness.results.record import Record, StageEntry
 
 XPROF_PORT = 8791
@@ -237,17 +237,16 @@ def header(records: Sequence[Record]) -> dict[str, Any]:
     modes = sorted({str(r.target.mode_used) for r in records if r.target.mode_used})
     commits = sorted({r.commit or "unknown" for r in records})
     times = sorted(t for r in records for t in (r.started_at, r.finished_at) if t)
-    full = first.to_dict() if first is not None else None
     return {
         "sweep_id": first.sweep_id if first is not None else None,
-        "manifest": full["manifest"] if full else {},
-        "machine": full["machine"] if full else {},
-        "versions": full["versions"] if full else {},
+        "manifest": first.manifest if first is not None else None,
+        "machine": first.machine if first is not None else Machine(),
+        "versions": first.versions if first is not None else {},
         "commits": commits,
         "dirty": any(r.dirty for r in records),
         "modes": modes,
         "compile_only": modes == ["compile"],
-        "target": full["target"] if full else {},
+        "target": first.target if first is not None else None,
         "span": (times[0], times[-1]) if times else None,
         "variants": len(records),
         "failed": len(failed_records(records)),

@@ -265,6 +265,27 @@ class Transfers(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class Machine(Family):
+    """Where a record ran (:func:`harness.results.provenance.machine`; the device fields and the
+    worker's peak memory from the worker that saw the devices)."""
+
+    hostname: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    os: str | None = None
+    python: str | None = None
+    backend: str | None = None
+    device_kind: str | None = None
+    device_count: int | None = None
+    worker_peak_rss_bytes: int | None = None
+
+    @property
+    def fingerprint(self) -> tuple[Any, ...]:
+        """What makes two machines' timings comparable: CPU, backend, device kind and count."""
+        return (self.cpu, self.backend, self.device_kind, self.device_count)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class QuietWait(Family):
     """How long the repeats waited for a quiet machine (``run.max_load``), and how busy it was then."""
 

@@ -49,8 +49,7 @@ TIMINGS = ("auto", "on", "off")
 
 
 def machine_fingerprint(record: Record) -> tuple[Any, ...]:
-    m = record.machine
-    return (m.get("cpu"), m.get("backend"), m.get("device_kind"), m.get("device_count"))
+    return record.machine.fingerprint
 
 
 def same_machine(baseline: Sequence[Record], now: Sequence[Record]) -> bool:

@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 from harness.plan.manifest import Manifest, Run, Target, Workload
 from harness.plan.reference import Reference
-from harness.results.families import Family, Measured, Predicted, Static, Trace, read
+from harness.results.families import Family, Machine, Measured, Predicted, Static, Trace, read
 from harness.vocabulary import StageStatus, Status
 
 RECORD_VERSION = 2
@@ -290,7 +290,7 @@ class Record:
     variant: VariantRef
     config: RunConfig
     target: TargetInfo
-    machine: Mapping[str, Any]
+    machine: Machine
     versions: Mapping[str, Any]
     git: Mapping[str, Any]
     started_at: str
@@ -303,6 +303,9 @@ class Record:
     artifacts: Artifacts = field(default_factory=lambda: Artifacts(""))
     record_version: int = RECORD_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "machine", read(Machine, self.machine))
 
     @property
     def ok(self) -> bool:
@@ -345,6 +348,7 @@ class Record:
         for name in ("manifest", "variant", "config", "target", "artifacts"):
             out[name] = {k: _plain(v) for k, v in dataclasses.asdict(out[name]).items()}
         out["stages"] = {name: e.to_dict() for name, e in self.stages.items()}
+        out["machine"] = self.machine.to_dict()
         return {**out, "notes": list(self.notes), **self.extra}
 
     def replace(self, **changes: Any) -> Record:
@@ -427,7 +431,7 @@ def build_record(
             result.get("mode_used"),
             dict(target.compiler_options) or None,
         ),
-        machine={**context["machine"], **(result.get("machine") or {})},
+        machine=Machine.from_dict({**context["machine"], **(result.get("machine") or {})}),
         versions=dict(context["versions"]),
         git=dict(context["git"]),
         started_at=outcome.started_at,

@@ -41,9 +41,9 @@ def cores() -> int:
 def peak_bytes(records: Iterable[Record]) -> int | None:
     """The largest memory a compile-only worker of these records reached, None where none says."""
     peaks = [
-        int(r.machine["worker_peak_rss_bytes"])
+        int(peak)
         for r in records
-        if r.target.mode_used == "compile" and isinstance(r.machine.get("worker_peak_rss_bytes"), int | float)
+        if r.target.mode_used == "compile" and isinstance(peak := r.machine.worker_peak_rss_bytes, int | float)
     ]
     return max(peaks) if peaks else None
 
