@@ -44,12 +44,11 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-GiB = 2**30
-TB = 1e12
+from harness.hardware import SPECS, TPU_GENERATIONS, TargetSpec
 
 
 class MissingExtra(RuntimeError):
@@ -62,81 +61,6 @@ class MissingExtra(RuntimeError):
         )
 
 
-@dataclass(frozen=True)
-class TargetSpec:
-    """Per-device peak numbers of one accelerator (a device is what JAX lists)."""
-
-    name: str  # topology prefix as written in manifests: "v6e", "tpu7x", "h100", "h200"
-    platform: str  # "tpu" | "gpu"
-    device_kind: str  # what jax reports, e.g. "TPU v6 lite"
-    devices_per_chip: int
-    hbm_bytes: int  # per device, as the compiler sees it
-    peak_bf16_flops: float  # per device, dense
-    hbm_bytes_per_s: float  # per device
-    interconnect_bytes_per_s: float  # per device, one direction, all links
-    interconnect: str
-    source: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-# Per-chip vendor figures / devices per chip. Sources in `source`.
-SPECS: dict[str, TargetSpec] = {
-    s.name: s
-    for s in (
-        TargetSpec(
-            "v6e",
-            "tpu",
-            "TPU v6 lite",
-            1,
-            hbm_bytes=int(31.25 * GiB),  # 32 GB chip; libtpu's compile-time limit ("available HBM (31.25G)")
-            peak_bf16_flops=918e12,
-            hbm_bytes_per_s=1.64 * TB,
-            interconnect_bytes_per_s=3584e9 / 8 / 2,  # 3,584 Gbps bidirectional per chip
-            interconnect="ICI",
-            source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 32 GB HBM at 1,640 GB/s, ICI 3,584 Gbps",
-        ),
-        TargetSpec(
-            "tpu7x",
-            "tpu",
-            "TPU7x",
-            2,
-            hbm_bytes=96 * 10**9,  # 192 GB per chip, two TensorCores (devices) per chip
-            peak_bf16_flops=2307e12 / 2,
-            hbm_bytes_per_s=7.37 * TB / 2,
-            interconnect_bytes_per_s=1.2 * TB / 2 / 2,  # 1.2 TB/s bidirectional per chip
-            interconnect="ICI",
-            source="cloud.google.com/tpu/docs/tpu7x (Ironwood): 2,307 TFLOP/s bf16, 192 GB HBM at 7.37 TB/s, "
-            "ICI 1.2 TB/s bidirectional, per chip of 2 devices",
-        ),
-        TargetSpec(
-            "h100",
-            "gpu",
-            "NVIDIA H100 80GB HBM3",
-            1,
-            hbm_bytes=84_929_347_584,
-            peak_bf16_flops=989e12,
-            hbm_bytes_per_s=3.35 * TB,
-            interconnect_bytes_per_s=450e9,  # NVLink 4: 900 GB/s bidirectional
-            interconnect="NVLink",
-            source="NVIDIA H100 SXM datasheet: 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s",
-        ),
-        TargetSpec(
-            "h200",
-            "gpu",
-            "NVIDIA H200",
-            1,
-            hbm_bytes=150_754_820_096,
-            peak_bf16_flops=989e12,
-            hbm_bytes_per_s=4.8 * TB,
-            interconnect_bytes_per_s=450e9,
-            interconnect="NVLink",
-            source="NVIDIA H200 SXM datasheet: 989 TFLOP/s dense bf16, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s",
-        ),
-    )
-}
-
 ROOFLINE_ASSUMPTIONS = (
     "compute = HLO matmul FLOPs (loop trip counts applied) / dense bf16 peak; elementwise/softmax ignored",
     "HBM = max(fusion-level HLO traffic with trip counts, XLA bytes accessed, argument + output bytes) "
@@ -145,13 +69,32 @@ ROOFLINE_ASSUMPTIONS = (
     "step_s = max(compute, HBM, interconnect): perfect overlap; step_serial_s = their sum: no overlap",
 )
 
-# TPU generations libtpu describes as topologies (``<generation>:<chips per dim>``), and the devices JAX
-# lists per chip: Ironwood (tpu7x) exposes its two TensorCores as two devices; v4 and v5p run their two
-# as one megacore device. Only those in SPECS have the numbers for fit and roofline.
-TPU_GENERATIONS: dict[str, int] = {"v4": 1, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
 TOPOLOGY_EXAMPLES = {"tpu": "v6e:2x4", "gpu": "h100:1x1x8"}
 
 _TOPOLOGY = re.compile(r"^([A-Za-z0-9_ ]+?)[:=_]([0-9]+(?:x[0-9]+)*)(?:_twisted|_untwisted)?$")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A topology string parsed once: the hardware's name and chips per dimension (GPU: slices x hosts
+    x GPUs per host), checked against its platform."""
+
+    name: str
+    dims: tuple[int, ...]
+    platform: str
+
+    @property
+    def spec(self) -> TargetSpec | None:
+        """The generation's record; None for a TPU generation libtpu knows that has no figures here."""
+        return SPECS.get(self.name)
+
+    @property
+    def devices(self) -> int:
+        """Devices JAX lists: chips (the product of the dims) x devices per chip."""
+        return math.prod(self.dims) * TPU_GENERATIONS.get(self.name, 1)
+
+    def __str__(self) -> str:
+        return f"{self.name}:{'x'.join(map(str, self.dims))}"
 
 
 def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
@@ -177,8 +120,8 @@ def known_topologies(platform: str) -> list[str]:
     return [name for name, spec in SPECS.items() if spec.platform == platform]
 
 
-def check_topology(topology: str, platform: str) -> tuple[str, tuple[int, ...]]:
-    """``parse_topology``, and the hardware name checked against ``platform``'s known ones; ValueError
+def check_topology(topology: str, platform: str) -> Slice:
+    """``topology`` parsed, its hardware name checked against ``platform``'s known ones; ValueError
     naming them otherwise (a typo would fail only at run time, inside libtpu or the CUDA plugin)."""
     name, dims = parse_topology(topology)
     spec = SPECS.get(name)
@@ -193,17 +136,7 @@ def check_topology(topology: str, platform: str) -> tuple[str, tuple[int, ...]]:
         )
     if platform == "gpu" and len(dims) != 3:
         raise ValueError(f"a GPU topology is <gpu>:<slices>x<hosts>x<gpus per host>, got {topology!r}")
-    return name, dims
-
-
-def topology_devices(topology: str) -> int:
-    """Devices JAX lists for a topology: chips (the product of the dims) x devices per chip.
-
-    GPU topologies are ``slices x hosts x gpus``.
-    """
-    name, dims = parse_topology(topology)
-    per_chip = SPECS[name].devices_per_chip if name in SPECS else TPU_GENERATIONS.get(name, 1)
-    return math.prod(dims) * per_chip
+    return Slice(name, dims, platform)
 
 
 # --------------------------------------------------------------------------- devices
@@ -263,13 +196,11 @@ def compile_devices(platform: str, topology: str) -> list[Any]:
     if platform == "gpu":
         if not _installed("jax_plugins.xla_cuda12"):
             raise MissingExtra("gpu-aot", f"compiling for GPU topology {topology!r} without a GPU")
-        _, dims = parse_topology(topology)
-        if len(dims) != 3:
-            raise ValueError(f"GPU topology {topology!r} must be <gpu>:<slices>x<hosts>x<gpus per host>")
-        config = gpu_target_config(spec_for(topology))
+        gpus = check_topology(topology, platform)
+        config = gpu_target_config(SPECS[gpus.name])
         return list(
             topologies.get_topology_desc(
-                platform="cuda", target_config=config, topology="x".join(map(str, dims))
+                platform="cuda", target_config=config, topology="x".join(map(str, gpus.dims))
             ).devices
         )
     raise ValueError(f"no compile-only devices for platform {platform!r}")

@@ -270,6 +270,7 @@ def test_reading_every_manifest_loads_neither_jax_nor_the_model() -> None:
 # says why each sits where it does.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("harness.vocabulary", "harness.catalogue", "harness.fmt", "harness.agreement", "harness.revision"),
+    ("harness.hardware",),
     ("harness.targets", "harness.testing"),
     ("harness.plan",),
     ("harness.model",),

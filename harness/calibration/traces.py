@@ -35,10 +35,10 @@ def base_spec(base: str) -> TimelineSpec:
         return CpuCalibration.from_dict(raw, base).spec()
     for platform in ("tpu", "gpu"):
         try:
-            targets.check_topology(base, platform)
+            where = targets.check_topology(base, platform)
         except ValueError:
             continue
-        return spec_for(base, platform)
+        return spec_for(where, platform)
     raise ValueError(f"--base {base!r}: neither a file nor a known target (e.g. v6e:2x4, h100:1x1x8)")
 
 

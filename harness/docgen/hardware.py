@@ -1,10 +1,8 @@
-"""The hardware reference: every per-device figure of :data:`harness.targets.SPECS` and every constant
+"""The hardware reference: every per-device figure of :data:`harness.hardware.SPECS` and every constant
 of the simulator's spec tables (:func:`harness.metrics.timeline.specs.spec_for`), each with its unit,
 uncertainty and source, as the code holds them."""
 
 from __future__ import annotations
-
-import dataclasses
 
 from harness import targets
 from harness.docgen.md import code, page, table
@@ -22,13 +20,12 @@ def _num(value: float) -> str:
 def target_rows() -> list[list[str]]:
     out = []
     for spec in targets.SPECS.values():
-        values = dataclasses.asdict(spec)
         out.append(
             [
                 code(spec.name),
                 spec.device_kind,
                 str(spec.devices_per_chip),
-                *(_num(values[f]) for f in _FIELDS),
+                *(_num(getattr(spec, f)) for f in _FIELDS),
                 spec.source,
             ]
         )
@@ -62,7 +59,7 @@ def render() -> str:
         "interconnect B/s",
         "source",
     ]
-    sections = ["## Datasheet figures (`harness/targets.py`)\n\n" + table(header, target_rows())]
+    sections = ["## Datasheet figures (`harness/hardware.py`)\n\n" + table(header, target_rows())]
     sections.append("Roofline assumptions:\n\n" + "\n".join(f"- {a}" for a in targets.ROOFLINE_ASSUMPTIONS) + "\n")
     for name in targets.SPECS:
         if name in EXAMPLE_TOPOLOGY:
@@ -71,5 +68,5 @@ def render() -> str:
                 + table(["constant", "value", "unit", "uncertainty", "source"], constant_rows(name))
             )
     return page(
-        "Hardware constants", "harness/targets.py, harness/metrics/timeline/specs.py", intro, *sections, wide=True
+        "Hardware constants", "harness/hardware.py, harness/metrics/timeline/specs.py", intro, *sections, wide=True
     )

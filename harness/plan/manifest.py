@@ -24,6 +24,7 @@ matrix); every other key is a field of the ``ltx2`` config, e.g.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -131,6 +132,11 @@ class Target(_Section):
             return dict(self.mesh)
         fixed = math.prod(s for _, s in self.mesh if s != -1)
         return {a: (self.devices // fixed if s == -1 else s) for a, s in self.mesh}
+
+    @functools.cached_property
+    def hardware(self) -> targets.Slice | None:
+        """The topology, parsed once: hardware name, chips per dimension, the generation's record."""
+        return targets.check_topology(self.topology, self.platform) if self.topology else None
 
     def resolved(self) -> Target:
         """The same target with the mesh's -1 axis resolved (what a worker builds)."""
@@ -240,10 +246,9 @@ class Manifest:
 
 def topology_devices(topology: str, platform: str) -> int:
     try:
-        targets.check_topology(topology, platform)
+        return targets.check_topology(topology, platform).devices
     except ValueError as e:
         raise Invalid(("topology",), str(e)) from None
-    return targets.topology_devices(topology)
 
 
 def _mesh(raw: Any) -> tuple[tuple[str, int], ...]:

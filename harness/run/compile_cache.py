@@ -40,7 +40,13 @@ CACHE_VERSION = 3  # 2: entries keep the HLO text (version-1 entries had none); 
 LIBRARIES = ("jax", "jaxlib", "flax", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt")
 _ROOT = Path(__file__).resolve().parents[2]
 # Harness code that decides how a stage is compiled and how its program is read (files or folders).
-CODE_FILES = ("harness/run/jax_stage.py", "harness/metrics", "harness/targets.py", "harness/run/compile_cache.py")
+CODE_FILES = (
+    "harness/run/jax_stage.py",
+    "harness/metrics",
+    "harness/targets.py",
+    "harness/hardware.py",
+    "harness/run/compile_cache.py",
+)
 # What reads the cached program after a hit as after a compile; no static metric comes from it.
 PREDICTION_FILES = (
     "harness/metrics/timeline",

@@ -130,7 +130,7 @@ def timeline_spec(spec: WorkerSpec, devices: Sequence[Any]) -> tuple[TimelineSpe
         local = sum(1 for d in devices if getattr(d, "process_index", spec.process_id) == spec.process_id) or n
         cal, _ = load_or_measure(calibration_path(spec, min(n, local)), devices=min(n, local))
         return cal.spec(devices=n), cal.to_dict()
-    return spec_for(target.topology, target.platform, device_coords(devices)), None
+    return spec_for(target.hardware, target.platform, device_coords(devices)), None
 
 
 def predicted_entry(

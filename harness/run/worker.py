@@ -185,7 +185,7 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
         if cache is not None and "accuracy_probe" in static:
             cache.put(key, static)
     if target.topology and target.platform != "cpu":
-        spec_ = targets.SPECS.get(targets.parse_topology(target.topology)[0])
+        spec_ = target.hardware.spec if target.hardware else None
         devices = math.prod(spec.mesh_shape.values())
         static = {**static, "target": analyze(static, spec_, stage.calls_per_video, devices)}
     if static.get("oom"):

@@ -199,8 +199,6 @@ def split_misses(rows: Sequence[Row], latency: float, bandwidth: float) -> tuple
 
 # ---------------------------------------------------------------- the constants a spec carries
 
-TPU_TILE = (8, 256, 256)  # the tile harness.metrics.timeline.specs gives v6e / tpu7x (tile_m, tile_n, tile_k)
-GPU_TILE = (128, 128, 64)  # and h100 / h200
 Entry = tuple[float, str, str, "float | None"]  # value, unit, source, uncertainty (None: by the source's kind)
 
 
@@ -280,7 +278,7 @@ def tpu(measured_here: bool) -> dict[str, Entry]:
     t = targets.SPECS["tpu7x"]
     carried = "" if measured_here else "tpu7x"
     return {
-        **_curve(MATMUL_PREFIX, TPU7X_GEMM, t.peak_bf16_flops, TPU7X_GEMM_TABLE, carried, TPU_TILE),
+        **_curve(MATMUL_PREFIX, TPU7X_GEMM, t.peak_bf16_flops, TPU7X_GEMM_TABLE, carried, t.tile),
         **_curve(HBM_PREFIX, TPU7X_HBM, t.hbm_bytes_per_s, TPU7X_HBM_TABLE, carried),
         **tpu7x_collectives(carried),
     }
@@ -308,7 +306,7 @@ def gpu(measured_here: bool) -> dict[str, Entry]:
     route = f"; the ring's 7/8 of the output per GPU over NVLink's {nvlink / 1e9:.0f} GB/s one direction"
     pre = f"assumed: {carried}'s measured value carried (no table of its own); " if carried else ""
     return {
-        **_curve(MATMUL_PREFIX, H100_GEMM, t.peak_bf16_flops, XLA_GEMM_TABLE, carried, GPU_TILE),
+        **_curve(MATMUL_PREFIX, H100_GEMM, t.peak_bf16_flops, XLA_GEMM_TABLE, carried, t.tile),
         **_curve(HBM_PREFIX, TPU7X_HBM, tpu7x.hbm_bytes_per_s, f"{TPU7X_HBM_TABLE}; {GPU_HBM_NOTE}", "tpu7x"),
         "collective_latency_s": (latency, "s", pre + where, None if carried else lat_miss),
         LINK_EFFICIENCY: (min(eff, 1.0), "fraction", pre + where + route, None if carried else bw_miss),

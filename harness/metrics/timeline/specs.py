@@ -3,8 +3,9 @@
 A :class:`TimelineSpec` is what :func:`harness.metrics.timeline.predict` prices a program with, and
 it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants (all per device):
 
-* ``peak_flops_per_s``: dense bf16 matmul peak (``harness.targets.SPECS``);
-* ``hbm_bytes_per_s``: HBM bandwidth (``harness.targets.SPECS``);
+* ``peak_flops_per_s``: dense bf16 matmul peak (``harness.hardware.SPECS``, as every figure of a
+  generation: its published ones, ports, wrap rule and assumed constants);
+* ``hbm_bytes_per_s``: HBM bandwidth;
 * ``op_overhead_s``: fixed cost added to every instruction that runs (fill/drain, launch);
 * ``collective_latency_s``: fixed cost of every collective (synchronisation, first hop);
 * ``link_bytes_per_s``: one ICI link, one direction (TPU); the NVLink bandwidth of one GPU, one
@@ -40,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import targets
+from harness import hardware, targets
 from harness.metrics.timeline import rates
 
 PUBLISHED_UNCERTAINTY = 0.05  # a datasheet peak is an upper bound a kernel gets close to, not exactly
@@ -184,154 +185,39 @@ class TimelineSpec:
 
 # --------------------------------------------------------------------------- the tables
 
-_V6E_DOC = "cloud.google.com/tpu/docs/v6e"
-_TPU7X_DOC = "cloud.google.com/tpu/docs/tpu7x"
-_ASSUMED_OVERHEAD = (
-    "assumed: ~1 us fixed cost per executed HLO op (pipeline fill/drain of a fusion); "
-    "no published figure, check against an XProf trace"
-)
-
 
 def _measured(entries: Mapping[str, rates.Entry]) -> dict[str, Constant]:
     """Constants from :mod:`~harness.metrics.timeline.rates` (value, unit, source, uncertainty)."""
     return {k: Constant(v, unit, source, unc) for k, (v, unit, source, unc) in entries.items()}
 
 
-def _offload(name: str) -> Constant:
-    return Constant(
-        targets.SPECS[name].hbm_bytes_per_s,
-        "B/s",
-        "assumed: an offloaded copy (SparseCore data-format call, async DMA) moves its bytes at the HBM "
-        "datasheet rate times the HBM curve; no published SparseCore / DMA figure",
-    )
-
-
-_SCALING_BOOK = "jax-ml.github.io/scaling-book/tpus"
-
-
-def _tiles(m: int, n: int, k: int, source: str) -> dict[str, Constant]:
-    return {
-        "tile_m": Constant(m, "elements", source),
-        "tile_n": Constant(n, "elements", source),
-        "tile_k": Constant(k, "elements", source),
+def _constants(name: str) -> dict[str, Constant]:
+    """A generation's constants, from its record (:data:`harness.hardware.SPECS`) and the measured
+    curves (tpu7x's tables for TPUs, H100's for GPUs, carried to the others)."""
+    t = hardware.SPECS[name]
+    published = f"harness.hardware.SPECS[{name!r}]: {t.source}"
+    out = {
+        "peak_flops_per_s": Constant(t.peak_bf16_flops, "FLOP/s", published),
+        "hbm_bytes_per_s": Constant(t.hbm_bytes_per_s, "B/s", published),
+        **{k: Constant(f.value, f.unit, f.source) for k, f in t.constants.items()},
+        **_measured(rates.tpu(name == "tpu7x") if t.platform == "tpu" else rates.gpu(name == "h100")),
+        "link_bytes_per_s": Constant(t.link_bytes_per_s, "B/s", t.link_source),
     }
-
-
-def _from_targets(name: str) -> dict[str, Constant]:
-    t = targets.SPECS[name]
-    return {
-        "peak_flops_per_s": Constant(t.peak_bf16_flops, "FLOP/s", f"harness.targets.SPECS[{name!r}]: {t.source}"),
-        "hbm_bytes_per_s": Constant(t.hbm_bytes_per_s, "B/s", f"harness.targets.SPECS[{name!r}]: {t.source}"),
-    }
-
-
-def _v6e() -> dict[str, Constant]:
-    return {
-        **_from_targets("v6e"),
-        **_tiles(
-            *rates.TPU_TILE,
-            f"{_SCALING_BOOK}: the MXU multiplies an [8, K] LHS block per pass; v6e's MXU is a 256x256 "
-            "systolic array (v2-v5: 128x128), so N and K pad to 256 and M to 8",
-        ),
-        "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
-        **_measured(rates.tpu(measured_here=False)),
-        "offload_bytes_per_s": _offload("v6e"),
-        "host_bytes_per_s": Constant(
-            32e9,
+    if t.platform == "tpu":
+        out["offload_bytes_per_s"] = Constant(
+            t.hbm_bytes_per_s,
             "B/s",
-            f"{_SCALING_BOOK}: PCIe 'Trillium (TPU v6e) has 32GB/s' per chip, 'about 2x higher than v5' "
-            "(whose 16 GB/s it gives 'each way'), read as one direction; "
-            f"{_V6E_DOC}: each chip connects to the host through a PCIe Gen5 interface",
-        ),
-        # 3,584 Gbps of ICI per chip over 4 ports, both directions: 3584e9 / 8 / 4 / 2 B/s per port per direction.
-        "link_bytes_per_s": Constant(
-            3584e9 / 8 / 4 / 2,
-            "B/s",
-            f"{_V6E_DOC}: ICI bandwidth 3,584 Gbps per chip, 4 ICI ports per chip, 2D "
-            "torus; one port, one direction = 3584e9/8/4/2",
-        ),
-    }
-
-
-def _tpu7x() -> dict[str, Constant]:
-    return {
-        **_from_targets("tpu7x"),
-        **_tiles(
-            *rates.TPU_TILE,
-            f"assumed: tpu7x's MXU is 256x256 like v6e's ({_SCALING_BOOK} gives v6e's; no published "
-            "tpu7x figure found), an [8, K] LHS block per pass",
-        ),
-        "op_overhead_s": Constant(1e-6, "s", _ASSUMED_OVERHEAD),
-        **_measured(rates.tpu(measured_here=True)),
-        "offload_bytes_per_s": _offload("tpu7x"),
-        # 1.2 TB/s bidirectional per chip over the 6 ports of a 3D torus (assumption: 6 ports, +-x, +-y, +-z).
-        "link_bytes_per_s": Constant(
-            1.2e12 / 6 / 2,
-            "B/s",
-            f"{_TPU7X_DOC}: ICI 1.2 TB/s bidirectional per chip, 3D torus; assumed 6 "
-            "ports (+-x, +-y, +-z): one port, one direction = 1.2e12/6/2",
-        ),
-        "on_chip_bytes_per_s": Constant(
-            targets.SPECS["tpu7x"].hbm_bytes_per_s,
+            "assumed: an offloaded copy (SparseCore data-format call, async DMA) moves its bytes at the HBM "
+            "datasheet rate times the HBM curve; no published SparseCore / DMA figure",
+        )
+    if t.devices_per_chip > 1:
+        out["on_chip_bytes_per_s"] = Constant(
+            t.hbm_bytes_per_s,
             "B/s",
             "assumed: the two TensorCores of a chip exchange data at one core's HBM "
             "bandwidth (no published die-to-die figure)",
-        ),
-    }
-
-
-def _gpu(name: str) -> dict[str, Constant]:
-    t = targets.SPECS[name]
-    return {
-        **_from_targets(name),
-        **_tiles(
-            *rates.GPU_TILE,
-            "assumed: a 128x128x64 thread-block tile, common for cuBLAS / CUTLASS bf16 GEMMs on Hopper "
-            "(no figure for the kernels XLA picks)",
-        ),
-        "op_overhead_s": Constant(
-            4e-6,
-            "s",
-            "assumed: ~4 us per kernel (launch + tail), XLA GPU without CUDA "
-            "graphs; check against an nsys / XProf trace",
-        ),
-        **_measured(rates.gpu(measured_here=name == "h100")),
-        "link_bytes_per_s": Constant(
-            t.interconnect_bytes_per_s,
-            "B/s",
-            f"harness.targets.SPECS[{name!r}]: NVLink 4, 900 GB/s bidirectional per GPU "
-            "through NVSwitch: 450 GB/s one direction to any group",
-        ),
-    }
-
-
-_TABLES = {"v6e": _v6e, "tpu7x": _tpu7x, "h100": lambda: _gpu("h100"), "h200": lambda: _gpu("h200")}
-
-# Wraparound (torus) links. v6e: an ICI dimension closes into a ring only when the slice spans the pod's
-# full extent in it (assumed). tpu7x: the whole slice is a torus when it is made of whole 4x4x4 cubes (every
-# dimension a multiple of 4), otherwise a mesh with no wraparound in any dimension.
-_POD_EXTENT = {"v6e": 16, "tpu7x": 4}
-_WRAP_SOURCE = {
-    "v6e": "assumed: a v6e dimension wraps around only when the slice spans the pod's full 16 chips in it ("
-    + _V6E_DOC
-    + " lists the pod as one 16x16 2D torus and says nothing of sub-slices; no second source found); shorter "
-    "dimensions are lines",
-    "tpu7x": "cloud.google.com/tpu/docs/v5p ('All 4x4x4 and larger slices (one cube) have full 3D torus') and "
-    "cloud.google.com/tpu/docs/v4 (slices of one or more full 4x4x4 cubes, each dimension a multiple of 4, "
-    "have wraparound links; smaller slices are a 3D mesh without them), applied to tpu7x, which "
-    + _TPU7X_DOC
-    + " says shares v5p's design: every dimension wraps when all are multiples of 4, none otherwise",
-}
-
-
-def wraparound(name: str, dims: Sequence[int]) -> tuple[bool, ...]:
-    """Per dimension, whether a slice of ``dims`` chips of generation ``name`` has wraparound links
-    (see ``_WRAP_SOURCE``)."""
-    extent = _POD_EXTENT[name]
-    if name == "tpu7x":
-        cubes = all(n >= extent and n % extent == 0 for n in dims)
-        return tuple(cubes for _ in dims)
-    return tuple(n >= extent and n % extent == 0 for n in dims)
+        )
+    return out
 
 
 def _row_major_coords(shape: Sequence[int], per_chip: int) -> tuple[tuple[int, ...], ...]:
@@ -346,47 +232,50 @@ def _row_major_coords(shape: Sequence[int], per_chip: int) -> tuple[tuple[int, .
     return tuple(out)
 
 
-def _tpu_topology(name: str, dims: tuple[int, ...], device_coords: Sequence[tuple[int, ...]] | None) -> Topology:
-    per_chip = targets.TPU_GENERATIONS.get(name, 1)
-    wrap = wraparound(name, dims)
+def _tpu_topology(
+    t: hardware.TargetSpec, dims: tuple[int, ...], device_coords: Sequence[tuple[int, ...]] | None
+) -> Topology:
+    wrap = t.wraparound(dims)
     if device_coords:
         # (*device.coords, device.core_on_chip): the chip's first len(dims) coordinates, then the core.
         coords = tuple(
             (*(int(v) for v in c[: len(dims)]), int(c[-1]) if len(c) > len(dims) else 0) for c in device_coords
         )
-        source = f"{_WRAP_SOURCE[name]}; device coords from the worker's devices (.coords, .core_on_chip)"
+        source = f"{t.wrap_source}; device coords from the worker's devices (.coords, .core_on_chip)"
     else:
-        coords = _row_major_coords(dims, per_chip)
-        source = f"{_WRAP_SOURCE[name]}; device coords assumed row-major (x fastest) over {dims}: none given"
-    return Topology("torus", dims, wrap, per_chip, coords, source)
+        coords = _row_major_coords(dims, t.devices_per_chip)
+        source = f"{t.wrap_source}; device coords assumed row-major (x fastest) over {dims}: none given"
+    return Topology("torus", dims, wrap, t.devices_per_chip, coords, source)
 
 
 def spec_for(
-    topology: str | None, platform: str, device_coords: Sequence[tuple[int, ...]] | None = None
+    topology: str | targets.Slice | None, platform: str, device_coords: Sequence[tuple[int, ...]] | None = None
 ) -> TimelineSpec:
-    """The spec of a compile-only target (``"v6e:2x4"``, ``"tpu7x:2x2x1"``, ``"h100:1x1x8"``) and its
-    topology. ``device_coords``: per device of the program's mesh in device-assignment order, the
-    chip coordinates then the core on the chip (TPU ``device.coords`` + ``device.core_on_chip``);
-    without them TPU devices are assumed numbered row-major, x fastest. ValueError for a target
-    with no table (CPU specs are measured: :func:`cpu_spec`)."""
+    """The spec of a compile-only target (``"v6e:2x4"``, ``"tpu7x:2x2x1"``, ``"h100:1x1x8"``, or one
+    already parsed) and its topology. ``device_coords``: per device of the program's mesh in
+    device-assignment order, the chip coordinates then the core on the chip (TPU ``device.coords`` +
+    ``device.core_on_chip``); without them TPU devices are assumed numbered row-major, x fastest.
+    ValueError for a target with no table (CPU specs are measured: :func:`cpu_spec`)."""
     if topology is None or platform == "cpu":
         raise ValueError(
             f"no timeline spec for platform {platform!r} topology {topology!r}: CPU constants are "
             "measured, build one with cpu_spec(...)"
         )
-    name, dims = targets.check_topology(topology, platform)
-    if name not in _TABLES:
-        raise ValueError(f"no timeline spec for {name!r} (topology {topology!r}; known: {', '.join(_TABLES)})")
+    where = topology if isinstance(topology, targets.Slice) else targets.check_topology(topology, platform)
+    t = where.spec
+    if t is None:
+        known = ", ".join(hardware.SPECS)
+        raise ValueError(f"no timeline spec for {where.name!r} (topology {str(where)!r}; known: {known})")
     if platform == "tpu":
-        topo = _tpu_topology(name, dims, device_coords)
+        topo = _tpu_topology(t, where.dims, device_coords)
     else:
         topo = Topology(
             "switch",
-            dims,
+            where.dims,
             source="NVSwitch: every GPU of a node reaches every other at its full "
             "NVLink bandwidth (NVIDIA HGX H100/H200)",
         )
-    return TimelineSpec(f"{name}:{'x'.join(map(str, dims))}", platform, _TABLES[name](), topo)
+    return TimelineSpec(str(where), platform, _constants(where.name), topo)
 
 
 def cpu_spec(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import hardware
 from harness.metrics import timeline
 from harness.metrics.hlo import parse
 from harness.metrics.timeline import pricing, rates, specs
@@ -112,11 +113,13 @@ def test_tpu_and_gpu_specs_carry_a_tile_with_a_source() -> None:
 
 def test_tpu7x_wraps_only_as_whole_cubes() -> None:
     """A slice of whole 4x4x4 cubes is a full 3D torus; any smaller slice has no wraparound at all."""
-    assert specs.wraparound("tpu7x", (4, 4, 4)) == (True, True, True)
-    assert specs.wraparound("tpu7x", (4, 4, 8)) == (True, True, True)
-    assert specs.wraparound("tpu7x", (4, 4, 2)) == (False, False, False)  # the old per-dimension rule wrapped x, y
-    assert specs.wraparound("tpu7x", (2, 2, 1)) == (False, False, False)
-    assert specs.wraparound("v6e", (16, 4)) == (True, False)
+    tpu7x, v6e = hardware.SPECS["tpu7x"], hardware.SPECS["v6e"]
+    assert tpu7x.wraparound((4, 4, 4)) == (True, True, True)
+    assert tpu7x.wraparound((4, 4, 8)) == (True, True, True)
+    assert tpu7x.wraparound((4, 4, 2)) == (False, False, False)  # the old per-dimension rule wrapped x, y
+    assert tpu7x.wraparound((2, 2, 1)) == (False, False, False)
+    assert v6e.wraparound((16, 4)) == (True, False)
+    assert v6e.wraparound((32, 16)) == (True, True) and v6e.wraparound((8, 8)) == (False, False)
 
 
 def test_uncertainty_follows_the_kind_of_source() -> None:
@@ -142,7 +145,7 @@ def test_every_constant_states_a_source_and_none_is_fitted_to_a_published_result
             assert "maxdiffusion" not in c.source.lower(), (spec.name, name)
             assert c.rel_uncertainty > 0, (spec.name, name)
         assert spec.topology.source or spec.topology.kind != "torus"
-    text = Path(specs.__file__).read_text() + Path(rates.__file__).read_text()
+    text = "".join(Path(m.__file__).read_text() for m in (specs, rates, hardware))  # type: ignore[arg-type]
     assert not re.search(r"maxdiffusion", text, re.IGNORECASE)
     # the rate curves come from the microbenchmark tables only: never from the held-out real v6e profile
     assert not re.search(r"tpu_inference|xplane|1\.27|1\.47", text, re.IGNORECASE)
