@@ -34,6 +34,7 @@ from harness.results.static_family import CompileCache as CompileCache
 from harness.results.static_family import Cost as Cost
 from harness.results.static_family import Memory as Memory
 from harness.results.static_family import OnTarget as OnTarget
+from harness.results.static_family import Oom as Oom
 from harness.results.static_family import Roofline as Roofline
 from harness.results.static_family import ScopeStatic as ScopeStatic
 from harness.results.static_family import Static as Static

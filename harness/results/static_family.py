@@ -187,6 +187,15 @@ class AccuracyProbe(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class Oom(Family):
+    """An out-of-memory compile: the compiler's first line and the bytes it said it needed and had."""
+
+    message: str | None = None
+    required_bytes: float | None = None
+    available_bytes: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Static(Family):
     """The ``static`` family: numbers from the compiled program (:mod:`harness.metrics.compiled.static`)."""
 
@@ -198,7 +207,7 @@ class Static(Family):
     matmul_flops: float | None = None  # loops by trip count
     memory: Memory | None = None
     tokens: Mapping[str, int] | None = None
-    oom: Mapping[str, Any] | None = None
+    oom: Oom | None = None
     collectives: Collectives | None = None
     target: OnTarget | None = None
     attribution: Attribution | None = None
@@ -209,6 +218,7 @@ class Static(Family):
         "timing": Timing,
         "cost": Cost,
         "compile_cache": CompileCache,
+        "oom": Oom,
         "collectives": Collectives,
         "target": OnTarget,
         "memory": Memory,
@@ -233,4 +243,4 @@ class Static(Family):
 
     @property
     def oom_message(self) -> str:
-        return str((self.oom or {}).get("message") or self.oom)
+        return str(self.oom.message or self.oom) if self.oom is not None else "None"

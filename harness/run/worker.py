@@ -36,7 +36,7 @@ from typing import Any
 
 from harness import targets, testing
 from harness.results import stats
-from harness.results.families import Family, Predicted
+from harness.results.families import Family, OnTarget, Predicted, Static
 from harness.run import jax_cache, lifeline
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.load import MachineBusy
@@ -155,12 +155,12 @@ def _compile_static(stage: Stage, platform: str) -> dict[str, Any]:
         return oom
 
 
-def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> dict[str, Any]:
+def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> Static:
     """Static metrics of one stage (compile-only: from the on-disk cache when unchanged), and for
     TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline. The
     compiled program's HLO text is left in ``stage.hlo_text`` (from the cache on a hit)."""
     if not stage.uses_jax:  # test workloads: nothing compiled, and JAX must stay unimported
-        return stage.static()
+        return Static.from_dict(stage.static())
     from harness.metrics.compiled.aot import analyze
 
     target = spec.target
@@ -188,9 +188,10 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
         spec_ = target.hardware.spec if target.hardware else None
         devices = math.prod(spec.mesh_shape.values())
         static = {**static, "target": analyze(static, spec_, stage.calls_per_video, devices)}
-    if static.get("oom"):
-        notes.append(f"does not fit: {static['oom']['message']}")
-    return static
+    out = Static.from_dict(static)
+    if out.oom:
+        notes.append(f"does not fit: {out.oom.message}")
+    return out
 
 
 PROBED_STAGES = ("denoise_step", "guided_step", "denoise_loop")
@@ -238,13 +239,12 @@ def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str
         return None
 
 
-def memory_fit(static: dict[str, Any], device_memory: tuple[int | None, str]) -> dict[str, Any] | None:
+def memory_fit(static: Static, device_memory: tuple[int | None, str]) -> dict[str, Any] | None:
     """Whether the compiled program's memory per device (its bound, or what an out-of-memory compile
     said it needed) fits the device's; None when either number is unknown."""
     available, source = device_memory
-    oom = static.get("oom") or {}
-    memory = static.get("memory") or {}
-    needed = oom.get("required_bytes") or memory.get("bound_bytes") or memory.get("peak_bytes")
+    oom, memory = static.oom, static.memory
+    needed = (oom.required_bytes if oom else None) or (memory.bound_bytes or memory.peak_bytes if memory else None)
     if oom and not needed:
         return {"fits": False, "needed_bytes": None, "available_bytes": available, "source": "the compiler"}
     if not needed or not available:
@@ -261,9 +261,8 @@ def _unfit_message(fit: dict[str, Any]) -> str:
     )
 
 
-def _target_unfit_message(target: dict[str, Any]) -> str:
-    memory = target.get("memory") or {}
-    needed, hbm = memory.get("needed_bytes"), memory.get("hbm_bytes")
+def _target_unfit_message(target: OnTarget) -> str:
+    needed, hbm = (target.memory.needed_bytes, target.memory.hbm_bytes) if target.memory else (None, None)
     if not needed or not hbm:
         return "does not fit: the compiler ran out of device memory; compiled only"
     return f"does not fit: needs {needed / GiB:.3g} GiB per device, the target has {hbm / GiB:.3g} GiB; compiled only"
@@ -296,8 +295,8 @@ def run_stage(name: str, spec: WorkerSpec, stages: Stages, status: StatusFile) -
         fit = memory_fit(entry["static"], stages.device_memory) if entry["static"] and wants_run else None
         if fit is not None and not spec.compile_only:
             entry["memory_fit"] = fit
-        target = (entry["static"] or {}).get("target") or {}
-        if spec.compile_only and target.get("fits") is False:
+        target = entry["static"].target if entry["static"] else None
+        if spec.compile_only and target is not None and target.fits is False:
             entry["status"], entry["error"] = "does-not-fit", _target_unfit_message(target)
             say(f"{name}: {entry['error']}")
         elif spec.compile_only and wants_run:
