@@ -97,3 +97,14 @@ def test_the_key_moves_with_the_program_the_spec_and_the_simulator(
     monkeypatch.setattr(predicted_cache, "SIMULATOR_VERSION", predicted_cache.SIMULATOR_VERSION + 1)
     bumped = simulator_identity.__wrapped__(Path(predicted_cache._ROOT))
     assert len({same, edited, bumped}) == 3
+
+
+def test_every_listed_source_exists() -> None:
+    """A file moved without its list being updated would drop out of the key silently (the hash skips
+    what is missing): the simulator's edits would stop missing the cache."""
+    from harness.run.compile_cache import CODE_FILES, PREDICTION_FILES
+
+    root = Path(predicted_cache._ROOT)
+    missing = [n for n in (*SIMULATOR_FILES, *CODE_FILES, *PREDICTION_FILES) if not (root / n).exists()]
+    assert not missing, missing
+    assert set(PREDICTION_FILES) <= set(SIMULATOR_FILES)  # what a compile-cache hit re-reads is the simulator's
