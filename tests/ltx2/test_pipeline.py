@@ -54,7 +54,7 @@ def _randomise(module: Any, gen: Any) -> None:
                 p.copy_(noise / p[0].numel() ** 0.5)
 
 
-def diffusers_pipeline(cfg: PipelineConfig) -> Any:
+def diffusers_pipeline(cfg: PipelineConfig, seed: int = 0) -> Any:
     """diffusers ``LTX2Pipeline`` of ``cfg``'s sizes, random weights, random latent statistics."""
     import torch
     from diffusers import (
@@ -67,8 +67,8 @@ def diffusers_pipeline(cfg: PipelineConfig) -> Any:
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     transformer = LTX2VideoTransformer3DModel(**_kwargs(cfg.transformer)).eval()
     _randomise(transformer, gen)
     vae = AutoencoderKLLTX2Video(**_kwargs(cfg.video_vae)).eval()

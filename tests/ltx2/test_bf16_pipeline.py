@@ -1,0 +1,145 @@
+"""The guided pipeline end to end in bfloat16 (issue 45): text connectors, 2 guided steps with CFG +
+STG + modality guidance, both decoders and the vocoder, at the tiny preset, ours against diffusers'
+``LTX2Pipeline`` in bfloat16, both against diffusers in float32 (``tests/accuracy.py``: what "bf16"
+means, the per-seed ratio and the sign test). Per seed: fresh weights (``diffusers_pipeline(cfg,
+seed)``), prompts and initial latents. The guided step's knobs (``pipeline.guidance_batching``, the
+STG fork, the text K/V cache) are measured the same way: each changes where the bfloat16 passes
+round, none may leave ours further from float32 than diffusers' bfloat16 beyond chance.
+
+Every test here is ``slow`` (12 seeds of three pipelines take ~3 CPU minutes on 2 cores): none
+is in the fast suite; the components' fast subset is (tests/ltx2/test_bf16_accuracy.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.accuracy import Comparison, Deviation, check, compare, deviation
+from tests.ltx2 import test_pipeline as tp
+
+SEEDS = range(12)  # 4 comparisons at 1e-3: fails at 12 of 12 worse (P = 2.4e-4)
+MODULES = ("transformer", "connectors", "vae", "audio_vae", "vocoder")
+KNOBS = {  # name -> (guidance_batching, stg_fork, text_kv_cache)
+    "default": ("batched", True, True),
+    "no-fork": ("batched", False, True),
+    "sequential": ("sequential", False, False),
+}
+
+
+def _inputs(cfg: Any, plan: Any, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(70_000 + seed)
+    s, d = cfg.text_encoder.max_sequence_length, cfg.connectors.text_encoder_dim
+    pos, neg = (rng.standard_normal((1, s, d)).astype(np.float32) for _ in range(2))
+    pos_mask, neg_mask = np.ones((1, s), np.int64), np.ones((1, s), np.int64)
+    pos_mask[0, :5], neg_mask[0, :9] = 0, 0
+    video = rng.standard_normal((1, cfg.video_vae.latent_channels, plan.frames, plan.height, plan.width))
+    audio = rng.standard_normal((1, cfg.audio_vae.latent_channels, plan.audio_frames, plan.latent_mel_bins))
+    return dict(
+        pos=pos,
+        pos_mask=pos_mask,
+        neg=neg,
+        neg_mask=neg_mask,
+        video=video.astype(np.float32),
+        audio=audio.astype(np.float32),
+    )
+
+
+def _theirs(pipe: Any, cfg: Any, x: dict[str, np.ndarray], bf16: bool) -> dict[str, np.ndarray]:
+    """diffusers' outputs; in bfloat16 the prompt embeddings go in as bfloat16 (the initial latents
+    stay float32: the pipeline makes them so)."""
+    import torch
+
+    from ltx2.convert.pipeline import diffusers_call_kwargs
+
+    def t(a: np.ndarray) -> Any:
+        return torch.from_numpy(a).to(torch.bfloat16) if bf16 and a.dtype == np.float32 else torch.from_numpy(a)
+
+    video, audio = pipe(
+        prompt_embeds=t(x["pos"]),
+        prompt_attention_mask=t(x["pos_mask"]),
+        negative_prompt_embeds=t(x["neg"]),
+        negative_prompt_attention_mask=t(x["neg_mask"]),
+        **diffusers_call_kwargs(cfg),
+        latents=torch.from_numpy(x["video"]),
+        audio_latents=torch.from_numpy(x["audio"]),
+        output_type="np",
+        return_dict=False,
+    )
+    return {"video": np.asarray(video, np.float32), "audio": audio.float().numpy()}
+
+
+@functools.cache
+def _reference(seed: int) -> tuple[Any, dict, dict, dict]:
+    """One seed's diffusers pipeline (weights rounded to bfloat16, float32 storage), its inputs and
+    its float32 and bfloat16 outputs; cached: every knob reuses them."""
+    import torch
+
+    from ltx2.pipeline_config import PipelineConfig
+
+    cfg = PipelineConfig.tiny()
+    pipe = tp.diffusers_pipeline(cfg, seed)
+    x = _inputs(cfg, tp.converted(cfg, pipe).plan(), seed)
+    ref = _theirs(pipe, cfg, x, bf16=False)
+    for name in MODULES:
+        getattr(pipe, name).to(torch.bfloat16)
+    theirs = _theirs(pipe, cfg, x, bf16=True)
+    for name in MODULES:
+        getattr(pipe, name).float()
+    return pipe, x, ref, theirs
+
+
+def _ours(pipe: Any, x: dict[str, np.ndarray], knobs: tuple[str, bool, bool]) -> dict[str, np.ndarray]:
+    """Ours in bfloat16 (every component), converted from the rounded weights, with the step's knobs."""
+    from ltx2.convert import from_diffusers
+    from ltx2.pipeline import LTX2Pipeline
+    from ltx2.pipeline_config import PipelineConfig
+
+    cfg = PipelineConfig.tiny()
+    bf16, both = {"dtype": "bfloat16"}, {"dtype": "bfloat16", "param_dtype": "bfloat16"}
+    batching, fork, kv = knobs
+    cfg = cfg.replace(
+        transformer=dataclasses.replace(cfg.transformer, **both),
+        connectors=dataclasses.replace(cfg.connectors, **both),
+        video_vae=dataclasses.replace(cfg.video_vae, **bf16),
+        audio_vae=dataclasses.replace(cfg.audio_vae, **bf16),
+        pipeline=cfg.pipeline.replace(guidance_batching=batching, stg_fork=fork, text_kv_cache=kv),
+    )
+    ours = LTX2Pipeline(
+        cfg,
+        transformer=from_diffusers(pipe.transformer, **both),
+        connectors=from_diffusers(pipe.connectors, **both),
+        video_vae=from_diffusers(pipe.vae, **bf16),
+        audio_vae=from_diffusers(pipe.audio_vae, **bf16),
+        vocoder=from_diffusers(pipe.vocoder, **bf16),
+    )
+    plan = ours.plan()
+    text = ours.embed_text(x["pos"], x["pos_mask"], x["neg"], x["neg_mask"])
+    x0 = ours.prepare_latents(plan, video=x["video"], audio=x["audio"])
+    out = ours.denoise(x0, text, ours.schedule(plan), ours.scales(), plan, loop="scan")
+    video, audio = ours.decode_video(out.video, plan), ours.decode_audio(out.audio, plan)
+    return {"video": np.asarray(video, np.float32), "audio": np.asarray(audio, np.float32)}
+
+
+def measure_pipeline(knob: str, seeds: Sequence[int]) -> list[Comparison]:
+    """Per output (video frames, waveform), ours and diffusers' bfloat16 deviations from float32."""
+    ours: dict[str, list[Deviation]] = {"video": [], "audio": []}
+    theirs: dict[str, list[Deviation]] = {"video": [], "audio": []}
+    for seed in seeds:
+        pipe, x, ref, their = _reference(seed)
+        mine = _ours(pipe, x, KNOBS[knob])
+        for key in ours:
+            ours[key].append(deviation(mine[key], ref[key]))
+            theirs[key].append(deviation(their[key], ref[key]))
+    return [compare(f"pipeline {knob} {k}", ours[k], theirs[k]) for k in ours]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knob", list(KNOBS))
+def test_pipeline_no_worse_than_diffusers_bf16(knob: str) -> None:
+    check(measure_pipeline(knob, SEEDS))
