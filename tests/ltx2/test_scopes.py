@@ -13,15 +13,10 @@ import re
 import jax
 import pytest
 
+from harness.metrics.hlo.text import without_provenance
 from ltx2 import PipelineConfig, Workload, build_mesh, build_stage, scopes
 
 WL = Workload(height=64, width=64, num_frames=65, frame_rate=24.0, batch=2, steps=2, text_tokens=16)
-_METADATA = re.compile(r",? metadata=\{[^{}]*\}")
-_TABLES = re.compile(r"^(FileNames|FunctionNames|FileLocations|StackFrames)\n(?:.+\n)*\n", re.M)
-
-
-def _without_metadata(hlo: str) -> str:
-    return _METADATA.sub("", _TABLES.sub("", hlo))
 
 
 def _compiled(stage: str, cfg: PipelineConfig, mesh: jax.sharding.Mesh) -> str:
@@ -45,7 +40,7 @@ def test_scopes_change_only_metadata(stage: str, sharding: str, mesh: jax.shardi
     assert "/block/" in scoped_hlo or "/audio_vae/" in scoped_hlo
     assert "/block/" not in plain_hlo and "/audio_vae/" not in plain_hlo
     assert "all-gather" in scoped_hlo or stage != "denoise_step"  # a sharded program, collectives included
-    assert _without_metadata(scoped_hlo) == _without_metadata(plain_hlo)
+    assert without_provenance(scoped_hlo) == without_provenance(plain_hlo)
 
 
 def test_every_part_of_the_step_is_scoped(mesh: jax.sharding.Mesh) -> None:

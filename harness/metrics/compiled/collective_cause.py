@@ -22,7 +22,6 @@ Where nothing matches, the text says only which axes the collective spans. Heuri
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -30,8 +29,6 @@ import numpy as np
 
 from harness.metrics.hlo.model import Instruction
 from harness.metrics.hlo.text import shape_dims
-
-_DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
 
 
 @dataclass(frozen=True)
@@ -187,8 +184,7 @@ def explain(instr: Instruction, kind: str, shapes: Mapping[str, str], facts: Sha
     if facts is None or device_groups is None:
         return Cause((), None, "mesh unknown: no cause derived")
     axes = spanned_axes(device_groups, facts.mesh)
-    dims = _DIMENSIONS.search(instr.attributes)
-    dim = _int_list(dims.group(1))[0] if dims and dims.group(1) else None
+    dim = instr.dimensions[0] if instr.dimensions else None
     if kind == "all-gather":
         operand = shape_dims(instr.operand_shapes[0] or shapes.get(instr.operands[0], "")) if instr.operands else None
         if operand is not None and dim is not None and (c := _gathered_param(operand, dim, axes, facts, scope)):

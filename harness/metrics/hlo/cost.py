@@ -15,11 +15,18 @@ from collections.abc import Callable, Mapping, Sequence
 from harness.metrics.hlo.collectives import ASYNC_CONTINUATIONS
 from harness.metrics.hlo.loops import CONTROL_FLOW, callees
 from harness.metrics.hlo.model import HloModule
-from harness.metrics.hlo.text import DEVICE_MEMORY, Line, aliased_operands, shape_bytes, shape_dims, top_level_items
+from harness.metrics.hlo.text import (
+    DEVICE_MEMORY,
+    DIM_LABELS,
+    Line,
+    aliased_operands,
+    shape_bytes,
+    shape_dims,
+    top_level_items,
+)
 
 # --------------------------------------------------------------------------- matmul FLOPs
 
-_DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
 _WINDOW = re.compile(r"\bwindow=\{([^}]*)\}")
 _LHS_CONTRACTING = re.compile(r"\blhs_contracting_dims=\{([0-9,]*)\}")
 
@@ -43,7 +50,7 @@ def _matmul_flops(instr: Line, shapes: Mapping[str, str]) -> int:
         if lhs is None or m is None:
             return 0
         return 2 * out * _elements(tuple(lhs[int(i)] for i in m.group(1).split(",") if i))
-    labels, lhs, rhs = _DIM_LABELS.search(instr.attributes), operand(0), operand(1)
+    labels, lhs, rhs = DIM_LABELS.search(instr.attributes), operand(0), operand(1)
     if labels is None or lhs is None or rhs is None:
         return 0
     lhs_l, rhs_l, out_l = labels.groups()

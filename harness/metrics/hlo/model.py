@@ -27,6 +27,16 @@ Groups = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
+class DotDims:
+    """A ``dot``'s batch and contracting dimensions of each operand (``lhs_batch_dims={0}`` ...)."""
+
+    lhs_batch: tuple[int, ...] = ()
+    lhs_contracting: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+    rhs_contracting: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Instruction(Line):
     """One instruction (:class:`~harness.metrics.hlo.text.Line`) and what is derived from it.
 
@@ -46,7 +56,10 @@ class Instruction(Line):
       index or a parameter's number (-1 otherwise);
     * ``flops``: matmul FLOPs of one execution of a ``dot``, ``convolution`` or splash kernel,
       None for any other op; ``traffic``: bytes one execution reads and writes as an op of its
-      own (0 in a computation that does not run as ops of its own, and for control flow).
+      own (0 in a computation that does not run as ops of its own, and for control flow);
+    * ``dimensions``: a collective's ``dimensions={...}``; ``dot``: a dot's batch and contracting
+      dimensions; ``dim_labels``: a convolution's (lhs, rhs, output) labels; ``estimated_cycles``:
+      the compiler's estimate in its backend_config (TPU), None where it gives none.
     """
 
     op_name: str = ""
@@ -63,6 +76,10 @@ class Instruction(Line):
     index: int = -1
     flops: int | None = None
     traffic: int = 0
+    dimensions: tuple[int, ...] = ()
+    dot: DotDims | None = None
+    dim_labels: tuple[str, str, str] | None = None
+    estimated_cycles: int | None = None
 
 
 @dataclass(frozen=True)

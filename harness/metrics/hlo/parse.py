@@ -7,10 +7,14 @@ from __future__ import annotations
 from harness.metrics.hlo import cost
 from harness.metrics.hlo.collectives import collective_facts, collective_kind
 from harness.metrics.hlo.loops import callees, executions, running, trip_count
-from harness.metrics.hlo.model import Computation, HloModule, Instruction
+from harness.metrics.hlo.model import Computation, DotDims, HloModule, Instruction
 from harness.metrics.hlo.text import (
+    DOT_KEYS,
     Line,
+    dim_labels,
+    estimated_cycles,
     get_tuple_index,
+    int_list,
     metadata,
     module_header,
     read_computations,
@@ -114,4 +118,8 @@ def _instruction(
         index=_index(line),
         flops=own_flops[id(line)],
         traffic=cost.instruction_traffic(line, shapes, comps, facts.async_role) if alone else 0,
+        dimensions=int_list(line.attributes, "dimensions") if facts.kind else (),
+        dot=DotDims(*(int_list(line.attributes, k) for k in DOT_KEYS)) if line.opcode == "dot" else None,
+        dim_labels=dim_labels(line.attributes) if line.opcode == "convolution" else None,
+        estimated_cycles=estimated_cycles(line.attributes),
     )

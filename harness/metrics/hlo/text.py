@@ -307,3 +307,47 @@ def source_lines(hlo_text: str) -> dict[int, str]:
             where = f"{files.get(loc.get('file_name_id', -1), '?')}:{loc.get('line', '?')}"
             out[frame] = f"{where} ({functions.get(loc.get('function_name_id', -1), '?')})"
     return out
+
+
+# --------------------------------------------------------------------------- attributes and provenance
+
+DOT_KEYS = ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims")
+_INT_LISTS = {key: re.compile(rf"\b{key}=\{{([0-9,]*)\}}") for key in ("dimensions", *DOT_KEYS)}
+DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
+_ESTIMATED = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)"?')
+_METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
+
+
+def int_list(attributes: str, key: str) -> tuple[int, ...]:
+    """The integers of ``key={1,2}`` (``dimensions`` or one of :data:`DOT_KEYS`); () where absent."""
+    m = _INT_LISTS[key].search(attributes)
+    return tuple(int(v) for v in m.group(1).split(",") if v) if m else ()
+
+
+def dim_labels(attributes: str) -> tuple[str, str, str] | None:
+    """A convolution's ``dim_labels=b01f_01io->b01f`` as (lhs, rhs, output); None where absent."""
+    m = DIM_LABELS.search(attributes)
+    return (m.group(1), m.group(2), m.group(3)) if m else None
+
+
+def estimated_cycles(attributes: str) -> int | None:
+    """The compiler's ``estimated_cycles`` in an instruction's backend_config (TPU); None where absent."""
+    m = _ESTIMATED.search(attributes) if "estimated_cycles" in attributes else None
+    return int(m.group(1)) if m else None
+
+
+def instruction_name(line: str) -> str | None:
+    """The name an instruction line defines; None for any other line."""
+    m = _INSTRUCTION.match(_COMMENT.sub("", line) if "/*" in line else line)
+    return m.group(1) if m else None
+
+
+def without_provenance(hlo_text: str) -> str:
+    """The text without what says where it came from: every ``metadata={...}`` (JAX op names, source
+    lines) and the module's source tables (:data:`SOURCE_TABLES`, paths included)."""
+    kept, table = [], False
+    for line in hlo_text.splitlines():
+        table = line in SOURCE_TABLES or (table and bool(line.strip()))
+        if not table:
+            kept.append(_METADATA.sub("", line))
+    return "\n".join(kept)

@@ -12,7 +12,6 @@ median (the ones the two models disagree on most). Pure Python.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,6 @@ from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import NS, Simulator
 from harness.metrics.timeline.specs import TimelineSpec
 
-_ESTIMATED = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)"?')
 WORST = 10
 
 
@@ -33,9 +31,8 @@ def compiler_estimates(program: Program) -> dict[str, float]:
     out = {}
     for ops in program.ops.values():
         for op in ops:
-            m = _ESTIMATED.search(op.instr.attributes)
-            if m and int(m.group(1)) > 0:
-                out[op.name] = float(m.group(1))
+            if op.instr.estimated_cycles:
+                out[op.name] = float(op.instr.estimated_cycles)
     return out
 
 

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
-from harness.metrics.hlo.text import SOURCE_TABLES
+from harness.metrics.hlo.text import without_provenance
 from harness.metrics.timeline.specs import TimelineSpec
 
 SIMULATOR_VERSION = 1
 """Bump when the simulator (this package) prices the same program on the same spec differently."""
 
 _PROSE = frozenset({"source", "notes", "name"})
-_METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
 
 
 def _numbers(value: Any) -> Any:
@@ -53,12 +51,7 @@ def spec_identity(spec: TimelineSpec) -> str:
 
 def program_fingerprint(hlo_text: str) -> str:
     """sha256 (hex, 16 digits) of an optimized HLO text without its metadata and source tables."""
-    kept, table = [], False
-    for line in hlo_text.splitlines():
-        table = line in SOURCE_TABLES or (table and bool(line.strip()))
-        if not table:
-            kept.append(_METADATA.sub("", line))
-    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+    return hashlib.sha256(without_provenance(hlo_text).encode()).hexdigest()[:16]
 
 
 def identity(spec: TimelineSpec, hlo_text: str, *, deterministic: bool) -> dict[str, Any]:

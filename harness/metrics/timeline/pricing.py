@@ -29,23 +29,17 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.metrics.hlo.cost import instruction_flops
-from harness.metrics.hlo.model import HloModule, Instruction
-from harness.metrics.hlo.text import Line, shape_dims
+from harness.metrics.hlo.model import DotDims, HloModule, Instruction
+from harness.metrics.hlo.text import shape_dims
 from harness.metrics.timeline import rates
 from harness.metrics.timeline.specs import TimelineSpec
 
 CURVE_PREFIX = "matmul_eff_n"
 TILES = ("tile_m", "tile_n", "tile_k")
-_DIMS = {
-    key: re.compile(rf"\b{key}=\{{([0-9,]*)\}}")
-    for key in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims")
-}
-_DIM_LABELS = re.compile(r"\bdim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
 
 
 @dataclass(frozen=True)
@@ -60,15 +54,11 @@ class Matmul:
     flops: float
 
 
-def _ints(m: re.Match[str] | None) -> list[int]:
-    return [int(v) for v in m.group(1).split(",") if v] if m else []
-
-
 def _prod(values: Sequence[int]) -> int:
     return math.prod(values) if values else 1
 
 
-def matmul_of(instr: Line, shapes: Mapping[str, str]) -> Matmul | None:
+def matmul_of(instr: Instruction, shapes: Mapping[str, str]) -> Matmul | None:
     """The :class:`Matmul` of a ``dot`` or ``convolution`` (None for any other op or an unreadable one)."""
     if instr.opcode not in ("dot", "convolution") or len(instr.operands) < 2:
         return None
@@ -78,17 +68,16 @@ def matmul_of(instr: Line, shapes: Mapping[str, str]) -> Matmul | None:
     if lhs is None or rhs is None or out is None or flops <= 0:
         return None
     if instr.opcode == "dot":
-        lb, lc = (_ints(_DIMS[k].search(instr.attributes)) for k in ("lhs_batch_dims", "lhs_contracting_dims"))
-        rb, rc = (_ints(_DIMS[k].search(instr.attributes)) for k in ("rhs_batch_dims", "rhs_contracting_dims"))
+        dot = instr.dot or DotDims()
+        lb, lc, rb, rc = dot.lhs_batch, dot.lhs_contracting, dot.rhs_batch, dot.rhs_contracting
         batch = _prod([lhs[i] for i in lb if i < len(lhs)])
         k = _prod([lhs[i] for i in lc if i < len(lhs)])
         m = _prod([d for i, d in enumerate(lhs) if i not in lb and i not in lc])
         n = _prod([d for i, d in enumerate(rhs) if i not in rb and i not in rc])
         return Matmul(batch, m, n, k, float(flops))
-    labels = _DIM_LABELS.search(instr.attributes)
-    if labels is None:
+    if instr.dim_labels is None:
         return None
-    out_l = labels.group(3)
+    out_l = instr.dim_labels[2]
     features = out[out_l.index("f")] if "f" in out_l else 1
     elements = _prod(out)
     m = max(elements // max(features, 1), 1)

@@ -24,11 +24,11 @@ signatures here; ``XlaComputation.as_hlo_text()`` prints them without, and the p
 from __future__ import annotations
 
 import importlib
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.metrics.hlo.text import instruction_name
 from harness.metrics.measured.xplane_read import XPlane, fields, hlo_protos, varint
 
 
@@ -127,13 +127,6 @@ def collective_groups(module: bytes) -> dict[str, str]:
 _EMPTY_GROUPS = "replica_groups={}"
 
 
-def _instruction_lines(text: str) -> Iterator[tuple[int, str, str]]:
-    for i, line in enumerate(text.split("\n")):
-        m = re.match(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=", line)
-        if m:
-            yield i, m.group(1), line
-
-
 def repair(text: str, module: bytes) -> tuple[str, tuple[str, ...]]:
     """jaxlib's text of ``module`` with its partition count and the device groups jaxlib dropped
     written in (see the module docstring); the repairs made, in words."""
@@ -148,9 +141,10 @@ def repair(text: str, module: bytes) -> tuple[str, tuple[str, ...]]:
             f"({len(devices)} devices: {', '.join(map(str, devices))}); jaxlib's text has the default config's 1"
         )
     groups = collective_groups(module)
-    for i, name, line in _instruction_lines("\n".join(lines)):
-        printed = groups.get(name)
-        if printed and printed != "{}" and _EMPTY_GROUPS in line:
+    for i, line in enumerate(lines):
+        name = instruction_name(line) if _EMPTY_GROUPS in line else None
+        printed = groups.get(name) if name else None
+        if printed and printed != "{}":
             lines[i] = line.replace(_EMPTY_GROUPS, f"replica_groups={printed}", 1)
             repairs.append(f"{name}: replica_groups={printed} from the proto (jaxlib printed {_EMPTY_GROUPS})")
     return "\n".join(lines), tuple(repairs)
