@@ -43,16 +43,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.calibration import check as calibration  # noqa: E402
-from harness.calibration import fit as fitting  # noqa: E402
-from harness.calibration.cpu import SHARED, CpuCalibration  # noqa: E402
-from harness.calibration.traces import program_samples, read_program, traced_sharing  # noqa: E402
-from harness.metrics.hlo import parse  # noqa: E402
-from harness.metrics.timeline import TimelineSpec, predict  # noqa: E402
-from harness.results.record import Record  # noqa: E402
-from harness.results.store import load_records  # noqa: E402
+from harness.calibration import check as calibration
+from harness.calibration import fit as fitting
+from harness.calibration.cpu import SHARED, CpuCalibration
+from harness.calibration.traces import program_samples, read_program, traced_sharing
+from harness.metrics.hlo import parse
+from harness.metrics.timeline import TimelineSpec, predict
+from harness.results.record import Record
+from harness.results.store import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 VARIANTS: dict[str, tuple[str, bool, bool]] = {

@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 # Knob settings: (guidance_batching, stg_fork, text_kv_cache).
 VARIANTS: dict[str, tuple[str, bool, bool]] = {
     "old": ("sequential", False, False),  # diffusers' passes: every knob switched back

@@ -35,10 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.calibration import check as calibration  # noqa: E402 - after the path (no JAX: records and statistics only)
-from harness.results.store import load_records  # noqa: E402
+from harness.calibration import check as calibration  # no JAX: records and statistics only
+from harness.results.store import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "experiments" / "calibration-cpu.toml"

@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def dump(
     manifest: Path, variant_name: str, stage: str, out: Path, options: dict[str, Any] | None = None, label: str = ""
