@@ -6,16 +6,11 @@ stage's text (static metrics, attribution, trace filter, prediction), timed on a
 ``DUMP.hlo`` (or ``.hlo.gz``) is ``compiled.as_text()``, e.g. from ``benchmarks/timeline_speed.py
 dump`` (19B step: compile-only on libtpu); the ``.json`` beside it gives the timeline spec
 (topology, platform, device coordinates). Without one, a CPU spec with fixed constants prices the
-program (the timings are what matters, not the step). The script runs on whichever ``harness``
-``PYTHONPATH`` gives: the parsed-module API (:func:`harness.metrics.hlo.parse`) or the text API it
-replaced (each reader parsing the text for itself), so one script times both trees:
-
-    PYTHONPATH=/path/to/old python benchmarks/hlo_parse_speed.py /tmp/hlo/v7x-step.hlo
-    PYTHONPATH=$PWD python benchmarks/hlo_parse_speed.py /tmp/hlo/v7x-step.hlo
+program (the timings are what matters, not the step).
 
 Phases, each from the text, median of ``--repeats`` runs:
 
-* ``parse``: text -> module (the old API: ``parse_module``, lines only);
+* ``parse``: text -> module;
 * ``predict``: parse + ``timeline.predict``;
 * ``worker``: parse + what a worker reads from one stage: collective stats, matmul FLOPs, memory
   traffic, attribution by scope, the trace filter's scopes and collective names, the prediction
@@ -29,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib
 import json
 import os
 import statistics
@@ -50,6 +44,7 @@ def read_text(path: Path) -> str:
 def timeline_spec(path: Path, text: str) -> Any:
     """The dump's spec from the ``.json`` beside it, else a CPU spec with fixed constants."""
     from harness.metrics import timeline
+    from harness.metrics.hlo.text import module_header
 
     meta_path = path.with_name(path.name.removesuffix(".gz").removesuffix(".hlo") + ".json")
     if meta_path.exists():
@@ -57,28 +52,18 @@ def timeline_spec(path: Path, text: str) -> Any:
         if meta.get("topology"):
             coords = [tuple(c) for c in meta.get("device_coords", [])] or None
             return timeline.spec_for(meta["topology"], meta["platform"], coords)
-    header = text.split("\n", 1)[0]
-    devices = int(header.split("num_partitions=")[1].split(",")[0]) if "num_partitions=" in header else 1
+    _, devices = module_header(text)
     return timeline.cpu_spec(1e11, 1e10, 5e-6, "fixed constants (timing only)", devices=devices)
 
 
-def phases(spec: Any, with_sensitivity: bool) -> tuple[str, dict[str, Callable[[str], object]]]:
-    """The API this harness has, and phase name -> what it runs on the text."""
+def phases(spec: Any, with_sensitivity: bool) -> dict[str, Callable[[str], object]]:
+    """Phase name -> what it runs on the text."""
     from harness.metrics import timeline
     from harness.metrics.compiled import attribution
+    from harness.metrics.hlo import collective_instructions, collective_stats, matmul_flops, memory_traffic_bytes, parse
     from ltx2 import scopes
 
     path = scopes.scope_path
-    try:
-        from harness.metrics.hlo import (
-            collective_instructions,
-            collective_stats,
-            matmul_flops,
-            memory_traffic_bytes,
-            parse,
-        )
-    except ImportError:  # the text API: every reader parses for itself
-        return "text", _text_phases(spec, with_sensitivity)
 
     def worker(text: str) -> object:
         module = parse(text)
@@ -87,30 +72,9 @@ def phases(spec: Any, with_sensitivity: bool) -> tuple[str, dict[str, Callable[[
         out += [collective_instructions(module), timeline.predict(module, spec)]
         return out + ([timeline.sensitivity(module, spec)] if with_sensitivity else [])
 
-    return "parsed module", {
+    return {
         "parse": parse,
         "predict": lambda text: timeline.predict(parse(text), spec),
-        "worker": worker,
-    }
-
-
-def _text_phases(spec: Any, with_sensitivity: bool) -> dict[str, Callable[[str], object]]:
-    from harness.metrics import timeline
-    from harness.metrics.compiled import attribution
-    from ltx2 import scopes
-
-    hlo, hlo_cost = (importlib.import_module(f"harness.metrics.{m}") for m in ("hlo", "hlo_cost"))  # the old modules
-    path = scopes.scope_path
-
-    def worker(text: str) -> object:
-        out = [hlo.collective_stats(text), hlo_cost.matmul_flops(text), hlo_cost.memory_traffic_bytes(text)]
-        out += [attribution.static_by_scope(text, path), attribution.instruction_scopes(text, path)]
-        out += [hlo.collective_instructions(text), timeline.predict(text, spec)]
-        return out + ([timeline.sensitivity(text, spec)] if with_sensitivity else [])
-
-    return {
-        "parse": hlo.parse_module,
-        "predict": lambda text: timeline.predict(text, spec),
         "worker": worker,
     }
 
@@ -133,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "lines": text.count("\n"),
         "repeats": args.repeats,
     }
-    out["api"], runners = phases(spec, not args.no_sensitivity)
+    runners = phases(spec, not args.no_sensitivity)
     wanted = args.phases.split(",")
     if unknown := set(wanted) - set(runners):
         raise SystemExit(f"--phases: unknown {sorted(unknown)} (known: {', '.join(runners)})")

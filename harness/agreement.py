@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-Values = Sequence[float]
+Values = Sequence[float] | np.ndarray
 
 
-def _array(values: Values) -> np.ndarray:
+def finite_array(values: Values) -> np.ndarray:
+    """``values`` as a float array; ValueError unless it is 1-D, non-empty and finite."""
     xs = np.asarray(values, dtype=float)
     if xs.ndim != 1 or xs.size == 0:
         raise ValueError(f"expected a non-empty 1-D set of values, got shape {xs.shape}")
@@ -26,7 +27,7 @@ def _array(values: Values) -> np.ndarray:
 
 
 def median(values: Values) -> float:
-    return float(np.median(_array(values)))
+    return float(np.median(finite_array(values)))
 
 
 def spearman(xs: Values, ys: Values) -> float:
@@ -34,7 +35,7 @@ def spearman(xs: Values, ys: Values) -> float:
     or when either side is constant."""
     from scipy import stats as st
 
-    x, y = _array(xs), _array(ys)
+    x, y = finite_array(xs), finite_array(ys)
     if len(x) != len(y):
         raise ValueError(f"spearman: {len(x)} x values but {len(y)} y values")
     if len(x) < 3 or np.all(x == x[0]) or np.all(y == y[0]):
@@ -45,7 +46,7 @@ def spearman(xs: Values, ys: Values) -> float:
 def median_abs_log_ratio(predicted: Values, measured: Values) -> float:
     """``median |ln(predicted / measured)|``: how far off a typical prediction is, either way
     (``ln 1.5`` = 0.405: within 1.5x of the measurement)."""
-    p, m = _array(predicted), _array(measured)
+    p, m = finite_array(predicted), finite_array(measured)
     if len(p) != len(m) or not len(p):
         raise ValueError(f"median_abs_log_ratio: needs equally many values, got {len(p)} and {len(m)}")
     if np.any(p <= 0) or np.any(m <= 0):

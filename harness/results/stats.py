@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.agreement import finite_array, median
 from harness.vocabulary import Change
 
 IMPROVED, REGRESSED, UNCHANGED, NOISE = Change.IMPROVED, Change.REGRESSED, Change.UNCHANGED, Change.NOISE
@@ -67,21 +68,8 @@ class Spread:
         return self.iqr / self.median if self.median else math.nan
 
 
-def _array(samples: Samples) -> np.ndarray:
-    xs = np.asarray(samples, dtype=float)
-    if xs.ndim != 1 or xs.size == 0:
-        raise ValueError(f"expected a non-empty 1-D sample set, got shape {xs.shape}")
-    if not np.all(np.isfinite(xs)):
-        raise ValueError("samples contain NaN or infinity")
-    return xs
-
-
-def median(samples: Samples) -> float:
-    return float(np.median(_array(samples)))
-
-
 def spread(samples: Samples) -> Spread:
-    xs = _array(samples)
+    xs = finite_array(samples)
     q1, med, q3 = np.percentile(xs, [25, 50, 75])  # linear interpolation == "inclusive" quartiles
     return Spread(int(xs.size), float(med), float(q1), float(q3), float(xs.min()), float(xs.max()))
 
@@ -91,7 +79,7 @@ def summarize(samples: Samples) -> dict[str, Any]:
     inter-quartile range (inclusive quartiles, as :func:`spread`); all None without samples."""
     if len(samples) == 0:
         return {"n": 0, "median": None, "min": None, "max": None, "mean": None, "stdev": None, "iqr": None}
-    xs = _array(samples)
+    xs = finite_array(samples)
     s = spread(xs)
     return {
         "n": s.n,
@@ -136,7 +124,7 @@ def min_samples(alpha: float = DEFAULT_ALPHA) -> int:
 
 def mann_whitney_p(base: Samples, head: Samples) -> float:
     """Two-sided Mann-Whitney U p-value (exact for small tie-free sets, else normal approx.)."""
-    b, h = _array(base), _array(head)
+    b, h = finite_array(base), finite_array(head)
     if np.all(np.concatenate([b, h]) == b[0]):
         return 1.0  # every value identical: no evidence of any difference
     from scipy import stats as sps  # scipy loads only where samples are compared, not in every worker
@@ -148,7 +136,7 @@ def mann_whitney_p(base: Samples, head: Samples) -> float:
 def timing_p(base: Samples, head: Samples) -> float:
     """The timing test: :func:`mann_whitney_p` of the two sides' :func:`batch_means` of
     :data:`CALLS_PER_BATCH` consecutive calls each (batches, not calls, are the unit: see there)."""
-    b, h = _array(base), _array(head)
+    b, h = finite_array(base), finite_array(head)
     return mann_whitney_p(batch_means(b, timing_units(b.size)), batch_means(h, timing_units(h.size)))
 
 
@@ -181,7 +169,7 @@ def bootstrap_ratio_ci(
 ) -> tuple[float, float]:
     """Percentile interval of ``median(head) / median(base)``, each side resampled by
     :func:`block_resample` (seeded, so a report is reproducible)."""
-    b, h = _array(base), _array(head)
+    b, h = finite_array(base), finite_array(head)
     rng = np.random.default_rng(seed)
     mb = np.median(block_resample(b, rng, resamples), axis=1)
     mh = np.median(block_resample(h, rng, resamples), axis=1)
@@ -203,7 +191,7 @@ def batch_means(samples: Samples, batches: int) -> np.ndarray:
     Carlstein, "The use of subseries values for estimating the variance of a general statistic
     from a stationary sequence", Ann. Statist. 14(3), 1986. A/A flag rates with and without batches,
     on traces of a loaded 2-core machine: benchmarks/results/aa-intervals-2026-11-29.md."""
-    xs = _array(samples)
+    xs = finite_array(samples)
     k = max(1, min(int(batches), xs.size))
     return np.array([b.mean() for b in np.array_split(xs, k)])
 
@@ -332,7 +320,7 @@ def compare_samples(
         raise ValueError(f"threshold is a slowdown factor >= 1, got {threshold}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    b, h = _array(base), _array(head)
+    b, h = finite_array(base), finite_array(head)
     mb, mh = float(np.median(b)), float(np.median(h))
     r = ratio(mb, mh)
     p = timing_p(b, h)
@@ -431,7 +419,7 @@ def gate_error_rates(
     batches, as :func:`timing_p`) to (base, head) for the false alarm and to
     (base, head * (1 + slowdown)) for the power. The p-value and ratio of a trial do not depend on
     the threshold or alpha, so every cell of the grid reads the same trials."""
-    pools = [_array(r) for r in runs]
+    pools = [finite_array(r) for r in runs]
     if not pools:
         raise ValueError("gate_error_rates needs at least one run of samples")
     rng = np.random.default_rng(seed)
