@@ -1,4 +1,4 @@
-"""benchmarks/calibrate_held_out.py: the transfer of fitted constants by a measured sharing ratio,
+"""harness/calibration/held_out.py: the transfer of fitted constants by a measured sharing ratio,
 the re-prediction of saved programs and the scoring, on known numbers (no JAX, no traces: seconds)."""
 
 from __future__ import annotations
@@ -7,17 +7,20 @@ import dataclasses
 import gzip
 import importlib.util
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from harness.calibration import check as calibration
+from harness.calibration import held_out
 from harness.calibration.cpu import CpuCalibration
 from harness.metrics.hlo import parse
 from harness.metrics.timeline import Constant, cpu_spec, predict
-from tests.scripts import benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 _fixture = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "harness" / "fixtures" / "synthetic.py")
 synthetic = importlib.util.module_from_spec(_fixture)
 _fixture.loader.exec_module(synthetic)
@@ -32,10 +35,6 @@ rhs_contracting_dims={0}
   ROOT %s = f32[256,256]{1,0} add(f32[256,256]{1,0} %d, f32[256,256]{1,0} %a)
 }
 """
-
-
-def _script():  # type: ignore[no-untyped-def]
-    return benchmark("calibrate_held_out")
 
 
 def _held(single: dict[str, float] | None = None) -> CpuCalibration:
@@ -67,9 +66,8 @@ def _fitted():  # type: ignore[no-untyped-def]
 
 
 def test_shared_scales_each_fitted_constant_by_the_measured_sharing() -> None:
-    script = _script()
     held = _held()
-    moved = script.shared(_fitted(), held, "cpu-calibration-8dev.json")
+    moved = held_out.shared(_fitted(), held, "cpu-calibration-8dev.json")
     # fitted 10 GFLOP/s x (2 / 20) = 1 GFLOP/s; 4 GB/s x (0.5 / 2) = 1 GB/s; 1 us x (6 / 2) = 3 us
     assert moved.value("peak_flops_per_s") == pytest.approx(1e9)
     assert moved.value("hbm_bytes_per_s") == pytest.approx(1e9)
@@ -90,7 +88,7 @@ def test_shared_scales_each_fitted_constant_by_the_measured_sharing() -> None:
 
 def test_a_traced_ratio_replaces_the_micro_benchmark_ones() -> None:
     """A ratio the calibration traces measured (0.2): every rate x 0.2, the overhead / 0.2, the source says so."""
-    moved = _script().shared(_fitted(), _held(), "8dev.json", (0.2, "measured on 3 traced program(s)"))
+    moved = held_out.shared(_fitted(), _held(), "8dev.json", (0.2, "measured on 3 traced program(s)"))
     assert moved.value("peak_flops_per_s") == pytest.approx(2e9)
     assert moved.value("hbm_bytes_per_s") == pytest.approx(0.8e9)
     assert moved.value("op_overhead_s") == pytest.approx(5e-6)
@@ -102,7 +100,7 @@ def test_a_traced_ratio_replaces_the_micro_benchmark_ones() -> None:
 def test_a_one_device_calibration_keeps_the_fitted_speeds() -> None:
     """One device has the cores to itself: ratio 1, no one-device values needed, the sources as fitted."""
     one = CpuCalibration(20e9, 2e9, 2e-6, "measured: one device", devices=1, cores=2)
-    moved = _script().shared(_fitted(), one, "cpu-calibration-1dev.json")
+    moved = held_out.shared(_fitted(), one, "cpu-calibration-1dev.json")
     assert one.sharing() == {"peak_flops_per_s": 1.0, "hbm_bytes_per_s": 1.0, "op_overhead_s": 1.0}
     assert moved.value("peak_flops_per_s") == 10e9 and moved.value("op_overhead_s") == 1e-6
     assert moved.constants["hbm_bytes_per_s"].source == "fitted: 9 traces 1 / slope of the memory class"
@@ -110,24 +108,22 @@ def test_a_one_device_calibration_keeps_the_fitted_speeds() -> None:
 
 
 def test_shared_refuses_a_calibration_without_one_device_values() -> None:
-    script = _script()
-    with pytest.raises(script.InputError, match=r"8dev.json: no one-device value single.copy_bytes_per_s"):
-        script.shared(_fitted(), _held({"matmul_flops_per_s": 20e9}), "8dev.json")
+    with pytest.raises(held_out.InputError, match=r"8dev.json: no one-device value single.copy_bytes_per_s"):
+        held_out.shared(_fitted(), _held({"matmul_flops_per_s": 20e9}), "8dev.json")
 
 
 def test_score_two_points() -> None:
-    script = _script()
     pts = [
         calibration.Point("a", "denoise_step", 8, 2.0, 1.0, True),  # 2x pessimistic
         calibration.Point("b", "denoise_step", 8, 1.0, 1.5, True),  # 1.5x optimistic
         calibration.Point("c", "denoise_step", 8, 100.0, 1.0, False),  # not gated: in no score
     ]
-    s = script.score(pts)
+    s = held_out.score(pts)
     assert s.n == 2 and s.over == 1
     assert s.median_abs_log == pytest.approx((math.log(2.0) + math.log(1.5)) / 2)  # the median of two
     assert s.worst_factor == pytest.approx(2.0) and s.median_factor == pytest.approx(math.sqrt(3.0))
     assert math.isnan(s.spearman)  # two points rank nothing
-    assert script.score([pts[2]]) is None
+    assert held_out.score([pts[2]]) is None
 
 
 def _stage(step_s: float, measured: float, host_loop: bool, variant: str) -> dict:
@@ -138,7 +134,6 @@ def _stage(step_s: float, measured: float, host_loop: bool, variant: str) -> dic
 
 
 def test_rescore_repredicts_saved_programs_and_scores_as_calibration_points(tmp_path: Path) -> None:
-    script = _script()
     for variant in ("a", "loop"):
         where = tmp_path / "traces" / variant / "denoise_step"
         where.mkdir(parents=True)
@@ -157,7 +152,7 @@ def test_rescore_repredicts_saved_programs_and_scores_as_calibration_points(tmp_
             synthetic.minimal("loop", {"denoise_step": _stage(step, step * 4 * 3, True, "loop")}, target=target),
         ]
     )
-    out = script.rescore("held out", records, tmp_path, base, fitted)
+    out = held_out.rescore("held out", records, tmp_path, base, fitted)
     assert out.reproduction == pytest.approx(1 - 1 / 1.01)  # the recorded step of "a" was 1% off
     by = {p.variant: p for p in out.base}
     assert by["a"].predicted_s == pytest.approx(step) and by["a"].ratio == pytest.approx(2.0)
@@ -165,13 +160,21 @@ def test_rescore_repredicts_saved_programs_and_scores_as_calibration_points(tmp_
     assert by["loop"].ratio == pytest.approx(1 / 3)
     assert out.recorded == {("a", "denoise_step"): pytest.approx(step * 1.01), ("loop", "denoise_step"): step * 4}
     assert [p.predicted_s for p in out.fitted] == pytest.approx([slower, slower * 4])
-    s = script.score(out.base)
+    s = held_out.score(out.base)
     assert s.n == 2 and s.worst_factor == pytest.approx(3.0)
     assert s.median_abs_log == pytest.approx((math.log(2) + math.log(3)) / 2)
 
 
-def test_missing_input_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_input_exits_2_naming_the_file(tmp_path: Path) -> None:
+    """The driver, run as users run it."""
     missing = tmp_path / "nothing" / "results.jsonl"
-    rc = _script().main(["--calibration", str(missing), "--held-out", str(missing), "--out", str(tmp_path / "r.md")])
-    assert rc == 2 and f"{missing}: no such results file" in capsys.readouterr().err
+    argv = ["--calibration", str(missing), "--held-out", str(missing), "--out", str(tmp_path / "r.md")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "calibrate_held_out.py"), *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and f"{missing}: no such results file" in run.stderr, run.stderr
     assert not (tmp_path / "r.md").exists()
