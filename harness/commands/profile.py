@@ -29,8 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _console(result: dict) -> str:
+    from harness.report.profile import policies
+
     label = result["label"]
-    lines = [f"{result['profile']} on {result['topology']} ({label}, links {result['link_sharing']})"]
+    lines = [f"{result['profile']} on {result['topology']} ({label}, {policies(result)})"]
     lines.append(f"{'module':<28}{'measured':>12}{'predicted':>12}{'interval':>24}{'ratio':>8}  inside")
     for m in result["modules"]:
         lo, hi = m["interval_ms"]

@@ -58,9 +58,21 @@ def load(path: str | Path) -> dict[str, Any]:
     return result
 
 
+def policies(result: Mapping[str, Any], other: bool = False) -> str:
+    """``links fair, host link fifo``: the policies the prediction used (``other``: the ones it did
+    not, the ``other_policy`` columns); a result written before the host link had its own policy
+    shared it by ``link_sharing``."""
+    flip = {"fair": "fifo", "fifo": "fair"}
+    links = result["link_sharing"]
+    host = result.get("host_link_sharing", links)
+    if other:
+        links, host = flip[links], flip[host]
+    return f"links {links}, host link {host}"
+
+
 def modules_section(result: Mapping[str, Any]) -> str:
     """Per module: measured median, predicted, the other policy's, the interval, and whether it holds."""
-    label, other = result["label"], f"links {'fifo' if result['link_sharing'] == 'fair' else 'fair'}"
+    label, other = result["label"], policies(result, other=True)
     head = _head(
         ["module", "devices (runs)", "measured (median)", label, other, "interval", "pred / meas", "inside"], 2
     )
@@ -83,7 +95,7 @@ def modules_section(result: Mapping[str, Any]) -> str:
 def ops_section(result: Mapping[str, Any]) -> str:
     """Per op by name, largest measured share first."""
     label = result["label"]
-    head = _head(["module", "op", "measured (median)", "share", label, "links other policy", "pred / meas"], 2)
+    head = _head(["module", "op", "measured (median)", "share", label, policies(result, other=True), "pred / meas"], 2)
     rows = []
     for o in result["ops"]:
         pred = o["predicted_ms"]
@@ -114,8 +126,8 @@ def _score(name: str, s: Mapping[str, Any]) -> str:
 
 
 def notes_section(result: Mapping[str, Any]) -> str:
-    items = [_score(f"{result['label']}, links {result['link_sharing']}", result["score"])]
-    items.append(_score("links by the other policy", result["score_other_policy"]))
+    items = [_score(f"{result['label']}, {policies(result)}", result["score"])]
+    items.append(_score(policies(result, other=True), result["score_other_policy"]))
     for m in result["modules"]:
         for text in (*m["repairs"], *m["notes"]):
             items.append(f'<li class="note">{e(m["module"])}: {e(text)}</li>')
@@ -129,7 +141,7 @@ def render(result: Mapping[str, Any]) -> str:
     chips = ", ".join(f"TPU:{k} = chip {v}" for k, v in result["chips"].items())
     title = f"{e(Path(result['profile']).name)} on {e(result['topology'])}"
     head = f"<p>Profile <code>{e(result['profile'])}</code>; this host's planes: {e(chips)}. "
-    head += f"Spec {e(result['spec']['name'])}, {e(result['label'])}, links shared {e(result['link_sharing'])}.</p>"
+    head += f"Spec {e(result['spec']['name'])}, {e(result['label'])}, {e(policies(result))}.</p>"
     body = modules_section(result) + ops_section(result) + notes_section(result)
     page = f"<h1>Real profile: predicted against measured</h1><h2>{title}</h2>{head}{body}"
     meta = f"<meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style>"

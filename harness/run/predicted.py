@@ -62,6 +62,7 @@ from harness.metrics.measured.chrome import write_chrome_trace
 from harness.metrics.timeline import (
     TimelineSpec,
     build_program,
+    copies_host,
     rates,
     sensitivity,
     share_bound_specs,
@@ -181,11 +182,11 @@ def xprof_interval(
 ) -> dict[str, Any]:
     """The XProf shares (:data:`XPROF_SHARES`) of the step simulated at each of the interval's
     bounds (:func:`harness.metrics.timeline.share_bound_specs`: every constant and curve fast, slow,
-    the links slow with the rest fast and the reverse, the other link-sharing policy, the datasheet
+    the links slow with the rest fast and the reverse, the other link-sharing policies, the datasheet
     where a curve is carried): per share its lowest and highest value over those and the base, and
     each point. The shares' denominators stay the spec's datasheet peaks (XProf's definitions)."""
     points: dict[str, dict[str, float | None]] = {"base": {k: base.get(k) for k in XPROF_SHARES}}
-    for name, bound in share_bound_specs(tl_spec).items():
+    for name, bound in share_bound_specs(tl_spec, host_copies=copies_host(program)).items():
         entry = xprof_entry(simulate(program, bound).events, costs, opcodes, **peaks)
         points[name] = {k: entry.get(k) for k in XPROF_SHARES}
     out: dict[str, Any] = {"points": points}

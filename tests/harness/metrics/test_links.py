@@ -164,3 +164,67 @@ def test_each_branch_of_a_conditional_starts_from_the_links_as_they_were(policy:
     t = gather_ns(1000, spec)
     assert timeline.predict(parse(THREE_BRANCHES), spec).step_ns == pytest.approx(t, rel=1e-12)
     assert timeline.step_ns(timeline.build_program(parse(THREE_BRANCHES)), spec) == pytest.approx(t, rel=1e-12)
+
+
+HOST_IN = """HloModule m, is_scheduled=true
+ENTRY %e (p0: f32[1000000], p1: f32[1000000]) -> (f32[1000000], f32[1000000]) {
+  %p0 = f32[1000000]{0:S(5)} parameter(0)
+  %p1 = f32[1000000]{0:S(5)} parameter(1)
+  %cs0 = (f32[1000000]{0}, f32[1000000]{0:S(5)}, u32[]) copy-start(%p0)
+  %cs1 = (f32[1000000]{0}, f32[1000000]{0:S(5)}, u32[]) copy-start(%p1)
+  %cd0 = f32[1000000]{0} copy-done(%cs0)
+  %cd1 = f32[1000000]{0} copy-done(%cs1)
+  ROOT %t = (f32[1000000]{0}, f32[1000000]{0}) tuple(%cd0, %cd1)
+}
+"""
+
+
+def test_the_host_link_has_its_own_policy_and_the_other_links_keep_theirs():
+    host = [
+        _t("a", 1, "host-in"),
+        _t("b", 1, "dim0"),
+        _t("c", 1, "host-in"),
+        _t("d", 1, "dim0"),
+        _t("e", 1, "host-out"),
+    ]
+    assert shares(host, "fair", "fifo") == [1.0, 0.5, 0.0, 0.5, 1.0]
+    assert shares(host, "fifo", "fair") == [0.5, 1.0, 0.5, 0.0, 1.0]
+    assert shares(host, "fair") == shares(host, "fair", "fair") == [0.5, 0.5, 0.5, 0.5, 1.0]
+
+
+def _host(policy: str) -> timeline.TimelineSpec:
+    return dataclasses.replace(timeline.spec_for("v6e:2x4", "tpu"), host_link_sharing=policy)
+
+
+def test_two_host_copies_in_one_direction_are_served_in_order_by_default():
+    """Two copies in issued together, each W alone on the link (4 MB at 32 GB/s): in order (the
+    spec's default) the first done waits W and the second W more; fair, they end together, the
+    first done waits 2W and the second not at all. The step is 2W either way."""
+    spec = timeline.spec_for("v6e:2x4", "tpu")
+    assert spec.host_link_sharing == "fifo" and spec.link_sharing == "fair"
+    w = 4e6 / spec.value("host_bytes_per_s") * 1e9
+    for policy, waits in (("fifo", (w, w)), ("fair", (2 * w, 0.0))):
+        p = timeline.predict(parse(HOST_IN), _host(policy))
+        assert p.step_ns == pytest.approx(2 * w, rel=1e-9)
+        done = {e.name: e.end_ns - e.start_ns for e in p.events if e.name.startswith("cd")}
+        assert (done["cd0"], done["cd1"]) == pytest.approx(waits, rel=1e-9, abs=1e-6)
+        # On the critical path each copy holds the link time it received: W each under both policies
+        # (fair: the first done's 2W wait moved both copies' bytes, half each); none is free.
+        path = {c["op"]: c["ns"] for c in p.critical_path}
+        assert (path["cs0"], path["cs1"]) == pytest.approx((w, w), rel=1e-9)
+
+
+def test_the_interval_covers_the_host_link_policy_where_the_program_copies_to_the_host():
+    u = timeline.uncertainty(parse(HOST_IN), _host("fifo"))
+    assert u["host_link_sharing"] == "fifo" and "host_link_sharing:fair" in u["assumed"]
+    assert "host_link_sharing:fifo" in timeline.uncertainty(parse(HOST_IN), _host("fair"))["points_s"]
+    assert not any(k.startswith("host_link") for k in timeline.uncertainty(parse(BESIDE), _spec())["points_s"])
+
+
+def test_host_link_sharing_round_trips_and_a_bad_one_is_refused():
+    assert spec_from_dict(_host("fair").to_dict()).host_link_sharing == "fair"
+    raw = _spec().to_dict()
+    del raw["host_link_sharing"]  # a spec file written before the field: the default
+    assert spec_from_dict(raw).host_link_sharing == "fifo"
+    with pytest.raises(ValueError, match="host_link_sharing 'lifo'"):
+        spec_from_dict({**raw, "host_link_sharing": "lifo"}, "cal.json")

@@ -68,13 +68,21 @@ def test_host_copies_cross_the_host_link(programs):
         + [(f"copy-start{n}", "out", F32_ARRAY) for n in (".1", ".3", ".5")]
     )
     spec = spec_for("v6e:2x4", "tpu")
-    fifo = predict(module, dataclasses.replace(spec, link_sharing="fifo"))
+    fifo = predict(module, spec)  # the host link in order: the spec's default
     one = F32_ARRAY / spec.value("host_bytes_per_s") * 1e9  # one copy alone on its direction's link
     # In order: three copies in one after another, the last copy out after the last fusion.
     fusion = 10.74e9 / pricing.hbm_bytes_per_s(10.74e9, spec) * 1e9 + spec.value("op_overhead_s") * 1e9
     assert fifo.step_ns == pytest.approx(4 * one + fusion, rel=1e-3)
     waits = {e.name: e.end_ns - e.start_ns for e in fifo.events if e.name.startswith("copy-done")}
     assert waits["copy-done"] == pytest.approx(one, rel=1e-6)
+    assert waits["copy-done.2"] == pytest.approx(one - fusion, rel=1e-3)  # issued at 0, served after the first
+    # Shared fair, the three copies in end together: the first done waits 3 copies' time, on the
+    # critical path a third each (each copy's own link time), not all the first one's.
+    fair = predict(module, dataclasses.replace(spec, host_link_sharing="fair"))
+    waits = {e.name: e.end_ns - e.start_ns for e in fair.events if e.name.startswith("copy-done")}
+    assert waits["copy-done"] == pytest.approx(3 * one, rel=1e-6) and waits["copy-done.2"] == 0.0
+    path = {c["op"]: c["ns"] for c in fair.critical_path}
+    assert [path[f"copy-start{n}"] for n in ("", ".2", ".4")] == pytest.approx([one] * 3, rel=1e-6)
     note = next(n for n in fifo.notes if n.startswith("host-offload copies (6, 32.2 GB"))
     assert "host_bytes_per_s = 32 GB/s" in note and "scaling-book" in note
 

@@ -108,7 +108,10 @@ def test_a_changed_model_exits_3_and_is_never_a_regression():
     result = run_gate(tpu_record(), head)
     assert result.exit_code == gate.MODEL_CHANGED and not result.failures
     text = "\n".join(result.lines())
-    assert "MODEL CHANGED  v6e-best denoise_step: the model changed (abc/v1 -> def/v1" in text
+    assert (
+        f"MODEL CHANGED  v6e-best denoise_step: the model changed (abc/v{SIMULATOR_VERSION} -> def/v{SIMULATOR_VERSION}"
+        in text
+    )
     assert "python -m harness baseline update" in text and "(exit 3)" in text
     assert all(not c.gated for c in result.comparisons.comparisons if c.metric.startswith("predicted."))
 
@@ -156,7 +159,7 @@ def test_a_prediction_that_lost_its_identity_is_a_model_change():
     result = run_gate(tpu_record(), tpu_record(deterministic=False))
     assert result.exit_code == gate.MODEL_CHANGED
     step = next(c for c in result.comparisons.comparisons if c.metric == "predicted.step_s")
-    assert step.model_changed.startswith("the model changed (abc/v1 -> ") and not step.gated
+    assert step.model_changed.startswith(f"the model changed (abc/v{SIMULATOR_VERSION} -> ") and not step.gated
 
 
 def test_spec_identity_covers_the_numbers_not_the_prose():
