@@ -129,6 +129,10 @@ def notes_section(result: Mapping[str, Any]) -> str:
     items = [_score(f"{result['label']}, {policies(result)}", result["score"])]
     items.append(_score(policies(result, other=True), result["score_other_policy"]))
     for m in result["modules"]:
+        if m.get("assumed"):
+            points = ", ".join(m["assumed"])
+            text = f"the interval's points that move an assumption, not a published or measured constant: {points}"
+            items.append(f'<li class="note">{e(m["module"])}: {e(text)}</li>')
         for text in (*m["repairs"], *m["notes"]):
             items.append(f'<li class="note">{e(m["module"])}: {e(text)}</li>')
         if m.get("predicted_xspace"):

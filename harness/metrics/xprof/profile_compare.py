@@ -16,7 +16,8 @@ Rules (each number below is one of the result's fields):
   _attribute`: under ``fifo`` service the stream's wait there, as measured; under ``fair`` a wait
   that moved three copies' bytes is split among them, not all the first done's, with the others
   at zero); ``interval``: :func:`harness.metrics.timeline.uncertainty` (constants at their bounds,
-  the other link-sharing policies); ``other_policy``: the same with the links and the host link
+  the other link-sharing policies; ``assumed``: its points that move an assumption rather than a
+  published or measured constant); ``other_policy``: the same with the links and the host link
   each shared by the policy the spec does not use, per module and per op;
 * **score**: over the ops that hold 90% of the measured op time (largest first), the median of
   ``|ln(predicted / measured)|``; an op predicted at zero (the stream not waiting there at all,
@@ -129,6 +130,7 @@ def _module_row(name: str, program: Any, spec: TimelineSpec, measured: list[floa
         "predicted_ms": base.step_ns / MS,
         "other_policy_ms": alt.step_ns / MS,
         "interval_ms": [lo, hi],
+        "assumed": list(interval["assumed"]),
         "ratio": _ratio(base.step_ns / MS, meas),
         "inside": bool(measured) and lo <= meas <= hi,
         "notes": list(base.notes),

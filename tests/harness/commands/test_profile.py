@@ -38,6 +38,7 @@ def test_result_per_module_and_op(out):
     # host link shared fair (1.29x: two copies in finish with the third) as well as in order.
     assert lo <= f["predicted_ms"] < f["measured_ms"] < f["other_policy_ms"] <= hi and f["inside"]
     assert 0.8 <= f["ratio"] <= 1.2 and not 0.8 <= f["other_policy_ms"] / f["measured_ms"] <= 1.2
+    assert {"host_link_sharing:fair", "link_sharing:fifo", "curves:datasheet"} <= set(f["assumed"])
     assert modules["jit__psum"]["num_partitions"] == 8 and modules["jit__psum"]["measured_runs"] == 12
     for name in ("jit__psum", "jit_broadcast_in_dim"):
         assert modules[name]["inside"] and 0.8 <= modules[name]["ratio"] <= 1.2, name
@@ -55,6 +56,7 @@ def test_result_per_module_and_op(out):
 def test_page_and_xspaces(out):
     page = (out / "profile.html").read_text()
     assert "Real profile: predicted against measured" in page and "predicted, tpu7x curves" in page
+    assert "links fair, host link fifo" in page and "points that move an assumption" in page
     assert page == render(json.loads((out / "profile.json").read_text()))  # a pure function of the result
     real = out / "plugins" / "profile" / "real" / REAL.name
     assert real.read_bytes() == REAL.read_bytes()
