@@ -113,6 +113,8 @@ def test_every_committed_results_file_was_flattened_at_version_1() -> None:
 @pytest.mark.parametrize("rel", sorted(V1))
 def test_records_of_version_1_migrate_and_flatten_identically(rel: str) -> None:
     lines = _lines(ROOT / rel)
+    if not lines and Path(rel).name in WRITTEN_SINCE:  # the TPU gate's baseline is re-written by design
+        pytest.skip(f"{rel}: re-baselined at record_version {RECORD_VERSION} since; no version-1 record left")
     assert lines
     records = [parse(raw, f"{rel}:{i + 1}") for i, raw in enumerate(lines)]
     written = [r.to_dict() for r in records]
