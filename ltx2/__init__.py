@@ -8,7 +8,7 @@ measures). Everything else is internal to the package.
 
 from ltx2 import scopes, stages
 from ltx2.components import abstract_state, random_state
-from ltx2.config import TransformerConfig
+from ltx2.config import KNOBS, TransformerConfig
 from ltx2.latents import Plan
 from ltx2.pipeline import LTX2Pipeline
 from ltx2.pipeline_config import PRESETS, PipelineConfig
@@ -17,6 +17,7 @@ from ltx2.stages import STAGES, StageProgram, StageUnavailable, Workload, Worklo
 from ltx2.transformer import LTX2Transformer
 
 __all__ = [
+    "KNOBS",
     "MESH_AXES",
     "PRESETS",
     "STAGES",

@@ -39,6 +39,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from ltx2 import KNOBS
+
 SEEDS = 8
 DEVICES = 8
 # The CPU benchmark's LTX-2.0 transformer (2 layers, width 128 in 4 heads, audio 64 in 4): its heads
@@ -50,18 +52,6 @@ PROBE_WORKLOAD: dict[str, Any] = dict(
 WHERE = "CPU (8 simulated devices), small config (LTX-2.0 blocks, 2 layers, width 128), {n} seeds: not the target"
 # Knobs reset for the reference (removed: the preset's default), and the diffusers-like guidance.
 GUIDED_KNOBS = ("pipeline.stg_fork", "pipeline.guidance_batching", "pipeline.text_kv_cache")
-KNOB_NAMES = (  # ltx2.config.KNOBS
-    "scan_layers",
-    "sharding",
-    "attention_impl",
-    "attention_impl_min_tokens",
-    "dtype",
-    "param_dtype",
-    "linear_partials",
-    "rope_form",
-    "token_chunks",
-    "pipeline_stages",
-)
 REFERENCE = {"pipeline.guidance_batching": "sequential", "pipeline.stg_fork": False, "pipeline.text_kv_cache": False}
 BF16 = {"transformer.dtype": "bfloat16", "transformer.param_dtype": "bfloat16"}
 
@@ -69,7 +59,7 @@ BF16 = {"transformer.dtype": "bfloat16", "transformer.param_dtype": "bfloat16"}
 def is_knob(key: str) -> bool:
     """A numerics or layout knob the reference resets (the model's own sizes are kept)."""
     if key.startswith("transformer."):
-        return key.removeprefix("transformer.") in KNOB_NAMES
+        return key.removeprefix("transformer.") in KNOBS
     return key.startswith("sharding.rules.") or key in GUIDED_KNOBS
 
 
