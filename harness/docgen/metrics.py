@@ -40,7 +40,7 @@ def render() -> str:
     )
     return page(
         "Metrics",
-        "harness/catalogue.py",
+        "harness/catalogue/entries.py",
         intro,
         table(["metric", "family", "unit", "kind", "how it is gated", "definition"], rows()),
         wide=True,

@@ -141,7 +141,7 @@ def test_dotted_metric_names_are_written_only_in_the_catalogue() -> None:
     dotted = {m.name for m in METRICS if "." in m.name}
     found = []
     for path in sorted(root.rglob("*.py")):
-        if path.name == "catalogue.py":
+        if "catalogue" in path.parts:
             continue
         tree = ast.parse(path.read_text())
         docs = {

@@ -1,101 +1,25 @@
-"""The metric catalogue: every metric a record's stage flattens to, declared once.
-
-A :class:`Metric` says what one flat, dotted metric name (``time``, ``memory.peak_bytes``,
-``collectives.all-gather.count``, ``predicted.step_s``) is: its record family, unit, kind, which
-way is better, how the gate compares it and with what default tolerance, a short label, a one-line
-definition, and where its value sits in its typed family (``path``: a chain of fields of
-:mod:`harness.results.families`). Everything that lists or describes metrics derives from
-:data:`METRICS`: the flattening (:func:`harness.results.compare.flatten_stage`), the gate's rules
-and tolerances, the manifest's tolerance keys, the CSV's columns, the page's labels and tooltips,
-the CLI's tables and the docs' metric reference. A leaf: imports only :mod:`harness.vocabulary`.
-
-API: :data:`METRICS` (table order), :data:`NAMES`; :func:`get` (an uncatalogued name reads as
-:data:`UNKNOWN`: shown, never gated), :func:`rank`, :func:`of_family`; :func:`tolerance_forms`,
-:func:`tolerance_names`, :func:`split_tolerance_key` (the ``[gate] tolerances`` keys: a metric, a
-dotted prefix, or a collective metric without its kind, optionally after its family and a stage).
-
-Adding a metric is one entry here plus the producer that fills its field: with a ``path`` nothing
-else changes; a metric with ``path=None`` is computed by the flattener (its definition says how).
-
-Fields: ``kind``: ``deterministic`` (a function of the compiled program and the spec), ``timing``
-(measured on this machine: gated only against the same kind of machine) or ``info`` (never gated).
-``rule``: ``timing`` (raw samples, ratio of medians + Mann-Whitney), ``exact`` (a count that must not
-change), ``relative`` (within ``tolerance``), ``monotonic`` (any increase regresses) or ``info``.
-``better``: ``lower``, ``higher`` (the gate reads a drop as the regression) or ``""`` (neither).
-"""
+"""The catalogue's entries: every metric, once, in table order (:data:`METRICS`). Adding a metric
+is one entry here plus the producer that fills its field."""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import functools
-import re
-from dataclasses import dataclass
 from typing import Any
 
+from harness.catalogue.metric import (
+    COMPILE_S,
+    DOES_NOT_FIT,
+    MEMORY_FIELDS,
+    PREDICTED_STEP,
+    RECOMPILES,
+    TIME,
+    TOTAL,
+    TRACE_WASTED,
+    TRANSFER_DIRECTIONS,
+    Metric,
+    collective,
+    scoped,
+)
 from harness.vocabulary import KINDS
-
-FAMILIES = ("measured", "static", "trace", "predicted")
-KIND_NAMES = ("deterministic", "timing", "info")
-RULES = ("timing", "exact", "relative", "monotonic", "info")
-GATED_RULES = ("timing", "exact", "relative", "monotonic")
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric of a stage (see the module docstring for the fields)."""
-
-    name: str
-    family: str
-    unit: str  # "s", "bytes", "count", "flops", "fraction", "" (a flag)
-    kind: str  # one of KIND_NAMES
-    rule: str  # one of RULES
-    label: str
-    definition: str
-    better: str = "lower"
-    tolerance: float = 0.0  # default relative tolerance (exact and relative rules)
-    optional: bool = False  # may be absent from a run for a good reason (a warm start has no cold compile)
-    # Its chain of typed fields (``devices.<field>``: a trace's, mean over devices, per step); None: computed.
-    path: str | None = None
-    divisor: float = 1.0  # the recorded value over this is the metric (ns -> s: 1e9)
-
-    def __post_init__(self) -> None:
-        if self.family not in FAMILIES or self.kind not in KIND_NAMES or self.rule not in RULES:
-            raise ValueError(
-                f"metric {self.name!r}: family, kind or rule unknown ({self.family}, {self.kind}, {self.rule})"
-            )
-        if (self.kind == "info") != (self.rule == "info") or (self.rule == "timing") > (self.kind == "timing"):
-            raise ValueError(f"metric {self.name!r}: kind {self.kind!r} does not go with rule {self.rule!r}")
-
-    @property
-    def gated(self) -> bool:
-        """Whether the gate can fail on it at all (timings only with ``--timings on``)."""
-        return self.rule in GATED_RULES
-
-
-# The names code reads by name (the report's summary columns, the flattener's computed metrics).
-TIME, RECOMPILES, DOES_NOT_FIT, COMPILE_S = "time", "recompiles", "does_not_fit", "compile_s"
-MEMORY_BOUND, MEMORY_PEAK, TRACE_WASTED = "memory.bound_bytes", "memory.peak_bytes", "trace.wasted_fraction"
-PREDICTED_STEP = "predicted.step_s"
-ACCURACY_L2, ACCURACY_MAX = "accuracy.rel_l2", "accuracy.max_abs"
-TOTAL = "total"  # the collectives of every kind together
-
-
-def collective(kind: str, what: str) -> str:
-    """The metric of one collective kind (or :data:`TOTAL`): ``what`` is ``count`` or ``bytes``."""
-    return f"collectives.{kind}.{what}"
-
-
-MEMORY_FIELDS = {
-    "argument_bytes": "the program's arguments (parameters, inputs) per device",
-    "output_bytes": "the program's outputs per device",
-    "temp_bytes": "scratch the program allocates per device",
-    "peak_bytes": "the compiler's peak memory per device",
-    "bound_bytes": "arguments + outputs + temporaries - aliased, per device: the memory the stage needs",
-    "alias_bytes": "outputs that reuse an argument's buffer (donation), per device",
-    "generated_code_bytes": "the compiled code's size",
-}
-TRANSFER_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
 
 
 def _collectives() -> list[Metric]:
@@ -143,22 +67,6 @@ def _memory() -> list[Metric]:
         )
         for name, definition in MEMORY_FIELDS.items()
     ]
-
-
-SCOPE, PREDICTED_SCOPE = "scope.", "predicted.scope."
-_SCOPED = re.compile(r"(predicted\.)?scope\.[^.]+\.(collectives\.[^.]+\.)?")
-
-
-def scoped(scope: str, what: str, family: str = "") -> str:
-    """A metric of one model scope (``transformer/attn1/qkv``), read by its template entry (:func:`get`)."""
-    return f"{family}.{SCOPE}{scope}.{what}" if family else f"{SCOPE}{scope}.{what}"
-
-
-def template(name: str) -> str:
-    """The catalogue name a per-scope metric is read by (``scope.<scope>.flops``); other names as they are."""
-    if (m := _SCOPED.match(name)) is None or m.end() == len(name):
-        return name
-    return f"{m.group(1) or ''}{SCOPE}<scope>.{'collectives.<kind>.' if m.group(2) else ''}{name[m.end() :]}"
 
 
 def _traffic() -> list[Metric]:
@@ -423,78 +331,3 @@ METRICS: tuple[Metric, ...] = (
         for d in TRANSFER_DIRECTIONS
     ),
 )
-NAMES: dict[str, Metric] = {m.name: m for m in METRICS}
-UNKNOWN = Metric("(unknown)", "static", "", "info", "info", "", "not in the catalogue: shown, never gated", better="")
-
-
-def get(name: str) -> Metric:
-    """The catalogue's entry for ``name``; an uncatalogued name (a collective kind an older record
-    has) reads as :data:`UNKNOWN` under its own name: shown, never gated."""
-    metric = NAMES.get(name)
-    if metric is not None:
-        return metric
-    if (tpl := NAMES.get(template(name))) is not None:
-        return dataclasses.replace(tpl, name=name, label=f"{tpl.label}: {name}", path=None)
-    if name.startswith("collectives.") and (kin := NAMES.get(collective(TOTAL, name.rsplit(".", 1)[-1]))):
-        return Metric(name, kin.family, kin.unit, kin.kind, kin.rule, name, kin.definition, kin.better, kin.tolerance)
-    return Metric(name, family(name), "", "info", "info", name, UNKNOWN.definition, better="")
-
-
-def rank(name: str) -> int:
-    """A metric's place in table order (uncatalogued ones last)."""
-    return _RANK.get(name, len(_RANK))
-
-
-_RANK = {m.name: i for i, m in enumerate(METRICS)}
-
-
-def of_family(fam: str) -> tuple[Metric, ...]:
-    """The catalogued metrics of one record family, in table order."""
-    return tuple(m for m in METRICS if m.family == fam)
-
-
-def family(name: str) -> str:
-    """The record family (``measured``, ``static``, ``trace``, ``predicted``) a metric comes from."""
-    if name in NAMES:
-        return NAMES[name].family
-    prefix = name.split(".")[0]
-    if prefix in ("trace", "predicted"):
-        return prefix
-    return "measured" if prefix in ("time", "recompiles", "transfers", "accuracy") else "static"
-
-
-# --------------------------------------------------------------------------- tolerance keys
-
-
-def tolerance_forms(name: str) -> list[str]:
-    """The tolerance keys (without a stage) that apply to a metric, most specific first."""
-    parts = name.split(".")
-    names = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
-    if parts[0] == "collectives" and len(parts) == 3:
-        names.insert(1, f"collectives.{parts[2]}")
-    fam = family(name)
-    forms = [form for n in names for form in (n if n == fam or n.startswith(f"{fam}.") else f"{fam}.{n}", n)]
-    return list(dict.fromkeys(forms))
-
-
-@functools.cache
-def tolerance_names() -> frozenset[str]:
-    """Every tolerance key (without a stage) that names at least one metric."""
-    return frozenset(form for m in METRICS for form in tolerance_forms(m.name))
-
-
-def split_tolerance_key(key: str) -> tuple[str | None, str]:
-    """``(stage or None, the metric part)`` of a tolerance key; ValueError if it names no metric.
-    A key that names no metric would silently gate nothing, so the manifest rejects it."""
-    names = tolerance_names()
-    if key in names:
-        return None, key
-    stage, _, rest = key.partition(".")
-    if rest in names and stage not in FAMILIES and stage not in {n.split(".")[0] for n in names}:
-        return stage, rest
-    close = difflib.get_close_matches(rest if rest in names else key, sorted(names), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(
-        f"matches no metric (a metric name or prefix, e.g. 'time', 'static.memory', "
-        f"'collectives.count', optionally after a stage name){hint}"
-    )
