@@ -28,7 +28,7 @@ import hashlib
 import json
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +59,32 @@ def _versions() -> dict[str, str | None]:
     return library_versions(LIBRARIES)
 
 
-@functools.cache
-def code_hash(root: Path = _ROOT) -> str:
-    """sha256 over the model package and :data:`CODE_FILES` less :data:`PREDICTION_FILES` (paths and
-    contents, sorted)."""
-    files = sorted((root / "ltx2").rglob("*.py"))
-    for name in CODE_FILES:
-        files += sorted((root / name).rglob("*.py")) if (root / name).is_dir() else [root / name]
-    skip = [root / name for name in PREDICTION_FILES]
-    files = [f for f in files if not any(f == s or s in f.parents for s in skip)]
-    h = hashlib.sha256()
+def source_files(root: Path, names: Iterable[str]) -> list[Path]:
+    """The files ``names`` (from ``root``) stand for: a folder's ``*.py`` files sorted, a file itself."""
+    files: list[Path] = []
+    for name in names:
+        path = root / name
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return files
+
+
+def hash_sources(h: Any, root: Path, files: Iterable[Path]) -> str:
+    """``h`` (a hashlib object) fed each existing file's path from ``root`` and contents, in order;
+    its hex digest. A missing file is skipped (tests/harness/run/test_predicted_cache.py checks the
+    lists name none)."""
     for path in files:
         if path.exists():
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+@functools.cache
+def code_hash(root: Path = _ROOT) -> str:
+    """sha256 over the model package and :data:`CODE_FILES` less :data:`PREDICTION_FILES` (paths and
+    contents, sorted)."""
+    skip = [root / name for name in PREDICTION_FILES]
+    files = [f for f in source_files(root, ("ltx2", *CODE_FILES)) if not any(f == s or s in f.parents for s in skip)]
+    return hash_sources(hashlib.sha256(), root, files)
 
 
 def cache_key(spec: WorkerSpec, stage: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 from harness.metrics.timeline.identity import SIMULATOR_VERSION
 from harness.metrics.timeline.specs import TimelineSpec
 from harness.results.storage import StorageError, write_atomic
+from harness.run.compile_cache import hash_sources, source_files
 
 ENTRY_VERSION = 1
 _ROOT = Path(__file__).resolve().parents[2]
@@ -56,15 +57,8 @@ FILE_FIELDS = ("chrome_trace", "xplane")  # entry fields that are paths of files
 def simulator_identity(root: Path = _ROOT) -> str:
     """sha256 (hex) of :data:`SIMULATOR_VERSION` and the source of :data:`SIMULATOR_FILES` (paths and
     contents, sorted)."""
-    files: list[Path] = []
-    for name in SIMULATOR_FILES:
-        path = root / name
-        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
-    h = hashlib.sha256(f"simulator {SIMULATOR_VERSION}\0".encode())
-    for path in files:
-        if path.exists():
-            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    seed = hashlib.sha256(f"simulator {SIMULATOR_VERSION}\0".encode())
+    return hash_sources(seed, root, source_files(root, SIMULATOR_FILES))
 
 
 def prediction_key(
