@@ -49,7 +49,8 @@ def like(args: Any, abstract: Any) -> Any:
             if x.size != math.prod(a.shape):
                 raise ValueError(f"a reference argument of shape {x.shape} against this variant's {tuple(a.shape)}")
             x = x.reshape(a.shape)
-        x = x.astype(a.dtype)
+        if x.dtype != a.dtype:  # a PRNG key leaf has no astype: cast only where the dtypes differ
+            x = x.astype(a.dtype)
         sharding = getattr(a, "sharding", None)
         return jax.device_put(x, sharding) if sharding is not None else x
 

@@ -29,6 +29,25 @@ def test_compare_over_every_leaf() -> None:
         accuracy.compare({"[0]": np.zeros(2)}, ref)
 
 
+def test_like_casts_reshapes_and_passes_key_leaves() -> None:
+    """A reference's arguments in this variant's dtypes and shapes; a PRNG key leaf (a VAE decode's
+    noise key) passes as it is (a key array has no astype: the vae-sharded variant of cpu.toml
+    failed its stage on it)."""
+    import jax
+    import jax.numpy as jnp
+
+    from harness.run.accuracy import like
+
+    key = jax.random.key(3)
+    abstract = (jax.ShapeDtypeStruct((2, 3), jnp.bfloat16), jax.ShapeDtypeStruct(key.shape, key.dtype))
+    x, k = like((np.arange(6, dtype=np.float32), key), abstract)
+    assert x.shape == (2, 3) and x.dtype == jnp.bfloat16
+    assert np.array_equal(np.asarray(x, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert k.dtype == key.dtype and np.array_equal(jax.random.key_data(k), jax.random.key_data(key))
+    with pytest.raises(ValueError, match="shape"):
+        like((np.zeros(5, np.float32), key), abstract)
+
+
 def test_outputs_round_trip(tmp_path: Path) -> None:
     arrays = {"['video']": np.arange(6, dtype=np.float32).reshape(2, 3), "['audio']": np.ones(2, np.float64)}
     path = accuracy.output_path(tmp_path, "abc", "denoise_step")
