@@ -14,9 +14,9 @@ from pathlib import Path
 from harness.calibration import check as calibration
 from harness.calibration.cpu import CpuCalibration
 from harness.calibration.traces import read_program
+from harness.families import Predicted
 from harness.metrics.hlo import parse
 from harness.metrics.timeline import TimelineSpec, predict
-from harness.results.families import Predicted
 from harness.results.record import Record
 from harness.results.store import load_records
 

@@ -4,7 +4,7 @@ A :class:`Metric` says what one flat, dotted metric name (``time``, ``memory.pea
 ``collectives.all-gather.count``, ``predicted.step_s``) is: its record family, unit, kind, which
 way is better, how the gate compares it and with what default tolerance, a short label, a one-line
 definition, and where its value sits in its typed family (``path``: a chain of fields of
-:mod:`harness.results.families`). Everything that lists or describes metrics derives from
+:mod:`harness.families`). Everything that lists or describes metrics derives from
 :data:`METRICS`: the flattening (:func:`harness.results.compare.flatten_stage`), the gate's rules
 and tolerances, the manifest's tolerance keys, the CSV's columns, the page's labels and tooltips,
 the CLI's tables and the docs' metric reference. A leaf: imports only :mod:`harness.vocabulary`.

@@ -13,10 +13,10 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
+from harness.families import Predicted
 from harness.fmt import fmt_bytes, fmt_time
 from harness.report import tables
 from harness.results.diff import Delta, StageDiff
-from harness.results.families import Predicted
 from harness.results.record import Record
 from harness.vocabulary import label
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness.families import Attribution, ScopeStatic, Trace
 from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
 from harness.report import interactive as ui
 from harness.report import predicted
@@ -23,7 +24,6 @@ from harness.report.charts import bar_chart
 from harness.report.static_text import COVERAGE_KEYS, attributed, static_attributed
 from harness.report.tables import XPROF_PORT
 from harness.results.diff import Delta, StageDiff
-from harness.results.families import Attribution, ScopeStatic, Trace
 from harness.results.record import Record, StageEntry
 from harness.vocabulary import UNATTRIBUTED, label
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import catalogue
+from harness.families import TargetMemory
 from harness.fmt import fmt_bytes, fmt_html, fmt_num, fmt_ratio, fmt_time
 from harness.plan.manifest import Gate
 from harness.report import detail, plots, predicted, tables, xprof
 from harness.report import interactive as ui
 from harness.results.compare import MISSING, NEW, Comparison, ComparisonSet
 from harness.results.diff import StageDiff, reference_diffs
-from harness.results.families import TargetMemory
 from harness.results.record import Record, StageEntry
 from harness.results.stats import IMPROVED, NOISE, REGRESSED, UNCHANGED
 

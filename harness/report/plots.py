@@ -16,8 +16,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness.families import Trace
 from harness.report.tables import StageRow, ok_records
-from harness.results.families import Trace
 from harness.results.record import Record
 from harness.vocabulary import COMPUTE, KINDS
 

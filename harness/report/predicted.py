@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.calibration import check as calibration
+from harness.families import GanttEvent, Predicted, Roofline, Sensitivity, SensitivityConstant
 from harness.fmt import fmt_pct, fmt_time
 from harness.report import interactive as ui
-from harness.results.families import GanttEvent, Predicted, Roofline, Sensitivity, SensitivityConstant
 from harness.results.record import Record, StageEntry
 from harness.results.uncertain import Uncertain, ranking_text
 

@@ -9,9 +9,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
-from harness.report.console import WIDTH, grid
-from harness.results.families import (
+from harness.families import (
     Attribution,
     CollectiveSite,
     OnTarget,
@@ -21,6 +19,8 @@ from harness.results.families import (
     TargetMemory,
     read,
 )
+from harness.fmt import fmt_bytes, fmt_flops, fmt_num, fmt_pct, fmt_time
+from harness.report.console import WIDTH, grid
 from harness.vocabulary import label
 
 INDENT = "  "

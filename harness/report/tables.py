@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import catalogue
+from harness.families import CollectiveTotals, Machine, Roofline, TargetMemory
 from harness.results import stats
 from harness.results.compare import flatten_stage
 from harness.results.diff import DIFFERENT_WORKLOAD, comparable
-from harness.results.families import CollectiveTotals, Machine, Roofline, TargetMemory
 from harness.results.record import Record, StageEntry
 
 XPROF_PORT = 8791

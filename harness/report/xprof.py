@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.families import Predicted, XprofNode, XprofProfile
 from harness.fmt import fmt_pct, fmt_time
 from harness.plan.reference import AG_WASTED, DIFFUSION_S, VIDEO_S, Reference
-from harness.results.families import Predicted, XprofNode, XprofProfile
 from harness.results.record import Record
 
 e = html.escape

@@ -31,9 +31,9 @@ from typing import Any
 
 from harness import catalogue
 from harness.catalogue import Metric
+from harness.families import Family, Measured, Predicted, Static, Trace, at
 from harness.plan.manifest import Gate
 from harness.results import stats
-from harness.results.families import Family, Measured, Predicted, Static, Trace, at
 from harness.results.record import DOES_NOT_FIT, Record, StageEntry
 from harness.vocabulary import Change, label
 

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.families import CollectiveTotals, StepSample
 from harness.results import stats
-from harness.results.families import CollectiveTotals, StepSample
 from harness.results.record import Record, StageEntry
 
 DIFFERENT_WORKLOAD = "n/a (different workload)"

@@ -38,10 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.families import Measured
 from harness.plan.manifest import Gate
 from harness.results import stats
 from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records, spec_for
-from harness.results.families import Measured
 from harness.results.record import DOES_NOT_FIT, Record
 
 CLEAN, REGRESSION, ERROR, MODEL_CHANGED = 0, 1, 2, 3

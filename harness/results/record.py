@@ -28,7 +28,7 @@ A :class:`Record` is what a run leaves behind (``record_version`` 2)::
     artifacts       {log, traces: {<stage>: dir}}
 
 Every key above is written, null where it has no value. The metric families of a stage are
-read into frozen typed objects (:mod:`harness.results.families`) and written back from them; this
+read into frozen typed objects (:mod:`harness.families`) and written back from them; this
 module and that one are the only code that knows the JSON form. Keys a reader does not know are kept
 (``extra``), so reading and writing a record loses nothing.
 
@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.families import Family, Machine, Measured, Predicted, Static, Trace, read
 from harness.plan.manifest import Manifest, Run, Target, Workload
 from harness.plan.reference import Reference
-from harness.results.families import Family, Machine, Measured, Predicted, Static, Trace, read
 from harness.vocabulary import StageStatus, Status
 
 RECORD_VERSION = 2
@@ -241,7 +241,7 @@ class StageEntry:
     status: str
     error: str | None = None
     notes: tuple[str, ...] = ()
-    static: Static | None = None  # each family given as its JSON object, read (harness/results/families.py)
+    static: Static | None = None  # each family given as its JSON object, read (harness/families/__init__.py)
     measured: Measured | None = None
     trace: Trace | None = None
     phases_s: Mapping[str, float] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.results.families import Predicted
+from harness.families import Predicted
 
 
 @dataclass(frozen=True)

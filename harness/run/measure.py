@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.results.families import Load, Measured, Recompiles, Transfers
+from harness.families import Load, Measured, Recompiles, Transfers
 from harness.results.stats import summarize
 from harness.run import load
 from harness.run.stage import Stage

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.calibration.cpu import load_or_measure
+from harness.families import Predicted, Uncertainty
 from harness.metrics.hlo import HloModule
 from harness.metrics.measured.chrome import write_chrome_trace
 from harness.metrics.timeline import (
@@ -74,7 +75,6 @@ from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
 from harness.metrics.xprof.predicted import program_costs, write_predicted_xspace, xprof_entry
-from harness.results.families import Predicted, Uncertainty
 from harness.run.compile_cache import cache_key
 from harness.run.predicted_cache import PredictionCache, prediction_key
 from harness.run.spec import WorkerSpec

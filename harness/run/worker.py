@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import targets, testing
+from harness.families import Family, OnTarget, Predicted, Static
 from harness.results import stats
-from harness.results.families import Family, OnTarget, Predicted, Static
 from harness.run import jax_cache, lifeline
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.load import MachineBusy

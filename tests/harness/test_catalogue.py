@@ -161,7 +161,7 @@ def _field_family(tp: object) -> type | None:
     """The family a field's annotation holds (``X | None``, ``tuple[X, ...]``), None for a plain value."""
     import typing
 
-    from harness.results.families import Family
+    from harness.families import Family
 
     if isinstance(tp, type) and issubclass(tp, Family):
         return tp
@@ -175,7 +175,7 @@ def test_every_metric_path_is_a_chain_of_typed_fields() -> None:
     ``devices.<field>`` a field of each device's family."""
     import typing
 
-    from harness.results import families
+    from harness import families
 
     roots = {"static": families.Static, "measured": families.Measured, "trace": families.Trace}
     roots["predicted"] = families.Predicted

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from harness.families import Predicted
 from harness.report.predicted import interval_text
-from harness.results.families import Predicted
 from harness.results.uncertain import Uncertain, ordering, ranking_text
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import cli
 from harness.expansion import load_sweep
-from harness.results.families import Measured
+from harness.families import Measured
 from harness.results.store import load_records
 from harness.run import parallel
 from harness.run.launcher import LocalLauncher

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.families import Load, QuietWait
 from harness.plan.manifest import Gate
 from harness.report.html import comparison_section
 from harness.results import gate
 from harness.results.compare import compare_records
-from harness.results.families import Load, QuietWait
 from harness.run import load
 from harness.run.measure import load_notes, measure
 from harness.testing import TestStage

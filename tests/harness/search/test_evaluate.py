@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.results.families import Memory, OnTarget, Predicted, Static, TraceDevice
+from harness.families import Memory, OnTarget, Predicted, Static, TraceDevice
 from harness.search.evaluate import score_of
 
 GiB = 2**30

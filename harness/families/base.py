@@ -1,4 +1,4 @@
-"""The base of the typed record families (:mod:`harness.results.families`): a JSON object read into
+"""The base of the typed record families (:mod:`harness.families`): a JSON object read into
 typed fields or filled by its producer, and written back as one."""
 
 from __future__ import annotations

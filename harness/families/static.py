@@ -1,4 +1,4 @@
-"""The ``static`` family of a record's stage and its parts, typed (see :mod:`harness.results.families`)."""
+"""The ``static`` family of a record's stage and its parts, typed (see :mod:`harness.families`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.results.family import Family
+from harness.families.base import Family
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -4,8 +4,8 @@ A stage's ``static``, ``measured``, ``trace`` and ``predicted`` (and the objects
 read into :class:`Static`, :class:`Measured`, :class:`Trace` and :class:`Predicted` by
 :meth:`harness.results.record.StageEntry.from_dict`, so readers ask attributes
 (``entry.predicted.step_s``, ``static.compile_cache.first.hit``) instead of digging with strings.
-These modules (the base :mod:`harness.results.family`, the static family's parts in
-:mod:`harness.results.static_family`, imported from here) and :mod:`harness.results.record` are the
+These modules (the base :mod:`harness.families.base`, the static family's parts in
+:mod:`harness.families.static`, imported from here) and :mod:`harness.results.record` are the
 only code that knows the JSON form.
 
 A family is built one of two ways: read from its JSON object (:meth:`Family.from_dict`), keeping
@@ -22,24 +22,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.results.family import Family as Family
-from harness.results.family import at as at
-from harness.results.family import read as read
-from harness.results.static_family import Attribution as Attribution
-from harness.results.static_family import CacheEvents as CacheEvents
-from harness.results.static_family import Collectives as Collectives
-from harness.results.static_family import CollectiveSite as CollectiveSite
-from harness.results.static_family import CollectiveTotals as CollectiveTotals
-from harness.results.static_family import CompileCache as CompileCache
-from harness.results.static_family import Cost as Cost
-from harness.results.static_family import Memory as Memory
-from harness.results.static_family import OnTarget as OnTarget
-from harness.results.static_family import Oom as Oom
-from harness.results.static_family import Roofline as Roofline
-from harness.results.static_family import ScopeStatic as ScopeStatic
-from harness.results.static_family import Static as Static
-from harness.results.static_family import TargetMemory as TargetMemory
-from harness.results.static_family import Timing as Timing
+from harness.families.base import Family as Family
+from harness.families.base import at as at
+from harness.families.base import read as read
+from harness.families.static import Attribution as Attribution
+from harness.families.static import CacheEvents as CacheEvents
+from harness.families.static import Collectives as Collectives
+from harness.families.static import CollectiveSite as CollectiveSite
+from harness.families.static import CollectiveTotals as CollectiveTotals
+from harness.families.static import CompileCache as CompileCache
+from harness.families.static import Cost as Cost
+from harness.families.static import Memory as Memory
+from harness.families.static import OnTarget as OnTarget
+from harness.families.static import Oom as Oom
+from harness.families.static import Roofline as Roofline
+from harness.families.static import ScopeStatic as ScopeStatic
+from harness.families.static import Static as Static
+from harness.families.static import TargetMemory as TargetMemory
+from harness.families.static import Timing as Timing
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
