@@ -3,8 +3,9 @@
 HISTORY is the folder the nightly runs are kept in (in CI the ``perf-history`` branch checked out):
 ``<HISTORY>/<manifest name>/<UTC start>-<commit12>.jsonl``, one file per run, the run's records.
 ``--append RESULTS`` first adds a run (a sweep's results.jsonl). Then, per variant, stage and gated
-metric, one value per run (a timing's median: runs are the unit), and its change points: timings by
-E-divisive means with a permutation test (Matteson & James 2014, as MongoDB and Otava run it;
+metric, one value per run (a timing's median and fastest call: runs are the unit), and its change
+points: timings by E-divisive means over the runs' fastest calls, each split judged by Student's
+t-test and a minimum magnitude (Matteson & James 2014; Fleming et al. 2023, as Otava runs it;
 :mod:`harness.results.changepoint`), deterministic metrics wherever the value changed. A timing
 series with fewer runs than a change point needs is reported as too little data.
 
@@ -41,8 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", type=Path, required=True, help="experiments/<name>.toml whose runs to read")
     parser.add_argument("--append", type=Path, metavar="RESULTS", help="first add this run's results.jsonl")
     parser.add_argument("--metric", default="*", help="only series whose 'variant / stage / metric' matches")
-    parser.add_argument("--alpha", type=float, default=changepoint.ALPHA, help="permutation test's level")
-    parser.add_argument("--permutations", type=int, default=changepoint.PERMUTATIONS, help="per change point")
+    parser.add_argument("--alpha", type=float, default=changepoint.ALPHA, help="t-test's level per change point")
+    parser.add_argument(
+        "--min-magnitude",
+        type=float,
+        default=changepoint.MIN_MAGNITUDE,
+        help="smallest relative move of a timing reported as a change point",
+    )
     parser.add_argument("--html", type=Path, help="trend page path (default <HISTORY>/<manifest name>.html)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the change points as JSON")
     parser.add_argument("--bisect", action="store_true", help="run harness bisect for recent change points")
@@ -81,7 +87,7 @@ def _lines(a: hist.Analysis, runs: list[hist.Run], manifest: str, history: Path)
     out = [f"{a.series.key}: {len(a.changes)} change point(s) over {len(a.series.points)} runs"]
     for c in a.changes:
         b, h = runs[c.before], runs[c.after]
-        p = "exact" if c.p_value is None else f"p = {c.p_value:.3f}"
+        p = "exact" if c.p_value is None else f"p = {c.p_value:.2g}"
         out.append(f"  between {b.path} and {h.path}: x{c.ratio:.3f} ({p})")
         command = hist.bisect_command(a.series, c, runs, manifest)
         out.append(f"    bisect: {command or 'none (the same commit on both sides: the machine changed)'}")
@@ -98,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"appended {hist.append(args.history, manifest.name, args.append)}")
         runs = hist.load(args.history, manifest.name)
         chosen = [s for s in hist.series(runs) if fnmatch.fnmatchcase(s.key, args.metric)]
-        analyses = [hist.analyse(s, alpha=args.alpha, permutations=args.permutations) for s in chosen]
+        analyses = [hist.analyse(s, alpha=args.alpha, min_magnitude=args.min_magnitude) for s in chosen]
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from harness.results.history import (
     TOO_LITTLE,
     Analysis,
     Change,
+    Point,
     Run,
     Series,
     bisect_command,
@@ -40,21 +41,27 @@ def _x(i: int, n: int) -> float:
     return PAD_L + (W - PAD_L - PAD_R) * (i / max(1, n - 1))
 
 
+def _label(s: Series, p: Point) -> str:
+    if not s.measured:
+        return fmt_unit(p.value, s.unit)
+    return f"fastest call {fmt_unit(p.low, s.unit)}, median {fmt_unit(p.value, s.unit)}"
+
+
 def chart(s: Series, changes: Sequence[Change], runs: Sequence[Run], chart_id: str) -> str:
     """One series as an SVG line chart over the runs, change points as dashed red lines."""
     n = len(runs)
-    values = [p.value for p in s.points]
+    values = [p.low if s.measured else p.value for p in s.points]  # timings: the run's fastest call
     lo, hi = min(values), max(values)
     lo, hi = (lo * 0.95, hi * 1.05) if lo == hi else (lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
 
     def y(v: float) -> float:
         return PAD_T + (H - PAD_T - PAD_B) * (1 - (v - lo) / (hi - lo)) if hi > lo else H / 2
 
-    pts = [(_x(p.run, n), y(p.value), p) for p in s.points]
+    pts = [(_x(p.run, n), y(v), p) for v, p in zip(values, s.points, strict=True)]
     line = " ".join(f"{x:.1f},{yy:.1f}" for x, yy, _ in pts)
     dots = "".join(
         f'<circle class="pt" cx="{x:.1f}" cy="{yy:.1f}" r="2.5" fill="{"none" if p.loaded else "#1f77b4"}" '
-        f'stroke="#1f77b4"><title>{html.escape(runs[p.run].path)}: {fmt_unit(p.value, s.unit)}</title></circle>'
+        f'stroke="#1f77b4"><title>{html.escape(runs[p.run].path)}: {html.escape(_label(s, p))}</title></circle>'
         for x, yy, p in pts
     )
     marks = "".join(
@@ -100,7 +107,7 @@ def change_rows(
         name = change_name(a.series, c, runs)
         bisect = bisect_command(a.series, c, runs, manifest_path)
         before, after = runs[c.before], runs[c.after]
-        p = "exact" if c.p_value is None else f"p = {c.p_value:.3f}"
+        p = "exact" if c.p_value is None else f"p = {c.p_value:.2g}"
         bisect_cell = (
             _link(kept, f"bisect/{name}.json", "bisect result", href) + f"<br><code>{html.escape(bisect)}</code>"
             if bisect
@@ -136,7 +143,8 @@ def render_trend(
     parts = [
         f"<h1>{html.escape(manifest)}: {len(runs)} runs, {len(analyses)} gated series, {n_changes} change points</h1>",
         f'<p class="note">Runs {html.escape(runs[0].started_at[:10])} .. {html.escape(runs[-1].started_at[:10])}. '
-        "Timings: E-divisive means over run medians (log scale) with a permutation test; deterministic metrics: "
+        "Timings: each run's fastest call, change points by E-divisive means with Student's t-test and a minimum "
+        "magnitude (as Otava); deterministic metrics: "
         "every change of value. Hollow points: measured under load.</p>"
         if runs
         else "<p>no runs</p>",

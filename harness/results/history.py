@@ -6,10 +6,15 @@ the ``perf-history`` branch (docs/gates.md says why a branch: as github-action-b
 publish). Runs are ordered by their records' earliest ``started_at``.
 
 Per (variant, stage, gated metric) a :class:`Series` holds one value per run: a timing's median
-(runs, not calls, are the unit: the calls of one run share its machine's state), a deterministic
-metric's value. :func:`analyse` finds a measured time's change points with E-divisive means
-(:mod:`harness.results.changepoint`, on log medians); a deterministic metric changes wherever its
-value does. Fewer runs than a change point needs on both sides is "too little data", said so.
+and its fastest call (runs, not calls, are the unit: the calls of one run share its machine's
+state), a deterministic metric's value. :func:`analyse` finds a measured time's change points with
+E-divisive means tested as Hunter tests them (:mod:`harness.results.changepoint`) on the logs of
+each run's fastest call: other work on the machine only adds time to a call, so the fastest call is
+the run's least disturbed summary (Chen & Revels, "Robust benchmarking in noisy environments",
+2016, the estimator of Julia's BenchmarkTools), and a slower program moves it as much as its
+median. A change that only lengthens some calls (a recompile, a stall) does not move it: the
+gate's deterministic counts (recompiles, transfers) are what see those. A deterministic metric
+changes wherever its value does. Fewer runs than a change point needs on both sides is "too little data", said so.
 Pure Python over records: the command and the trend page both read it.
 """
 
@@ -48,8 +53,9 @@ class Run:
 @dataclass(frozen=True)
 class Point:
     run: int  # index in the history's runs
-    value: float
+    value: float  # a timing's median over its calls, as the gate reads it; else the metric's value
     loaded: bool  # timings: measured while other processes kept the machine busy
+    low: float  # a timing's fastest call (what change points are found in); else the value
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,8 @@ class Change:
 
     before: int
     after: int
-    ratio: float  # median of the segment after / of the segment before (the values themselves: exact)
-    p_value: float | None  # permutation p of E-divisive (timings); None for a deterministic change
+    ratio: float  # timings: median of the runs' fastest calls after / before; else the values' ratio
+    p_value: float | None  # Student's t between the segments around it (timings); None when deterministic
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ def series(runs: Sequence[Run]) -> list[Series]:
             for (stage, metric), value in flatten_record(record).items():
                 if catalogue.get(metric).gated and math.isfinite(value.value):
                     points.setdefault((record.variant.name, stage, metric), []).append(
-                        Point(i, value.value, value.loaded)
+                        Point(i, value.value, value.loaded, min(value.samples, default=value.value))
                     )
     out = []
     for (v, s, m), p in points.items():
@@ -167,11 +173,11 @@ def analyse(
     s: Series,
     *,
     alpha: float = changepoint.ALPHA,
-    permutations: int = changepoint.PERMUTATIONS,
+    min_magnitude: float = changepoint.MIN_MAGNITUDE,
     min_size: int = changepoint.MIN_SIZE,
 ) -> Analysis:
     """Where ``s`` changed (see the module docstring)."""
-    values = [p.value for p in s.points]
+    values = [p.low if s.measured else p.value for p in s.points]
     if not s.measured:
         changes = tuple(
             Change(s.points[i - 1].run, s.points[i].run, _ratio([values[i - 1]], [values[i]]), None)
@@ -185,7 +191,7 @@ def analyse(
             s, TOO_LITTLE, (), f"{len(values)} run(s); a change point needs {need}, {min_size} on each side"
         )
     found = changepoint.e_divisive(
-        [math.log(v) for v in values], alpha=alpha, permutations=permutations, min_size=min_size
+        [math.log(v) for v in values], alpha=alpha, min_magnitude=min_magnitude, min_size=min_size
     )
     cuts = sorted(c.index for c in found)
     bounds = [0, *cuts, len(values)]
