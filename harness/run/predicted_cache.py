@@ -19,6 +19,13 @@ target's constants are measured for each sweep. An entry is ``<key>.predicted.js
 its files' paths relative) and ``<key>.predicted/`` (the Chrome trace and the XSpace it wrote); a hit
 copies the files into the stage's trace folder. An entry that cannot be read is a miss, said on
 stderr and removed; one the disk refuses is said and skipped (:class:`PredictionCache`).
+
+The folder is bounded: after each write the least recently used entries (a hit marks its entry
+used: the ``.predicted.json`` file's modification time) are removed until the entries together
+take at most ``HARNESS_PREDICTION_CACHE_MB`` MiB (default :data:`DEFAULT_MAX_MB`; 0 keeps none).
+An entry of a 40-step 19B loop is about 12 MB (its trace and XSpace), and every edit to the
+simulator writes new ones beside the old (CI's cache restore keeps them), so without a bound the
+folder only grows. Folders left without their entry (a write cut short) are removed too.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -51,6 +60,21 @@ SIMULATOR_FILES = (
     "harness/run/predicted_cache.py",
 )
 FILE_FIELDS = ("chrome_trace", "xplane")  # entry fields that are paths of files under the stage's folder
+ENV_MAX_MB = "HARNESS_PREDICTION_CACHE_MB"
+DEFAULT_MAX_MB = 1024.0  # about 80 entries of a 40-step 19B loop
+_SUFFIX = ".predicted.json"
+
+
+def max_bytes(environ: Mapping[str, str] = os.environ) -> int:
+    """The folder's bound in bytes: ``HARNESS_PREDICTION_CACHE_MB`` MiB, else :data:`DEFAULT_MAX_MB`."""
+    raw = environ.get(ENV_MAX_MB, "").strip()
+    try:
+        mb = float(raw) if raw else DEFAULT_MAX_MB
+    except ValueError:
+        mb = math.nan
+    if not math.isfinite(mb) or mb < 0:
+        raise ValueError(f"{ENV_MAX_MB}={raw!r}: the prediction cache's bound in MiB must be a number >= 0")
+    return int(mb * 2**20)
 
 
 @functools.cache
@@ -80,8 +104,9 @@ def prediction_key(
 class PredictionCache:
     """A directory of ``<key>.predicted.json`` entries and ``<key>.predicted/`` folders of their files."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, limit: int | None = None):
         self.directory = Path(directory)
+        self.limit = max_bytes() if limit is None else limit  # bytes the entries may take together
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.predicted.json"
@@ -113,6 +138,8 @@ class PredictionCache:
         except OSError as e:
             self._drop(key, f"its files cannot be copied ({e})")
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: the last to go
         return out
 
     def put(self, key: str, predicted: Mapping[str, Any], where: Path) -> None:
@@ -129,12 +156,48 @@ class PredictionCache:
             write_atomic(self.path(key), json.dumps({"key": key, "predicted": out}, default=str).encode())
         except (OSError, ValueError, StorageError) as e:
             _say(f"{self.path(key)}: not cached ({e}): the next run simulates the program again")
+        self.prune()
 
-    def _drop(self, key: str, why: str) -> None:
-        _say(f"{self.path(key)}: {why}: ignored and removed, simulating again")
+    def _size(self, key: str) -> int:
+        files = self.files(key)
+        inner = sum(f.stat().st_size for f in files.rglob("*") if f.is_file()) if files.is_dir() else 0
+        return self.path(key).stat().st_size + inner
+
+    def prune(self) -> list[str]:
+        """Remove the least recently used entries until the rest take at most :attr:`limit` bytes (an
+        entry larger than the bound first), and folders without an entry; the keys removed, in order."""
+        entries = []
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            key = path.name[: -len(_SUFFIX)]
+            with contextlib.suppress(OSError):  # another process may remove it meanwhile
+                entries.append((path.stat().st_mtime, key, self._size(key)))
+        for folder in self.directory.glob("*.predicted"):
+            if folder.is_dir() and not self.path(folder.name[: -len(".predicted")]).exists():
+                shutil.rmtree(folder, ignore_errors=True)
+        total = sum(size for _, _, size in entries)
+        removed = []
+        # an entry larger than the whole bound goes first (it can never fit), then the least recently used
+        for _, key, size in sorted(entries, key=lambda e: (e[2] <= self.limit, e[0])):
+            if total <= self.limit:
+                break
+            self._remove(key)
+            total -= size
+            removed.append(key)
+        if removed:
+            _say(
+                f"{len(removed)} least recently used entries removed: the rest take {total / 2**20:.1f} MiB of "
+                f"{self.limit / 2**20:.0f} ({ENV_MAX_MB})"
+            )
+        return removed
+
+    def _remove(self, key: str) -> None:
         with contextlib.suppress(OSError):
             self.path(key).unlink()
         shutil.rmtree(self.files(key), ignore_errors=True)
+
+    def _drop(self, key: str, why: str) -> None:
+        _say(f"{self.path(key)}: {why}: ignored and removed, simulating again")
+        self._remove(key)
 
 
 def _say(line: str) -> None:

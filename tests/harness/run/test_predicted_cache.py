@@ -4,6 +4,7 @@ simulator (its version or its code), spec or program misses; an unreadable entry
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,45 @@ def test_every_listed_source_exists() -> None:
     missing = [n for n in (*SIMULATOR_FILES, *CODE_FILES, *PREDICTION_FILES) if not (root / n).exists()]
     assert not missing, missing
     assert set(PREDICTION_FILES) <= set(SIMULATOR_FILES)  # what a compile-cache hit re-reads is the simulator's
+
+
+def _entry(cache: predicted_cache.PredictionCache, key: str, where: Path, size: int, used: float) -> None:
+    """Put an entry whose trace file holds ``size`` bytes, last used at time ``used``."""
+    trace = where / key / "trace.json.gz"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    trace.write_bytes(b"x" * size)
+    cache.put(key, {"step_s": 1.0, "chrome_trace": str(trace)}, where)
+    if cache.path(key).exists():
+        os.utime(cache.path(key), (used, used))
+
+
+def test_the_folder_keeps_the_most_recently_used_entries_under_its_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "traces"
+    cache = predicted_cache.PredictionCache(tmp_path / "cache", limit=2_500)  # room for two 1000-byte entries
+    _entry(cache, "a", where, 1000, used=100.0)
+    _entry(cache, "b", where, 1000, used=200.0)
+    assert cache.get("a", tmp_path / "elsewhere") is not None  # a hit: "a" is now the most recently used
+    assert cache.path("a").stat().st_mtime > 200.0
+    _entry(cache, "c", where, 1000, used=300.0)  # three do not fit: the least recently used goes
+    assert not cache.path("b").exists() and not cache.files("b").exists()
+    assert cache.path("a").exists() and cache.path("c").exists()
+    assert cache.get("b", where) is None and cache.get("a", where) is not None
+    assert "1 least recently used entries removed" in capsys.readouterr().err
+    (tmp_path / "cache" / "orphan.predicted").mkdir()  # a folder whose entry was never written
+    assert cache.prune() == [] and not (tmp_path / "cache" / "orphan.predicted").exists()
+    # an entry larger than the whole bound is not kept; a bound of 0 keeps nothing
+    _entry(cache, "d", where, 5000, used=400.0)
+    assert not cache.path("d").exists() and cache.path("a").exists()
+    empty = predicted_cache.PredictionCache(tmp_path / "cache", limit=0)
+    assert sorted(empty.prune()) == ["a", "c"] and list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_bound_comes_from_the_environment() -> None:
+    assert predicted_cache.max_bytes({}) == predicted_cache.DEFAULT_MAX_MB * 2**20 == 2**30
+    assert predicted_cache.max_bytes({"HARNESS_PREDICTION_CACHE_MB": "1.5"}) == 1.5 * 2**20
+    assert predicted_cache.max_bytes({"HARNESS_PREDICTION_CACHE_MB": "0"}) == 0
+    for bad in ("ten", "-1", "nan"):
+        with pytest.raises(ValueError, match="HARNESS_PREDICTION_CACHE_MB="):
+            predicted_cache.max_bytes({"HARNESS_PREDICTION_CACHE_MB": bad})
