@@ -244,7 +244,12 @@ def per_layer_masked_mean_norm(
 ) -> jax.Array:
     """LTX-2.0 normalisation of ``[B, S, C, L']`` hidden states -> ``[B, S, C*L']``: per sample
     and layer, subtract the masked mean over (tokens, channels), divide by the masked range,
-    scale; padded tokens are zero. The mask comes from the lengths, as in diffusers."""
+    scale; padded tokens are zero. The mask comes from the lengths, as in diffusers.
+
+    Computed in float32 and rounded once to the input's dtype: diffusers divides the sum by a
+    float32 count, so torch's type promotion carries the mean, the centring, the division and the
+    scaling of a bfloat16 input in float32 and rounds only at its final ``.to(original_dtype)``."""
+    x_bscl, dtype = x_bscl.astype(jnp.float32), x_bscl.dtype
     batch, seq, channels, _ = x_bscl.shape
     token_s = jnp.arange(seq)[None, :]
     if padding_side == "left":
@@ -260,7 +265,7 @@ def per_layer_masked_mean_norm(
     hi = jnp.where(valid, x_bscl, -jnp.inf).max(axis=(1, 2), keepdims=True)
     normed = (x_bscl - mean) / (hi - lo + EPS) * scale_factor
     normed_bsf = normed.reshape(batch, seq, -1)
-    return jnp.where(valid_bs[..., None], normed_bsf, 0.0).astype(x_bscl.dtype)
+    return jnp.where(valid_bs[..., None], normed_bsf, 0.0).astype(dtype)
 
 
 def per_token_rms_norm(x_bscl: jax.Array) -> jax.Array:

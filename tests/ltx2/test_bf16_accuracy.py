@@ -64,22 +64,8 @@ def test_a_worse_variant_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     assert failures(comparisons), "a variant worse on every seed passed the check"
 
 
-# Components measured worse than diffusers' bf16 whose cause is not found yet: the sweep must keep
-# failing on them (strict) until it is, so a fix shows up as an unexpected pass.
-KNOWN_WORSE = {
-    "connectors": "audio rel L2 worse than diffusers' bf16 on 39 of 48 seeds (limit 37), median ratio "
-    "1.031; cause not found (benchmarks/results/bf16-accuracy-2026-11-29.md)",
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WORSE[n])) if n in KNOWN_WORSE else n
-        for n in bc.COMPONENTS
-    ],
-)
+@pytest.mark.parametrize("name", list(bc.COMPONENTS))
 def test_component_sweep(name: str) -> None:
     check(bc.measure(bc.COMPONENTS[name](), SLOW_SEEDS))
 

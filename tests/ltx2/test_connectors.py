@@ -16,7 +16,12 @@ from ltx2 import sharding
 from ltx2.convert import from_diffusers
 from ltx2.convert.connectors import load
 from ltx2.sharding import logical_axes
-from ltx2.text.connectors import ConnectorsConfig, LTX2TextConnectors, fill_with_registers
+from ltx2.text.connectors import (
+    ConnectorsConfig,
+    LTX2TextConnectors,
+    fill_with_registers,
+    per_layer_masked_mean_norm,
+)
 from tests.tolerances import FP32_KERNEL, FP32_MODULE
 
 TOL = FP32_MODULE
@@ -88,6 +93,19 @@ def test_matches_diffusers(reference_cls: Any, case: str) -> None:
     assert video.shape == ref_video.shape and audio.shape == ref_audio.shape
     assert max(errors.values()) <= TOL
     np.testing.assert_array_equal(np.asarray(out_mask), ref_mask)
+
+
+def test_a_bfloat16_normalisation_rounds_once() -> None:
+    """LTX-2.0's masked mean / range normalisation of bfloat16 hidden states is the float32 one
+    rounded once, as torch's promotion computes it in diffusers (the float32 count makes the mean
+    float32); rounding each step in bfloat16 put the connectors' output further from float32 than
+    diffusers' bfloat16 (benchmarks/results/bf16-accuracy-2026-11-29.md)."""
+    x, mask = inputs(ConnectorsConfig.tiny(), four_d=True)
+    x_bf16, lengths = jnp.asarray(x, jnp.bfloat16), jnp.asarray(mask.sum(-1))
+    got = per_layer_masked_mean_norm(x_bf16, lengths)
+    want = per_layer_masked_mean_norm(x_bf16.astype(jnp.float32), lengths).astype(jnp.bfloat16)
+    assert got.dtype == jnp.bfloat16 and got.shape == (2, 16, 72)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
 
 
 def test_registers_reorder_is_stable() -> None:
