@@ -175,7 +175,7 @@ def interleaved(
 def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
     from harness.expansion import load_sweep
     from harness.report import write_report
-    from harness.results.gate import GateResult, evaluate
+    from harness.results.gate import GateResult, evaluate, for_class
 
     sweep = load_sweep(args.manifest)
     manifest = sweep.manifest
@@ -200,7 +200,7 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
                 ],
             ), None
         records, out = _run_or_load(args, sweep)
-        base_records, label = base.records, str(path)
+        base_records, label = for_class(base.records, records), str(path)
     result = evaluate(base_records, records, manifest.gate, timings=args.timings)
     if records:
         write_report(

@@ -240,6 +240,7 @@ class Comparison:
     result: stats.Verdict | None = field(default=None, compare=False)
     under_load: str = ""  # timings taken under load: "", "baseline", "now" or "both"
     model_changed: str = ""  # predicted metrics priced by different models: why (then never gated)
+    other_class: str = ""  # a CPU program's codegen-dependent metric compiled on another machine class
 
     @property
     def delta(self) -> float | None:
@@ -368,6 +369,38 @@ def by_name(records: Iterable[Record]) -> dict[str, Record]:
     return {r.variant.name: r for r in records}
 
 
+# Metrics of a CPU target's program read after XLA:CPU's backend passes, which compile for the host's
+# instruction set (fusion, layout, buffer assignment): on another CPU the same code gives another
+# program. Collectives (the SPMD partitioner's), argument and output bytes (shapes), analytic FLOPs
+# and the counts of recompiles do not depend on it (checked against two classes in
+# benchmarks/results/cpu-machine-class-2026-11-29.md). A TPU or GPU target's program is compiled for
+# the target, whatever the host.
+HOST_CODEGEN = ("memory.temp_bytes", "memory.peak_bytes", "memory.bound_bytes", "cost.", "traffic.")
+
+
+def host_codegen(metric: str) -> bool:
+    """Whether a CPU program's ``metric`` depends on the host XLA:CPU compiled it on (see above)."""
+    scoped = metric.startswith(catalogue.SCOPE) and metric.endswith((".traffic_bytes", ".flops"))
+    return scoped or metric.startswith(HOST_CODEGEN)
+
+
+def machine_class(record: Record) -> str:
+    """A record's machine class as the gate keys on it: CPU, backend, device kind and count."""
+    return " / ".join(str(x) for x in record.machine.fingerprint)
+
+
+def other_class(base: Record, head: Record) -> str:
+    """Why a CPU program's codegen-dependent metrics of two records are not comparable ("" when they
+    are): compiled for a CPU target on machines of different classes."""
+    if (
+        "cpu" not in (base.target.platform, head.target.platform)
+        or base.machine.fingerprint == head.machine.fingerprint
+    ):
+        return ""
+    classes = f"baseline {machine_class(base)}, now {machine_class(head)}"
+    return f"other machine class ({classes}): XLA:CPU compiles for the host"
+
+
 def compare_records(
     baseline: Sequence[Record],
     now: Sequence[Record],
@@ -388,10 +421,15 @@ def compare_records(
         if base_rec.variant.id != head_rec.variant.id:
             out.changed_settings[name] = (base_rec.variant.id, head_rec.variant.id)
         b, h = flatten_record(base_rec), flatten_record(head_rec)
+        elsewhere = other_class(base_rec, head_rec)
         for stage, metric in sorted(set(b) | set(h), key=lambda k: (k[0], catalogue.rank(k[1]), k[1])):
             bv = b.get((stage, metric)) or _implied_zero(metric, b, stage)
             hv = h.get((stage, metric)) or _implied_zero(metric, h, stage)
             c = compare_metric(name, stage, metric, bv, hv, gate, timings=timings)
+            if elsewhere and c.gated and host_codegen(metric):
+                c = dataclasses.replace(
+                    c, gated=False, other_class=elsewhere, detail=f"{c.detail}; not gated: {elsewhere}"
+                )
             out.comparisons.append(
                 _same_program(c, b.get((stage, catalogue.PREDICTED_STEP)), h.get((stage, catalogue.PREDICTED_STEP)))
             )

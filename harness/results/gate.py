@@ -27,8 +27,13 @@ recompiles fails; a stage that fit the device's memory in the baseline and does 
 fails only with a median ratio above ``timing_ratio``
 *and* a Mann-Whitney p-value (on pairs of consecutive calls) below ``alpha``. Timings are gated only when both runs
 come from the same kind of machine (CPU model, device kind and count), since a
-committed baseline's timings say nothing about a different machine's speed;
-deterministic metrics are gated everywhere.
+committed baseline's timings say nothing about a different machine's speed. So are a CPU
+program's memory, traffic and cost metrics (:func:`harness.results.compare.host_codegen`):
+XLA:CPU compiles for the host's instruction set, so another machine class compiles another
+program. A baseline may hold a variant's record per machine class (:func:`for_class` picks the
+run's); against another class's record they are shown as "other machine class, not gated".
+Every other deterministic metric (collectives, recompiles, shapes, analytic FLOPs; all of a TPU
+or GPU target's) is gated everywhere.
 """
 
 from __future__ import annotations
@@ -55,6 +60,20 @@ def machine_fingerprint(record: Record) -> tuple[Any, ...]:
 def same_machine(baseline: Sequence[Record], now: Sequence[Record]) -> bool:
     prints = {machine_fingerprint(r) for r in [*baseline, *now] if r.ok}
     return len(prints) <= 1
+
+
+def for_class(baseline: Sequence[Record], now: Sequence[Record]) -> list[Record]:
+    """One baseline record per variant: the latest of the run's machine class where the baseline holds
+    one, else the latest. A baseline may keep a CPU variant's record per machine class (XLA:CPU
+    compiles for the host, so each class has its own program); a later record of another class never
+    replaces one of the run's."""
+    wanted = {r.variant.name: machine_fingerprint(r) for r in now}
+    chosen: dict[str, Record] = {}
+    for r in baseline:
+        name, held = r.variant.name, chosen.get(r.variant.name)
+        if held is None or machine_fingerprint(held) != wanted.get(name) or machine_fingerprint(r) == wanted.get(name):
+            chosen[name] = r
+    return list(chosen.values())
 
 
 def pool_rounds(rounds: Sequence[Sequence[Record]]) -> list[Record]:
@@ -188,6 +207,7 @@ def evaluate(
         return GateResult(ERROR, None, problems=["the baseline has no records"])
     if not now:
         return GateResult(ERROR, None, problems=["the run produced no records"])
+    baseline = for_class(baseline, now)
     gated_timings = timings == "on" or (timings == "auto" and same_machine(baseline, now))
     result = compare_records(baseline, now, gate, timings=gated_timings)
     out = GateResult(CLEAN, result, timings_gated=gated_timings)
@@ -225,6 +245,13 @@ def evaluate(
                 f"can never reach p < {gate.alpha:g}; need >= {stats.min_samples(gate.alpha)} "
                 "repeats per side ([run] repeats)"
             )
+    shown = [c for c in result.comparisons if c.other_class and c.variant not in failed]
+    if shown:
+        variants = sorted({c.variant for c in shown})
+        out.notes.append(
+            f"{len(shown)} metrics of CPU programs ({', '.join(variants)}) shown, not gated: {shown[0].other_class} "
+            "(memory, traffic and cost of the compiled program; collectives, recompiles and shapes are gated)"
+        )
     out.notes += [
         f"{c.variant} {c.stage} time: samples taken under load ({c.under_load}); its verdict "
         f"({c.verdict}) may reflect the machine, not the code"

@@ -412,3 +412,73 @@ def test_cli_against_a_revision_interleaves_rounds(tmp_path, capsys):
     assert len(measured["samples_s"]) == 12 and [len(r) for r in measured["rounds_s"]] == [6, 6]
     assert "HEAD (re-measured, 2 interleaved rounds)" in (tmp_path / "r" / "aa-gate" / "index.html").read_text()
     assert cli.main(["gate", str(manifest), "--against", "no-such-rev", "--reports", str(tmp_path / "r")]) == 2
+
+
+# --------------------------------------------------------------------------- machine classes
+
+
+CLASSES = ("AMD EPYC", "Intel(R) Xeon(R) Processor")
+TRILLIUM = "sharding=trillium,scan_layers=true"
+
+
+def _committed(name: str) -> list[dict]:
+    return [json.loads(line) for line in (REPO / "reports" / "baselines" / name).read_text().splitlines() if line]
+
+
+def _static(record: dict) -> dict:
+    (entry,) = [e for e in record["stages"].values() if e.get("static")][:1]
+    return entry["static"]
+
+
+def test_a_cpu_programs_metrics_are_keyed_on_the_machine_class():
+    """The committed CPU baseline holds trillium's step per machine class: compiled on AMD EPYC its
+    traffic is 104,734,440 bytes, on Intel Xeon 104,664,808 (tolerance 0: an AMD-compiled figure
+    read against the Intel record fails, as an AMD runner failed against one record for all)."""
+    base = [r for r in _committed("nightly.jsonl") if r["variant"]["name"] == TRILLIUM]  # gated alone
+    amd, intel = ([r for r in base if r["machine"]["cpu"] == c] for c in CLASSES)
+    assert len(amd) == len(intel) == 1 and base.index(intel[0]) > base.index(amd[0])  # Intel's is the later
+    assert [_static(r[0])["memory_traffic_bytes"] for r in (amd, intel)] == [104_734_440, 104_664_808]
+    # each run is compared with its own class's record: the AMD run passes though Intel's is later and lower
+    assert evaluate(base, copy.deepcopy(amd), timings="off").exit_code == gate.CLEAN
+    assert evaluate(base, copy.deepcopy(intel), timings="off").exit_code == gate.CLEAN
+    head = copy.deepcopy(intel)
+    _static(head[0])["memory_traffic_bytes"] = 104_734_440  # what AMD compiles, read on the Intel runner
+    assert [c.metric for c in evaluate(base, head, timings="off").failures] == ["traffic.hbm_bytes"]
+    # a third class has no record of its own: its programs' memory, traffic and cost are shown, not gated
+    head = copy.deepcopy(intel)  # compared with the latest record, Intel's
+    head[0]["machine"]["cpu"] = "Some Other CPU"
+    _static(head[0])["memory_traffic_bytes"] *= 1.0007
+    other = evaluate(base, head, timings="off")
+    assert other.exit_code == gate.CLEAN and other.failures == []
+    (shown,) = [c for c in other.comparisons.comparisons if c.verdict == "regressed"]
+    assert shown.metric == "traffic.hbm_bytes" and not shown.gated and "other machine class" in shown.detail
+    assert any("shown, not gated: other machine class (baseline Intel(R) Xeon(R) Processor" in n for n in other.notes)
+    # what does not depend on the host stays gated across classes: one all-gather more fails
+    _static(head[0])["collectives"]["by_kind"]["all-gather"]["count"] += 1
+    caught = evaluate(base, head, timings="off")
+    assert [c.metric for c in caught.failures] == ["collectives.all-gather.count", "collectives.total.count"]
+
+
+def test_the_baseline_record_of_the_runs_class_is_chosen():
+    base = synthetic.records(_committed("nightly.jsonl"))
+    amd, intel = ([r for r in base if r.variant.name == TRILLIUM and r.machine.cpu == c] for c in CLASSES)
+    for run in (amd, intel):
+        chosen = [r for r in gate.for_class(base, run) if r.variant.name == TRILLIUM]
+        assert chosen == run
+    elsewhere = synthetic.records([{**_committed("nightly.jsonl")[0], "machine": {"cpu": "Some Other CPU"}}])
+    assert len(gate.for_class(base, elsewhere)) == len({r.variant.name for r in base})
+
+
+def test_a_tpu_programs_metrics_are_gated_whatever_the_host():
+    base = _committed("nightly-tpu.jsonl")[:1]
+    assert base[0]["target"]["platform"] == "tpu"
+    head = copy.deepcopy(base)
+    head[0]["machine"]["cpu"] = "Some Other CPU"
+    _static(head[0])["memory_traffic_bytes"] *= 1.0007  # another program: its fingerprint differs too
+    for entry in head[0]["stages"].values():
+        if (entry.get("predicted") or {}).get("identity"):
+            entry["predicted"]["identity"]["program"] = "another program"
+    assert base[0]["machine"]["cpu"] != "Some Other CPU"
+    result = evaluate(base, head, timings="off")
+    assert result.exit_code == gate.REGRESSION and [c.metric for c in result.failures] == ["traffic.hbm_bytes"]
+    assert not any(c.other_class for c in result.comparisons.comparisons)
