@@ -103,8 +103,12 @@ def _overhead(seconds: float, source: str) -> dict[str, Figure]:
 
 _TPU_OVERHEAD = _overhead(
     1e-6,
-    "assumed: ~1 us fixed cost per executed HLO op (pipeline fill/drain of a fusion); "
-    "no published figure, check against an XProf trace",
+    "assumed: ~1 us fixed cost per executed HLO op inside a program (pipeline fill/drain of a fusion); "
+    "no published v6e figure. tpu7x's tables time each op on the device (accelerator-microbenchmarks "
+    "9706b0e benchmark_utils.multiple_iteration_get_metrics_from_trace: the marked op's "
+    "device_duration_ps, not the program's launch): hbm.md's 32 and 64 MiB copy rows extrapolate to "
+    "~1.3 us at zero bytes, the 128^3 bf16 GEMM row (2.59 TFLOP/s) is 1.62 us for ~0.04 us of "
+    "work: a small kernel's fixed cost 1.3-1.6 us, inside this value's +-50%",
 )
 
 

@@ -65,6 +65,7 @@ from harness.metrics.timeline import (
     build_program,
     copies_host,
     rates,
+    runs_scalar,
     sensitivity,
     share_bound_specs,
     simulate,
@@ -182,11 +183,13 @@ def xprof_interval(
 ) -> dict[str, Any]:
     """The XProf shares (:data:`XPROF_SHARES`) of the step simulated at each of the interval's
     bounds (:func:`harness.metrics.timeline.share_bound_specs`: every constant and curve fast, slow,
-    the links slow with the rest fast and the reverse, the other link-sharing policies, the datasheet
-    where a curve is carried): per share its lowest and highest value over those and the base, and
-    each point. The shares' denominators stay the spec's datasheet peaks (XProf's definitions)."""
+    the links slow with the rest fast and the reverse, the other link-sharing policies, the chip's
+    ports per core, scalar ops' price, the datasheet where a curve is carried): per share its lowest
+    and highest value over those and the base, and each point. The shares' denominators stay the
+    spec's datasheet peaks (XProf's definitions)."""
     points: dict[str, dict[str, float | None]] = {"base": {k: base.get(k) for k in XPROF_SHARES}}
-    for name, bound in share_bound_specs(tl_spec, host_copies=copies_host(program)).items():
+    bounds = share_bound_specs(tl_spec, host_copies=copies_host(program), scalars=runs_scalar(program))
+    for name, bound in bounds.items():
         entry = xprof_entry(simulate(program, bound).events, costs, opcodes, **peaks)
         points[name] = {k: entry.get(k) for k in XPROF_SHARES}
     out: dict[str, Any] = {"points": points}

@@ -24,7 +24,16 @@ from harness.metrics.timeline import rates
 from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
-from harness.metrics.timeline.specs import LINK_SHARING, Constant, TimelineSpec, Topology, cpu_spec, spec_for
+from harness.metrics.timeline.specs import (
+    CORE_LINKS,
+    LINK_SHARING,
+    SCALAR_OPS,
+    Constant,
+    TimelineSpec,
+    Topology,
+    cpu_spec,
+    spec_for,
+)
 from harness.metrics.timeline.unpriced import pricing_notes
 from harness.vocabulary import BLOCK_SCOPE
 
@@ -176,8 +185,10 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
     another generation (its source says ``assumed``), the datasheet rates (``curves:datasheet``);
     the links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.
     metrics.timeline.links`), the host link's likewise (``host_link_sharing:fair`` or ``:fifo``,
-    where the program copies to or from host memory); and offloaded copies (SparseCore, DMA) at
-    their assumed rate's bounds
+    where the program copies to or from host memory); each TensorCore its own ICI ports
+    (``core_links:own``, where a chip holds several devices); scalar ops without the per-op
+    overhead (``scalar_ops:bytes``, where the program runs one: :attr:`Op.scalar`); and offloaded
+    copies (SparseCore, DMA) at their assumed rate's bounds
     (``offload_bytes_per_s:*``, a constant like the others). ``assumed``: the names of the points
     that move an assumption rather than a measured or published constant.
     ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
@@ -199,7 +210,7 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
         points[f"{family}:slow"] = step_ns(program, spec.curves_scaled({family: 1 / (1 + up)}))
         if carried:
             assumed += [f"{family}:fast", f"{family}:slow"]
-    for name, bound in bound_specs(spec, host_copies=copies_host(program)).items():
+    for name, bound in bound_specs(spec, host_copies=copies_host(program), scalars=runs_scalar(program)).items():
         points[name] = step_ns(program, bound)
         if name not in ("fast", "slow"):
             assumed.append(name)
@@ -212,6 +223,8 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
         "curves": {k: v[0] for k, v in _curve_uncertainty(spec).items()},
         "link_sharing": spec.link_sharing,
         "host_link_sharing": spec.host_link_sharing,
+        "core_links": spec.core_links,
+        "scalar_ops": spec.scalar_ops,
         "assumed": assumed,
     }
 
@@ -222,13 +235,20 @@ def copies_host(program: Program) -> bool:
     return any(op.host for ops in program.ops.values() for op in ops)
 
 
-def bound_specs(spec: TimelineSpec, host_copies: bool = True) -> dict[str, TimelineSpec]:
+def runs_scalar(program: Program) -> bool:
+    """Whether ``program`` runs a scalar op (``Op.scalar``): only then does ``scalar_ops`` move its step."""
+    return any(op.scalar for ops in program.ops.values() for op in ops)
+
+
+def bound_specs(spec: TimelineSpec, host_copies: bool = True, scalars: bool = True) -> dict[str, TimelineSpec]:
     """The specs at the interval's joint bounds (see :func:`uncertainty`): ``fast`` / ``slow`` (every
     rate and time constant and every TPU / GPU efficiency curve at its bound together), the other
     link-sharing policy (``link_sharing:<policy>``), the host link's other one
-    (``host_link_sharing:<policy>``, where ``host_copies``: :func:`copies_host`) and, where a curve
-    is carried from another generation, the datasheet rates (``curves:datasheet``). What the XProf
-    shares' interval is read at."""
+    (``host_link_sharing:<policy>``, where ``host_copies``: :func:`copies_host`), the other use of a
+    chip's ports by its cores (``core_links:<use>``, where a chip holds several devices), scalar ops
+    priced the other way (``scalar_ops:<price>``, where ``scalars``: :func:`runs_scalar`) and, where
+    a curve is carried from another generation, the datasheet rates (``curves:datasheet``). What the
+    XProf shares' interval is read at."""
     fast, slow = spec, spec
     for name, c in spec.constants.items():
         if c.scalable and c.rel_uncertainty > 0:
@@ -245,6 +265,12 @@ def bound_specs(spec: TimelineSpec, host_copies: bool = True) -> dict[str, Timel
             out[f"link_sharing:{policy}"] = dataclasses.replace(spec, link_sharing=policy)
         if host_copies and policy != spec.host_link_sharing:
             out[f"host_link_sharing:{policy}"] = dataclasses.replace(spec, host_link_sharing=policy)
+    if spec.topology.kind == "torus" and spec.topology.devices_per_chip > 1:
+        for use in (u for u in CORE_LINKS if u != spec.core_links):
+            out[f"core_links:{use}"] = dataclasses.replace(spec, core_links=use)
+    if scalars:
+        for price in (p for p in SCALAR_OPS if p != spec.scalar_ops):
+            out[f"scalar_ops:{price}"] = dataclasses.replace(spec, scalar_ops=price)
     return out
 
 
@@ -252,7 +278,7 @@ LINK_CONSTANTS = ("collective_latency_s", "link_bytes_per_s", "on_chip_bytes_per
 LINK_FAMILIES = ("link_efficiency",)
 
 
-def share_bound_specs(spec: TimelineSpec, host_copies: bool = True) -> dict[str, TimelineSpec]:
+def share_bound_specs(spec: TimelineSpec, host_copies: bool = True, scalars: bool = True) -> dict[str, TimelineSpec]:
     """:func:`bound_specs` and the two crossed bounds a share of time needs: the links (the transfer
     constants :data:`LINK_CONSTANTS` and curves :data:`LINK_FAMILIES`) at their slow bound with every
     other constant and curve at its fast bound (``links:slow``), and the reverse (``links:fast``).
@@ -260,7 +286,7 @@ def share_bound_specs(spec: TimelineSpec, host_copies: bool = True) -> dict[str,
     all-gather time over all op time) is a ratio of transfer to compute time, so its extremes lie
     where the two move apart, which the joint bounds never try. Added after the qkv-fixed rung's
     held-out share had been read (benchmarks/results/ag-wasted-qkv-2026-11-29.md)."""
-    out = bound_specs(spec, host_copies)
+    out = bound_specs(spec, host_copies, scalars)
     curves = _curve_uncertainty(spec)
     for label, links_fast in (("links:slow", False), ("links:fast", True)):
         s = spec
@@ -307,6 +333,7 @@ __all__ = [
     "device_dict",
     "op_events",
     "predict",
+    "runs_scalar",
     "sensitivity",
     "simulate",
     "spec_for",

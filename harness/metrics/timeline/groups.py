@@ -10,8 +10,9 @@ differ. A dimension whose group covers the whole ring and which wraps around car
 bidirectional ring (2 links' worth per device, one direction each); otherwise the group is a line
 (1 link's worth). A group spanning several dimensions is credited the sum of theirs (a
 multi-dimensional ring algorithm drives all of them at once). The devices of one chip (tpu7x's two
-TensorCores) share the chip's ports, so ICI bandwidth per device is divided by devices per chip;
-a group inside one chip uses ``on_chip_bytes_per_s``. GPUs behind NVSwitch: any group gets the
+TensorCores) share the chip's ports, so ICI bandwidth per device is divided by devices per chip
+(the spec's ``core_links = "shared"``; ``"own"``, the interval's other point, gives each core the
+chip's ports); a group inside one chip uses ``on_chip_bytes_per_s``. GPUs behind NVSwitch: any group gets the
 GPU's NVLink bandwidth. A link's rate is the datasheet's times the spec's ``link_efficiency``
 where it has one (a published collective table's large-message bandwidth over its route's,
 :mod:`~harness.metrics.timeline.rates`). CPU: a copy at ``link_bytes_per_s`` (the measured copy
@@ -60,7 +61,8 @@ def _torus_route(devices: Sequence[int], spec: TimelineSpec, topo: Topology) -> 
         queues.append(f"dim{dim}")
         bandwidth += link * (2 if ring else 1)
     if queues:
-        return Route(tuple(queues), bandwidth / topo.devices_per_chip, len(devices))
+        split = topo.devices_per_chip if spec.core_links == "shared" else 1
+        return Route(tuple(queues), bandwidth / split, len(devices))
     if len({c[-1] for c in coords}) > 1:  # only the core on the chip differs
         return Route(("core",), spec.value("on_chip_bytes_per_s"), len(devices))
     return Route((), math.inf, len(devices))

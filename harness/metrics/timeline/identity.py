@@ -28,10 +28,12 @@ from typing import Any
 from harness.metrics.hlo.text import without_provenance
 from harness.metrics.timeline.specs import TimelineSpec
 
-SIMULATOR_VERSION = 2
+SIMULATOR_VERSION = 3
 """Bump when the simulator (this package) prices the same program on the same spec differently.
 2: the host link's copies served by ``host_link_sharing`` (``fifo``) instead of ``link_sharing``,
-and an offloaded copy's wait shared on the critical path among the copies served during it."""
+and an offloaded copy's wait shared on the critical path among the copies served during it.
+3: a collective's wait shared likewise among the transfers on its links (critical path, exposed
+time by kind); the spec names ``core_links`` and ``scalar_ops`` (the interval's new points)."""
 
 _PROSE = frozenset({"source", "notes", "name"})
 

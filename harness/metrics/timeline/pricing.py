@@ -193,7 +193,11 @@ def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> f
     return seconds + max(flops - known, 0.0) / (peak * best_efficiency(spec))
 
 
-def compute_seconds(flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec) -> float:
-    """One compute op: ``max(matmul time, bytes / HBM bandwidth at its size) + op overhead``."""
+def compute_seconds(
+    flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec, *, scalar: bool = False
+) -> float:
+    """One compute op: ``max(matmul time, bytes / HBM bandwidth at its size) + op overhead``; a
+    scalar op (``Op.scalar``) without the overhead where the spec's ``scalar_ops`` is ``bytes``."""
     hbm = hbm_bytes_per_s(bytes_, spec) if bytes_ > 0 else spec.value("hbm_bytes_per_s")
-    return max(matmul_seconds(flops, mms, spec), bytes_ / hbm) + spec.value("op_overhead_s")
+    overhead = 0.0 if scalar and spec.scalar_ops == "bytes" else spec.value("op_overhead_s")
+    return max(matmul_seconds(flops, mms, spec), bytes_ / hbm) + overhead

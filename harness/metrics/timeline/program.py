@@ -7,7 +7,9 @@ Classes of instruction:
   bitcast, partition-id, ...), and async DMAs that move no HBM bytes;
 * ``compute``: everything else that runs, priced by its matmul FLOPs (a fusion: those of the
   computations it calls; the splash kernel: its own) and the bytes it reads and writes (both read
-  once by :func:`harness.metrics.hlo.parse`: ``Instruction.flops`` and ``traffic``);
+  once by :func:`harness.metrics.hlo.parse`: ``Instruction.flops`` and ``traffic``); a *scalar* one
+  (``Op.scalar``: not a fusion or kernel, its result and every operand rank 0, e.g. a loop counter's
+  add or a copy of an ``f32[]``) runs no tiled loop, which the spec's ``scalar_ops`` prices;
 * ``sync`` / ``start`` / ``done``: collectives (a TPU reduce-scatter fusion is a sync
   reduce-scatter; ``async-start`` calling a collective is that collective's start; a TPU async
   collective fusion (``Instruction.async_role``), whose computation ends in
@@ -37,6 +39,7 @@ Pure Python.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from harness.metrics.compiled.aot import ring_wire_bytes
@@ -87,6 +90,7 @@ class Op:
     trip_count: int | None = None
     index: int = -1  # get-tuple-element index, parameter number
     host: str = ""  # a host copy's direction: "in" (host -> device) or "out" (device -> host)
+    scalar: bool = False  # a compute op on rank-0 values only, outside any fusion or kernel
 
     @property
     def name(self) -> str:
@@ -197,7 +201,19 @@ def classify(instr: Instruction, shapes: dict[str, str], module: HloModule, devi
     if op in ("call", "conditional"):
         return Op(instr, op, callees=tuple(c for c in instr.callees if c in module.computations))
     flops = instr.flops if instr.flops is not None else _nested_flops(instr, module)
-    return Op(instr, "compute", flops=float(flops), bytes=float(instr.traffic))
+    return Op(instr, "compute", flops=float(flops), bytes=float(instr.traffic), scalar=is_scalar(instr, shapes))
+
+
+_KERNELS = frozenset({"fusion", "custom-call", "convolution", "dot"})
+_RANK0 = re.compile(r"[a-z][a-z0-9]*\[\]")
+
+
+def is_scalar(instr: Instruction, shapes: dict[str, str]) -> bool:
+    """Whether ``instr`` is a scalar op: not a fusion or kernel, its result and every operand rank 0."""
+    if instr.opcode in _KERNELS or not _RANK0.match(instr.shape):
+        return False
+    operands = zip(instr.operands, instr.operand_shapes, strict=True)
+    return all(_RANK0.match(inline or shapes.get(name, "")) for name, inline in operands)
 
 
 def build_program(module: HloModule) -> Program:

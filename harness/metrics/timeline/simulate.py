@@ -11,7 +11,8 @@ takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.t
   (``fifo``: in the order issued); each is written as a zero-length start and a done that spans the
   stream's wait, on the compute lane, as a measured trace shows a ``copy-start`` / ``copy-done``;
   on the critical path a done's wait is shared among the copies its queue served meanwhile, by the
-  link time each received (:meth:`Simulator._attribute`);
+  link time each received (:meth:`Simulator._attribute`; a collective's done likewise, among the
+  transfers on its links);
 * a synchronous collective blocks the stream until its transfer ends;
 * an async ``*-start`` issues the transfer and the stream goes on; its ``*-done`` waits until the
   transfer has ended (the wait is exposed time). A TPU async collective fusion is the same: its
@@ -175,7 +176,7 @@ class Simulator:
         key = id(op)
         if key not in self._cost:
             mms = self.matmuls(op) if op.flops > 0 else []
-            self._cost[key] = pricing.compute_seconds(op.flops, op.bytes, mms, self.spec) * NS
+            self._cost[key] = pricing.compute_seconds(op.flops, op.bytes, mms, self.spec, scalar=op.scalar) * NS
         return self._cost[key]
 
     def matmuls(self, op: Op) -> list[pricing.Matmul]:
@@ -316,18 +317,18 @@ class Simulator:
         lane = COMPUTE if transfer.kind == OFFLOAD else transfer.kind
         self._event(lane, op.name, lane, s.t, end, op)
         if end > s.t:
-            if transfer.kind == OFFLOAD:
-                self._attribute(transfer, end)
-            else:
-                self._on_path(transfer.name, transfer.kind, end - s.t)
+            self._attribute(transfer, end)
         s.t = end
 
     def _attribute(self, transfer: Transfer, end: float) -> None:
-        """The stream's wait from now to ``end`` for an offloaded copy, on the critical path of the
-        copies its queue served meanwhile, each by the link time it received (the copy waited for
-        counts the wait once): under ``fifo`` that is the copy itself, or the copies issued before
-        it that it queued behind; under ``fair`` each copy sharing the queue its share, so a wait
-        that moved three copies' bytes is not all the first one's."""
+        """The stream's wait from now to ``end`` for a transfer (an offloaded copy, a collective), on
+        the critical path of the transfers its links served meanwhile, each by the link time it
+        received (the one waited for counts the wait once): under ``fifo`` that is the transfer
+        itself, or those issued before it that it queued behind; under ``fair`` each transfer
+        sharing its links its share, so a wait that moved three copies' bytes is not all the first
+        one's, nor a gather's wait all the gather's while an all-to-all shared its links. A
+        collective's exposed time by kind follows the same shares; the timeline's events (the done
+        spans the stream's wait, as a measured trace shows it) do not change."""
         s = self.state
         s.links.advance(s.t)
         rivals = [f for f in s.links.flows if set(f.queues) & set(transfer.queues)]

@@ -106,6 +106,8 @@ class Topology:
 
 
 LINK_SHARING = ("fair", "fifo")
+CORE_LINKS = ("shared", "own")
+SCALAR_OPS = ("overhead", "bytes")
 
 
 @dataclass(frozen=True)
@@ -131,11 +133,28 @@ class TimelineSpec:
     TPU measurement: an assumption with sources, and the interval covers ``fair``. Adopted after
     the held-out v6e profile's score under both policies had been seen (benchmarks/results/
     real-v6e-profile-2026-11-29.md, "Link policy")."""
+    core_links: str = "shared"
+    """How the TensorCores of one chip (tpu7x: two) use its ICI ports (:mod:`~harness.metrics.
+    timeline.groups`): ``shared`` (a chip's ports divided among its cores: the datasheet gives ICI
+    bandwidth per chip) or ``own`` (each core the whole chip's ports). Assumed either way (no
+    published figure per core); the interval covers ``own`` where a chip holds several devices."""
+    scalar_ops: str = "overhead"
+    """What a scalar op (:attr:`~harness.metrics.timeline.program.Op.scalar`: not a fusion or kernel,
+    every operand and its result rank 0) costs beyond its bytes: ``overhead`` (``op_overhead_s``,
+    like every op) or ``bytes`` (nothing: XLA's own approximate cost model, openxla/xla
+    ``xla/service/latency_hiding_scheduler.cc`` ``ApproximateLatencyEstimator::NodeCost``, prices any
+    op that is not a fusion or convolution at ``kLowCost`` = 1 against a loop fusion's 1000). Assumed
+    either way (no measured scalar op); the interval covers ``bytes`` where a program has one."""
 
     def __post_init__(self) -> None:
-        for what, policy in (("link_sharing", self.link_sharing), ("host_link_sharing", self.host_link_sharing)):
-            if policy not in LINK_SHARING:
-                raise ValueError(f"spec {self.name!r}: {what} {policy!r} is not one of {LINK_SHARING}")
+        for what, policy, allowed in (
+            ("link_sharing", self.link_sharing, LINK_SHARING),
+            ("host_link_sharing", self.host_link_sharing, LINK_SHARING),
+            ("core_links", self.core_links, CORE_LINKS),
+            ("scalar_ops", self.scalar_ops, SCALAR_OPS),
+        ):
+            if policy not in allowed:
+                raise ValueError(f"spec {self.name!r}: {what} {policy!r} is not one of {allowed}")
 
     def value(self, constant: str) -> float:
         """A constant's value; KeyError naming the spec and the constants it has otherwise."""
@@ -192,6 +211,8 @@ class TimelineSpec:
             "notes": list(self.notes),
             "link_sharing": self.link_sharing,
             "host_link_sharing": self.host_link_sharing,
+            "core_links": self.core_links,
+            "scalar_ops": self.scalar_ops,
         }
 
 
@@ -358,6 +379,8 @@ def spec_from_dict(raw: Mapping[str, Any], where: str = "spec") -> TimelineSpec:
             tuple(raw.get("notes", ())),
             str(raw.get("link_sharing", "fair")),
             str(raw.get("host_link_sharing", "fifo")),
+            str(raw.get("core_links", "shared")),
+            str(raw.get("scalar_ops", "overhead")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: not a timeline spec ({type(e).__name__}: {e})") from None

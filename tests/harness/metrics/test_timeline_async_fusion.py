@@ -129,8 +129,10 @@ def test_continuation_hides_half_and_the_done_waits_for_the_rest():
 
 def test_a_done_waits_for_its_own_chain_not_the_oldest():
     """Chain 1 (started second) is done first: its done follows its state through the continuation,
-    so the wait is chain 1's (sharing the links with chain 0: both end at 2t), and chain 0's
-    done then has nothing left to wait for. Matching the oldest transfer instead would charge chain 0."""
+    so the stream waits at chain 1's done for chain 1's transfer (sharing the links with chain 0:
+    both end at 2t). Matching the oldest transfer instead would wait for chain 0's. On the critical
+    path the wait is shared by the link time each chain received meanwhile (half each), counted once,
+    as chain 1's."""
     spec = _spec()
     t = gather_ns(1000, spec)
     n = 250  # each continuation 2000 ns
@@ -143,9 +145,13 @@ def test_a_done_waits_for_its_own_chain_not_the_oldest():
 }}"""  # noqa: E501
     text = _module(entry, _start("0"), _start("1"), _continuation("1", n), _done("1"))
     p = timeline.predict(parse(text), spec)
-    waited = {c["op"]: c["ns"] for c in p.critical_path if c["category"] == "all-gather"}
-    assert waited == {"async-collective-start.1": pytest.approx(2 * t - 8 * n, rel=1e-12)}
-    assert p.step_ns == pytest.approx(2 * t, rel=1e-12)  # chain 0's transfer ends first, at t
+    done = next(e for e in p.events if e.name == "async-collective-done.1")
+    assert (done.start_ns, done.end_ns) == (pytest.approx(8 * n, rel=1e-12), pytest.approx(2 * t, rel=1e-12))
+    waited = {c["op"]: (c["ns"], c["count"]) for c in p.critical_path if c["category"] == "all-gather"}
+    half = pytest.approx((2 * t - 8 * n) / 2, rel=1e-12)
+    assert waited == {"async-collective-start.1": (half, 1), "async-collective-start.0": (half, 0)}
+    assert p.device["exposed_ns_by_kind"]["all-gather"] == pytest.approx(2 * t - 8 * n, rel=1e-12)
+    assert p.step_ns == pytest.approx(2 * t, rel=1e-12)
 
 
 def test_traffic_counts_the_transfer_once_at_its_start():

@@ -1,0 +1,99 @@
+"""The interval's points for two modelling choices that are assumed: a chip's ICI ports shared by its
+TensorCores or each core's own (``core_links``), and scalar ops with or without the per-op overhead
+(``scalar_ops``). Known answers on small programs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.metrics import timeline
+from harness.metrics.hlo import parse
+from harness.metrics.timeline.groups import route
+from harness.metrics.timeline.program import build_program
+from harness.metrics.timeline.specs import spec_from_dict
+
+# Two scalar copies, as jaxlib printed the real v6e profile's jit_convert_element_type; then a
+# fusion on a scalar and an add over a vector, neither scalar ops.
+SCALARS = """HloModule m, is_scheduled=true
+
+%f (x: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  ROOT %n = f32[] negate(f32[] %x)
+}
+
+ENTRY %main (a: f32[], v: f32[256]) -> (f32[], f32[], f32[256]) {
+  %a = f32[]{:T(128)} parameter(0)
+  %v = f32[256]{0} parameter(1)
+  %copy.1 = f32[]{:T(128)S(6)} copy(f32[]{:T(128)} %a)
+  %copy = f32[]{:T(128)} copy(f32[]{:T(128)S(6)} %copy.1)
+  %fusion = f32[] fusion(f32[] %copy), kind=kLoop, calls=%f
+  %add = f32[256]{0} add(f32[256]{0} %v, f32[256]{0} %v)
+  ROOT %t = (f32[], f32[], f32[256]) tuple(%copy, %fusion, %add)
+}
+"""
+
+# An all-gather over two chips of a tpu7x 2x2x1 slice (devices 0 and 2: core 0 of chips 0 and 1).
+GATHER = """HloModule m, is_scheduled=true, num_partitions=8
+
+ENTRY %main (p: bf16[1048576]) -> bf16[2097152] {
+  %p = bf16[1048576]{0} parameter(0)
+  ROOT %ag = bf16[2097152]{0} all-gather(bf16[1048576]{0} %p), replica_groups={{0,2},{1,3},{4,6},{5,7}}, dimensions={0}
+}
+"""
+
+
+def test_scalar_ops_are_the_non_fusion_ops_on_rank_0_values():
+    ops = {op.name: op for op in build_program(parse(SCALARS)).ops["main"]}
+    assert [n for n, op in ops.items() if op.scalar] == ["copy.1", "copy"]
+    assert not ops["fusion"].scalar and not ops["add"].scalar and ops["fusion"].cls == "compute"
+
+
+def test_scalar_ops_priced_at_their_bytes_drop_only_their_overhead():
+    spec = timeline.spec_for("v6e:2x4", "tpu")
+    overhead = spec.value("op_overhead_s") * 1e9
+    base = timeline.predict(parse(SCALARS), spec)
+    free = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="bytes"))
+    ns = {e.name: e.end_ns - e.start_ns for e in base.events}
+    free_ns = {e.name: e.end_ns - e.start_ns for e in free.events}
+    for name in ("copy.1", "copy"):
+        assert free_ns[name] == pytest.approx(ns[name] - overhead, rel=1e-9) and 0 < free_ns[name] < 10
+    assert free_ns["fusion"] == pytest.approx(ns["fusion"], rel=1e-12) and free_ns["add"] == pytest.approx(
+        ns["add"], rel=1e-12
+    )
+    assert base.step_ns - free.step_ns == pytest.approx(2 * overhead, rel=1e-9)
+
+
+def test_the_interval_has_the_scalar_point_only_where_a_program_runs_a_scalar_op():
+    spec = timeline.spec_for("v6e:2x4", "tpu")
+    u = timeline.uncertainty(parse(SCALARS), spec)
+    assert u["scalar_ops"] == "overhead" and "scalar_ops:bytes" in u["assumed"]
+    free = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="bytes")).step_ns / 1e9
+    assert u["points_s"]["scalar_ops:bytes"] == pytest.approx(free) and u["interval_s"][0] <= free
+    assert "scalar_ops:bytes" not in timeline.uncertainty(parse(GATHER), spec)["points_s"]
+
+
+def test_each_core_its_own_ports_doubles_a_cross_chip_route_on_tpu7x_only():
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    shared, own = route((0, 2), spec), route((0, 2), dataclasses.replace(spec, core_links="own"))
+    assert shared.queues == own.queues == ("dim0",)
+    assert own.bytes_per_s == pytest.approx(2 * shared.bytes_per_s, rel=1e-12)
+    assert route((0, 1), dataclasses.replace(spec, core_links="own")).queues == ("core",)  # on-chip: unchanged
+    u = timeline.uncertainty(parse(GATHER), spec)
+    assert u["core_links"] == "shared" and "core_links:own" in u["assumed"]
+    assert u["points_s"]["core_links:own"] < u["step_s"] and u["interval_s"][0] <= u["points_s"]["core_links:own"]
+    assert "core_links:own" not in timeline.uncertainty(parse(GATHER), timeline.spec_for("v6e:2x4", "tpu"))["points_s"]
+
+
+def test_the_new_choices_round_trip_through_a_spec_file_and_a_bad_one_is_refused():
+    spec = dataclasses.replace(timeline.spec_for("tpu7x:2x2x1", "tpu"), core_links="own", scalar_ops="bytes")
+    back = spec_from_dict(spec.to_dict())
+    assert (back.core_links, back.scalar_ops) == ("own", "bytes")
+    raw = spec.to_dict()
+    del raw["core_links"], raw["scalar_ops"]  # a spec file written before the fields: the defaults
+    assert (spec_from_dict(raw).core_links, spec_from_dict(raw).scalar_ops) == ("shared", "overhead")
+    with pytest.raises(ValueError, match="core_links 'half'"):
+        spec_from_dict({**raw, "core_links": "half"}, "cal.json")
+    with pytest.raises(ValueError, match="scalar_ops 'free'"):
+        spec_from_dict({**raw, "scalar_ops": "free"}, "cal.json")
