@@ -11,7 +11,10 @@ xprof_interval``).
 
 The programs are the dumps ``benchmarks/reprediction.py`` writes (``--work``: ``<key>.hlo`` and
 ``<key>.json`` with variant, stage, topology, platform, device_coords); its ``rows.json`` there gives
-the older code's step ("before") where present.
+the older code's step ("before") where present. Each program's scores are kept beside it
+(``<key>.rates.json``) with the simulator's identity (``harness.run.predicted_cache.
+simulator_identity``: its version and its source); an entry of another simulator is scored again,
+and reprediction.py's interval (``<key>.new.json``) is reused only when it names this simulator.
 
     PYTHONPATH=$PWD python benchmarks/rates_heldout.py --work /work/runs-i41/work \\
         --manifest experiments/maxdiffusion-v7x.toml --out benchmarks/results/<dated>.md
@@ -31,8 +34,29 @@ from typing import Any
 STEPS = 40  # the manifest's num_inference_steps: where a record does not say its calls per video
 
 
-def score(hlo: Path) -> dict[str, Any]:
-    """One dumped program at the tables' rates and at the datasheet's: step, interval, AG wasted share."""
+def simulator() -> str:
+    """The identity of the simulator on the path (what a cached score is valid for)."""
+    from harness.run.predicted_cache import simulator_identity
+
+    return simulator_identity()
+
+
+def cached_score(hlo: Path, identity: str) -> dict[str, Any]:
+    """:func:`score` of ``hlo``, from ``<key>.rates.json`` where it was written by the simulator
+    ``identity``; otherwise scored and written there with it."""
+    cached = hlo.with_suffix(".rates.json")
+    if cached.exists():
+        one = json.loads(cached.read_text())
+        if one.get("simulator") == identity:
+            return one
+    one = {**score(hlo, identity), "simulator": identity}
+    cached.write_text(json.dumps(one))
+    return one
+
+
+def score(hlo: Path, identity: str) -> dict[str, Any]:
+    """One dumped program at the tables' rates and at the datasheet's: step, interval, AG wasted share
+    (benchmarks/reprediction.py's interval of the same program reused where ``identity`` wrote it)."""
     from harness.metrics import timeline
     from harness.metrics.hlo import parse
     from harness.metrics.xprof.predicted import program_costs, xprof_entry
@@ -50,8 +74,10 @@ def score(hlo: Path) -> dict[str, Any]:
         xprof = xprof_entry(prediction.events, costs, opcodes, **peaks)
         one: dict[str, Any] = {"step_s": prediction.step_ns / 1e9, "ag_wasted": xprof.get("all_gather_wasted_fraction")}
         if label == "curves":  # the intervals of the prediction the tables make; the datasheet's is its bound
-            new = hlo.with_suffix(".new.json")  # benchmarks/reprediction.py's, by this tree: reused
-            unc = json.loads(new.read_text()) if new.exists() else timeline.uncertainty(program, s)
+            new = hlo.with_suffix(".new.json")  # benchmarks/reprediction.py's: reused if by this simulator
+            unc = json.loads(new.read_text()) if new.exists() else {}
+            if unc.get("simulator") != identity or "interval_s" not in unc:
+                unc = timeline.uncertainty(program, s)
             one["interval_s"] = unc["interval_s"]
             shares = xprof_interval(program, s, xprof, costs, opcodes, peaks)
             one["ag_wasted_interval"] = shares.get("all_gather_wasted_fraction")
@@ -121,10 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             if n:
                 calls[(record["variant"]["name"], stage)] = int(n)
     rows = []
+    identity = simulator()
     for hlo in sorted(args.work.glob("*.hlo"), key=lambda p: p.stat().st_size):  # small programs first
-        cached = hlo.with_suffix(".rates.json")
-        one = json.loads(cached.read_text()) if cached.exists() else score(hlo)
-        cached.write_text(json.dumps(one))
+        one = cached_score(hlo, identity)
         one["calls_per_video"] = calls.get((one["variant"], one["stage"]), STEPS)
         rows.append(one)
         print(f"{one['variant']}: curves {one['curves']['step_s']:.4f} s, datasheet {one['datasheet']['step_s']:.4f} s")

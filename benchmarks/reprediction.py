@@ -321,10 +321,17 @@ def _child(python: str, tree: Path, args: Sequence[str], env: Mapping[str, str] 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cached(path: Path, compute: Any) -> Any:
+def _cached(path: Path, compute: Any, simulator: str | None = None) -> Any:
+    """``compute()``, kept in ``path``; ``simulator``: the identity the value is valid for (this tree's
+    simulator, ``harness.run.predicted_cache.simulator_identity``): a value kept by another is
+    computed again."""
     if path.exists():
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
+        if simulator is None or value.get("simulator") == simulator:
+            return value
     value = compute()
+    if simulator is not None:
+        value["simulator"] = simulator
     path.write_text(json.dumps(value))
     return value
 
@@ -346,6 +353,8 @@ def cached_by_traffic(cache: Path) -> dict[int, Path]:
 
 
 def repredict(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from harness.run.predicted_cache import simulator_identity
+
     records = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
     wanted = [(r, stage, pred) for r in records for stage, pred in stages_of(r)]
     names = sorted({r["variant"]["name"] for r, _, _ in wanted})
@@ -387,7 +396,9 @@ def repredict(args: argparse.Namespace) -> list[dict[str, Any]]:
             write_dump(args.work / key, gzip.decompress(cached.read_bytes()).decode(), meta)
         row: dict[str, Any] = {"variant": name, "stage": stage, "record_step_s": pred["step_s"], "key": key}
         row["new"] = _cached(
-            args.work / f"{key}.new.json", functools.partial(_child, sys.executable, ROOT, ["_predict", str(hlo)])
+            args.work / f"{key}.new.json",
+            functools.partial(_child, sys.executable, ROOT, ["_predict", str(hlo)]),
+            simulator_identity(),
         )
         try:
             row["old"] = _cached(

@@ -145,3 +145,33 @@ def test_cached_by_traffic_finds_the_entry_holding_the_records_traffic(rep: Modu
             (tmp_path / f"{key}.hlo.gz").write_bytes(b"")
     (tmp_path / "broken.json").write_text("{")
     assert rep.cached_by_traffic(tmp_path) == {123: tmp_path / "a.hlo.gz", 456: tmp_path / "b.hlo.gz"}
+
+
+def test_a_kept_value_of_another_simulator_is_computed_again(rep: ModuleType, tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def compute() -> dict[str, int]:
+        calls.append(1)
+        return {"step": len(calls)}
+
+    path = tmp_path / "k.new.json"
+    assert rep._cached(path, compute, "sim-a") == {"step": 1, "simulator": "sim-a"}
+    assert rep._cached(path, compute, "sim-a")["step"] == 1 and len(calls) == 1  # kept
+    assert rep._cached(path, compute, "sim-b") == {"step": 2, "simulator": "sim-b"}  # another simulator
+    assert rep._cached(path, compute)["step"] == 2 and len(calls) == 2  # no identity asked: any kept value
+
+
+def test_rates_heldout_scores_again_when_the_simulator_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`.rates.json` holds the identity of the simulator that scored it; another one misses (was: kept
+    forever, so a changed simulator's table silently showed the old scores)."""
+    rates = load(SCRIPT.parent / "rates_heldout.py")
+    hlo = tmp_path / "k.hlo"
+    scored: list[str] = []
+    monkeypatch.setattr(rates, "score", lambda path, identity: scored.append(identity) or {"variant": identity})
+    assert rates.cached_score(hlo, "sim-a") == {"variant": "sim-a", "simulator": "sim-a"}
+    assert rates.cached_score(hlo, "sim-a")["variant"] == "sim-a" and scored == ["sim-a"]
+    assert rates.cached_score(hlo, "sim-b")["variant"] == "sim-b" and scored == ["sim-a", "sim-b"]
+    assert json.loads(hlo.with_suffix(".rates.json").read_text())["simulator"] == "sim-b"
+    from harness.run.predicted_cache import simulator_identity
+
+    assert rates.simulator() == simulator_identity()
