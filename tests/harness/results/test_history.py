@@ -7,7 +7,11 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -196,3 +200,29 @@ def test_nightly_workflow_keeps_the_history_and_bisects_change_points():
     assert (
         "--append reports/nightly-gate/results.jsonl --bisect" in run and "--manifest experiments/nightly.toml" in run
     )
+
+
+@pytest.mark.slow  # 45 runs x 2 series x 6 floors x 4 shifts x 30 places, night by night: ~25 CPU-s
+def test_the_documented_change_point_rates_are_what_the_recorded_runs_give(tmp_path):
+    """docs/gates.md and benchmarks/results/changepoints-2026-11-29.md quote the held-out table of
+    `benchmarks/changepoint_power.py --folds` over the recorded A/A runs: the script prints it again."""
+    repo = Path(__file__).resolve().parents[3]
+    with tarfile.open(repo / "benchmarks" / "results" / "changepoints-2026-11-29-aa-history.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / "changepoint_power.py"), str(tmp_path), "aa-nightly", "--folds"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    ).stdout
+    pooled = out[out.index("held-out folds pooled (2 series):") :]
+    assert out.count("chosen on the other series: min_magnitude 0.25") == 2
+    assert "A/A: nights reporting a change point 0 (0%); series with any: 0" in pooled
+    for row in (
+        "| 5% | 60 | 2 (3%) | 0 (0%) | 2 | 3 |",
+        "| 10% | 60 | 4 (7%) | 0 (0%) | 2 | 4 |",
+        "| 20% | 60 | 27 (45%) | 5 (8%) | 3 | 10 |",
+        "| 50% | 60 | 60 (100%) | 4 (7%) | 3 | 5 |",
+    ):
+        assert row in pooled, pooled
