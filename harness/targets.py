@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.families import Roofline
 from harness.hardware import SPECS, TPU_GENERATIONS, TargetSpec
 
 
@@ -239,21 +240,21 @@ def run_flags_env(platform: str, options: Mapping[str, Any], env: Mapping[str, s
 
 def roofline(
     spec: TargetSpec, flops: float | None, hbm_bytes: float | None, collective_bytes: float | None
-) -> dict[str, Any]:
+) -> Roofline:
     """Lower-bound step time per device (seconds) from the spec's peaks; see the module docstring."""
-    terms = {
+    terms: dict[str, Any] = {
         "compute_s": None if flops is None else flops / spec.peak_bf16_flops,
         "hbm_s": None if hbm_bytes is None else hbm_bytes / spec.hbm_bytes_per_s,
         "interconnect_s": None if collective_bytes is None else collective_bytes / spec.interconnect_bytes_per_s,
     }
     known = {k: v for k, v in terms.items() if v is not None}
-    return {
+    return Roofline(
         **terms,
-        "step_s": max(known.values()) if known else None,
-        "step_serial_s": sum(known.values()) if known else None,
-        "bound_by": max(known, key=lambda k: known[k]).removesuffix("_s") if known else None,
-        "assumptions": list(ROOFLINE_ASSUMPTIONS),
-    }
+        step_s=max(known.values()) if known else None,
+        step_serial_s=sum(known.values()) if known else None,
+        bound_by=max(known, key=lambda k: known[k]).removesuffix("_s") if known else None,
+        assumptions=list(ROOFLINE_ASSUMPTIONS),
+    )
 
 
 def fits(spec: TargetSpec, needed_bytes: float | None) -> bool | None:

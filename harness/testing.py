@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.families import Static
+
 PREFIX = "test:"
 
 
@@ -67,11 +69,11 @@ class TestStage:
     notes: list[str] = field(default_factory=lambda: ["test workload: no model, no JAX"])
     hlo_text: str | None = None  # nothing is compiled
 
-    def static(self) -> dict[str, Any]:
+    def static(self) -> Static:
         out: dict[str, Any] = {"platform": "test", "flops": float(self.overrides.get("test.flops", 1.0))}
         if "test.memory_bytes" in self.overrides:  # the per-device memory it claims to need (fit checks)
             out["memory"] = {"bound_bytes": int(self.overrides["test.memory_bytes"])}
-        return out
+        return Static.from_dict(out)
 
     def prepare(self) -> None:
         pass

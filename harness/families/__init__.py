@@ -45,8 +45,10 @@ from harness.families.static import Timing as Timing
 @dataclass(frozen=True, eq=False, kw_only=True)
 class XprofNode(Family):
     """One node of XProf's op profile (all ops, a category, an op): its time and the utilisations
-    XProf's op profile shows (:mod:`harness.metrics.xprof.metrics`)."""
+    XProf's op profile shows (:mod:`harness.metrics.xprof.metrics`); an op's name and category."""
 
+    op: str | None = None
+    category: str | None = None
     time_ns: float | None = None
     time_fraction: float | None = None
     flops_utilization: float | None = None
@@ -60,11 +62,12 @@ class XprofProfile(Family):
 
     root: XprofNode | None = None
     categories: Mapping[str, XprofNode] | None = None  # most wasted first
-    top_wasted_ops: tuple[XprofNode, ...] | None = None  # with ``op`` and ``category`` in ``raw``
+    top_wasted_ops: tuple[XprofNode, ...] | None = None  # each with its ``op`` and ``category``
     all_gather_wasted_fraction: float | None = None
     peak_flops_per_s: float | None = None
     hbm_bytes_per_s: float | None = None
     definitions: Mapping[str, str] | None = None
+    note: str | None = None  # a trace's: where its per-op costs came from
     converter: XprofProfile | None = None  # a trace's: the same numbers by xprof's own op_profile tool
     MAPS: ClassVar[Mapping[str, type[Family]]] = {"categories": XprofNode}
     LISTS: ClassVar[Mapping[str, type[Family]]] = {"top_wasted_ops": XprofNode}
@@ -88,6 +91,7 @@ class CriticalPathEntry(Family):
 class TopOp(Family):
     """One op of a measured trace with the most self time (all devices and traced steps)."""
 
+    module: str | None = None
     op: str | None = None
     scope: str | None = None
     source: str | None = None
@@ -102,6 +106,7 @@ class TraceDevice(Family):
 
     device: int | None = None
     window_ns: float | None = None
+    busy_ns: float | None = None
     compute_ns: float | None = None
     collective_ns: float | None = None
     collective_ns_by_kind: Mapping[str, float] | None = None
@@ -109,6 +114,7 @@ class TraceDevice(Family):
     idle_ns: float | None = None
     wasted_ns: float | None = None
     wasted_fraction: float | None = None
+    rendezvous_wait_ns: float | None = None  # CPU: waiting for the other participants of a collective
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

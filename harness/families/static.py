@@ -13,6 +13,9 @@ from harness.families.base import Family
 class Roofline(Family):
     """The on-target roofline of one call: the slowest of compute, HBM and interconnect (and all serial)."""
 
+    compute_s: float | None = None
+    hbm_s: float | None = None
+    interconnect_s: float | None = None
     step_s: float | None = None
     step_serial_s: float | None = None
     bound_by: str | None = None
@@ -27,6 +30,7 @@ class TargetMemory(Family):
     hbm_bytes: float | None = None
     argument_bytes: float | None = None
     temp_bytes: float | None = None
+    peak_bytes: float | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -37,6 +41,9 @@ class CollectiveTotals(Family):
     operand_bytes: float | None = None
     result_bytes: float | None = None
     bytes: float | None = None
+    wire_bytes: float | None = (
+        None  # on target: what one device sends (:func:`harness.metrics.compiled.aot.wire_bytes`)
+    )
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -50,6 +57,7 @@ class OnTarget(Family):
     calls_per_video: int | None = None
     roofline_per_video_s: float | None = None
     flops_per_device: float | None = None
+    hbm_traffic_bytes: float | None = None
     collectives_per_call: Mapping[str, CollectiveTotals] | None = None
     collectives_per_video: Mapping[str, CollectiveTotals] | None = None
     NESTED: ClassVar[Mapping[str, type[Family]]] = {"memory": TargetMemory, "roofline": Roofline}
@@ -73,6 +81,7 @@ class Collectives(Family):
     """``static.collectives``: per kind, what one call runs."""
 
     by_kind: Mapping[str, CollectiveTotals] | None = None
+    unknown_trip_count_loops: list[str] | None = None  # loops whose collectives were counted once
     MAPS: ClassVar[Mapping[str, type[Family]]] = {"by_kind": CollectiveTotals}
 
 
@@ -105,6 +114,7 @@ class CollectiveSite(Family):
     cause: str | None = None
     axes: list[str] | None = None
     logical: str | None = None
+    example: str | None = None  # one instruction's name
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -112,6 +122,7 @@ class Attribution(Family):
     """``static.attribution``: the compiled program by model scope; ``coverage``: each total's share
     with a scope (``flops``, ``bytes``, ``collective_bytes``; ``inferred``: the share of it inferred)."""
 
+    module: str | None = None
     by_scope: Mapping[str, ScopeStatic] | None = None
     collective_sites: tuple[CollectiveSite, ...] | None = None
     coverage: Mapping[str, Any] | None = None
@@ -207,6 +218,10 @@ class Static(Family):
     matmul_flops: float | None = None  # loops by trip count
     memory: Memory | None = None
     tokens: Mapping[str, int] | None = None
+    videos: int | None = None  # the stage program's ``extra`` (ltx2): videos per call, decode and text sizes
+    latent_grid: list[int] | None = None
+    audio_latent_frames: int | None = None
+    text_tokens: int | None = None
     oom: Oom | None = None
     collectives: Collectives | None = None
     target: OnTarget | None = None

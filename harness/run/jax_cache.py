@@ -16,10 +16,13 @@ under its static metrics' ``compile_cache``:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from harness import families
+from harness.families import CompileCache, Static
 from harness.run.spec import WorkerSpec
 
 JAX_CACHE_DIR = "jax-cache"
@@ -84,28 +87,27 @@ def warm_recompile(program: Any, compiler_options: Any = None) -> dict[str, Any]
     return {"seconds": seconds, "hits": events.hits, "misses": events.misses}
 
 
-def record(first: CacheEvents, first_s: float | None, warm: dict[str, Any], path: Path) -> dict[str, Any]:
+def record(first: CacheEvents, first_s: float | None, warm: dict[str, Any], path: Path) -> CompileCache:
     """A stage's ``compile_cache`` entry (see the module docstring)."""
     first_hit = first.misses == 0 and first.hits > 0
-    return {
-        "dir": str(path),
-        "first": {"seconds": first_s, "hits": first.hits, "misses": first.misses, "hit": first_hit},
-        "warm": {**warm, "hit": warm["misses"] == 0 and warm["hits"] > 0},
-        "cold_s": None if first_hit else first_s,
-        "warm_s": warm["seconds"],
-        "warm_misses": warm["misses"],
-    }
+    return CompileCache(
+        dir=str(path),
+        first=families.CacheEvents(seconds=first_s, hits=first.hits, misses=first.misses, hit=first_hit),
+        warm=families.CacheEvents(**warm, hit=warm["misses"] == 0 and warm["hits"] > 0),
+        cold_s=None if first_hit else first_s,
+        warm_s=warm["seconds"],
+        warm_misses=warm["misses"],
+    )
 
 
-def static_with_cache(stage: Any, compile_static: Any, path: Path) -> dict[str, Any]:
+def static_with_cache(stage: Any, compile_static: Callable[[], Static], path: Path) -> Static:
     """``compile_static()`` (the stage's static metrics) with its cache hits counted, then the warm
     recompile; ``compile_cache`` added to the result."""
     with CacheEvents() as first:
-        static: dict[str, Any] = compile_static()
+        static = compile_static()
     program = getattr(stage, "program", None)
-    if program is None or static.get("oom"):
+    if program is None or static.oom:
         return static
-    timing = static.get("timing") or {}
-    first_s = (timing.get("lower_seconds") or 0.0) + (timing.get("compile_seconds") or 0.0) or None
+    first_s = ((static.lower_s or 0.0) + (static.compile_s or 0.0)) or None
     warm = warm_recompile(program, getattr(stage, "compiler_options", None))
-    return {**static, "compile_cache": record(first, first_s, warm, path)}
+    return static.replace(compile_cache=record(first, first_s, warm, path))

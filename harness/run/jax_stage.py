@@ -22,6 +22,7 @@ import jax
 from jax.sharding import Mesh
 
 from harness import targets
+from harness.families import Static
 from harness.metrics.compiled.attribution import Scopes, instruction_scopes, static_by_scope
 from harness.metrics.compiled.collective_cause import ParamLayout, ShardingFacts
 from harness.metrics.compiled.static import CompilerOptionError, analyze_compiled, lower_and_compile
@@ -66,7 +67,7 @@ class JaxStage:
     def calls_per_video(self) -> int:
         return self.program.calls_per_video
 
-    def static(self) -> dict[str, Any]:
+    def static(self) -> Static:
         """Collectives, memory and cost of the program, plus what the HLO text and the model say
         (matmul FLOPs with loop trip counts, memory traffic, analytic FLOPs, extra) and the
         attribution of FLOPs, bytes and collectives to model scopes."""
@@ -75,16 +76,16 @@ class JaxStage:
         self.hlo_text = compiled.as_text() or ""
         module = self.hlo
         assert module is not None
-        out = dataclasses.replace(analyze_compiled(compiled, module), timing=timing).to_dict()
-        attribution = static_by_scope(module, scopes.scope_path, sharding_facts(p, self.mesh))
-        return {
-            **out,
-            "analytic_flops": p.analytic_flops,
-            "matmul_flops": matmul_flops(module),
-            "memory_traffic_bytes": memory_traffic_bytes(module),
-            "attribution": attribution,
+        return analyze_compiled(
+            compiled,
+            module,
+            timing=timing,
+            analytic_flops=p.analytic_flops,
+            matmul_flops=matmul_flops(module),
+            memory_traffic_bytes=memory_traffic_bytes(module),
+            attribution=static_by_scope(module, scopes.scope_path, sharding_facts(p, self.mesh)),
             **p.extra,
-        }
+        )
 
     def trace_filter(self) -> tuple[set[str] | None, dict[str, str] | None, Scopes]:
         """HLO module name, collective instruction kinds and instruction scopes, to read this

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.families import Load, Measured, Recompiles, Transfers
+from harness.families import Load, Measured, Recompiles, Trace, Transfers
 from harness.results.stats import summarize
 from harness.run import load
 from harness.run.stage import Stage
@@ -137,7 +137,7 @@ def load_notes(machine_load: Load | None) -> list[str]:
     return notes
 
 
-def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], None]) -> dict[str, Any]:
+def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], None]) -> Trace:
     """An XLA trace of ``steps`` calls, parsed into per-device time by category, per step and by
     model scope (when the stage knows its program's scopes)."""
     from harness.metrics.measured.trace import PERFETTO_TRACE, analyze_trace, capture_trace
@@ -147,15 +147,11 @@ def trace(stage: Stage, log_dir: Path, steps: int, status: Callable[[str, str], 
     status(stage.name, "trace-parse")
     trace_filter = getattr(stage, "trace_filter", None)
     modules, categories, scopes = trace_filter() if trace_filter is not None else (None, None, None)
-    metrics = analyze_trace(xplane, modules=modules, categories=categories, scopes=scopes).to_dict()
+    metrics = analyze_trace(xplane, modules=modules, categories=categories, scopes=scopes)
     chrome = xplane.parent / PERFETTO_TRACE
-    return {
-        **metrics,
-        "log_dir": str(log_dir),
-        "xplane": str(xplane),
-        "steps": steps,
-        "chrome_trace": str(chrome) if chrome.exists() else None,
-    }
+    return metrics.replace(
+        log_dir=str(log_dir), xplane=str(xplane), steps=steps, chrome_trace=str(chrome) if chrome.exists() else None
+    )
 
 
 TRACE_STEPS = 8  # per-step samples for a diff's intervals

@@ -52,7 +52,7 @@ import gzip
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,7 @@ XPROF_SHARES = ("all_gather_wasted_fraction",)
 def xprof_interval(
     program: Any,
     tl_spec: TimelineSpec,
-    base: dict[str, Any],
+    base: Mapping[str, Any],
     costs: dict[str, tuple[float, float]],
     opcodes: dict[str, str],
     peaks: dict[str, float],

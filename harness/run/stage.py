@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from harness.families import Static
+
 
 class Stage(Protocol):
     """One pipeline stage, ready to compile and run."""
@@ -28,7 +30,7 @@ class Stage(Protocol):
     @property
     def calls_per_video(self) -> int: ...
 
-    def static(self) -> dict[str, Any]:
+    def static(self) -> Static:
         """Compile ahead of time (abstract inputs) and return the static metrics."""
         ...
 

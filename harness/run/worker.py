@@ -142,7 +142,7 @@ def open_stages(spec: WorkerSpec) -> Stages:
 # --------------------------------------------------------------------------- one stage
 
 
-def _compile_static(stage: Stage, platform: str) -> dict[str, Any]:
+def _compile_static(stage: Stage, platform: str) -> Static:
     """The stage's static metrics; a compile that runs out of device memory is a result too."""
     from harness.metrics.compiled.aot import oom_static
 
@@ -160,13 +160,14 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
     TPU/GPU targets what they mean there: per step and per video, fit in HBM, roofline. The
     compiled program's HLO text is left in ``stage.hlo_text`` (from the cache on a hit)."""
     if not stage.uses_jax:  # test workloads: nothing compiled, and JAX must stay unimported
-        return Static.from_dict(stage.static())
+        return stage.static()
     from harness.metrics.compiled.aot import analyze
 
     target = spec.target
     cache = CompileCache(spec.cache_dir) if spec.compile_only and spec.cache_dir else None
     key = cache_key(spec, name) if cache is not None else ""
-    static = cache.get(key) if cache is not None else None
+    hit = cache.get(key) if cache is not None else None
+    static = Static.from_dict(hit) if hit is not None else None
     if static is not None and cache is not None:
         notes.append(f"static metrics from the compile cache ({key[:12]}): unchanged variant, not recompiled")
         stage.hlo_text = cache.get_hlo(key)
@@ -177,30 +178,29 @@ def static_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) 
         else:
             static = _compile_static(stage, target.platform)
         if cache is not None:
-            cache.put(key, static)
+            cache.put(key, static.to_dict())
             if stage.hlo_text:
                 cache.put_hlo(key, stage.hlo_text)
     if spec.compile_only and target.platform != "cpu" and "accuracy" in spec.run.metrics:
         static = _with_probe(name, static, spec, notes)
-        if cache is not None and "accuracy_probe" in static:
-            cache.put(key, static)
+        if cache is not None and static.accuracy_probe is not None:
+            cache.put(key, static.to_dict())
     if target.topology and target.platform != "cpu":
         spec_ = target.hardware.spec if target.hardware else None
         devices = math.prod(spec.mesh_shape.values())
-        static = {**static, "target": analyze(static, spec_, stage.calls_per_video, devices)}
-    out = Static.from_dict(static)
-    if out.oom:
-        notes.append(f"does not fit: {out.oom.message}")
-    return out
+        static = static.replace(target=analyze(static, spec_, stage.calls_per_video, devices))
+    if static.oom:
+        notes.append(f"does not fit: {static.oom.message}")
+    return static
 
 
 PROBED_STAGES = ("denoise_step", "guided_step", "denoise_loop")
 
 
-def _with_probe(name: str, static: dict[str, Any], spec: WorkerSpec, notes: list[str]) -> dict[str, Any]:
+def _with_probe(name: str, static: Static, spec: WorkerSpec, notes: list[str]) -> Static:
     """``static`` with ``accuracy_probe`` (:mod:`harness.run.probe`: the variant's numerics knobs run on
     CPU at a small config), measured once per unchanged variant (the compile cache keeps it)."""
-    if "accuracy_probe" in static or name not in PROBED_STAGES:
+    if static.accuracy_probe is not None or name not in PROBED_STAGES:
         return static
     from harness.run.probe import run_in_subprocess
 
@@ -211,7 +211,7 @@ def _with_probe(name: str, static: dict[str, Any], spec: WorkerSpec, notes: list
         notes.append(f"accuracy probe: not measured ({type(e).__name__}: {str(e)[-300:]})")
         return static
     notes.append(f"accuracy probe: {probe['where']}")
-    return {**static, "accuracy_probe": probe}
+    return static.replace(accuracy_probe=probe)
 
 
 def predicted_metrics(name: str, stage: Stage, spec: WorkerSpec, notes: list[str]) -> Predicted | None:

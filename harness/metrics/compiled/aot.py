@@ -1,21 +1,21 @@
 """What a stage's static metrics mean on its target: per step and per video, fit, roofline.
 
-Works on the JSON dict that :meth:`harness.run.jax_stage.JaxStage.static` returns (so cached
-results are analysed the same way as fresh ones), plus a :class:`harness.targets.TargetSpec`.
+Works on the :class:`~harness.families.Static` family that :meth:`harness.run.jax_stage.JaxStage.static`
+returns (or the compile cache read back, analysed the same way), plus a :class:`harness.targets.TargetSpec`.
 
 An out-of-memory compile is a result, not a crash: XLA refuses to compile a program
 whose buffers exceed the device's HBM and says how much it needed; :func:`oom_static`
-turns that error into a static dict with ``oom`` set, and the analysis reports
+turns that error into static metrics with ``oom`` set, and the analysis reports
 ``fits = False`` with the bytes needed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from harness import targets
+from harness.families import CollectiveTotals, Memory, OnTarget, Oom, Static, TargetMemory
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE = r"([0-9.]+)\s*([KMGT]?)(?:i?B)?"
@@ -70,103 +70,86 @@ def parse_oom(message: str) -> dict[str, Any] | None:
     return {"required_bytes": None, "available_bytes": None}
 
 
-def oom_static(exc: BaseException, platform: str) -> dict[str, Any] | None:
-    """A static-metrics dict for a compile that ran out of device memory; None for other errors."""
+def oom_static(exc: BaseException, platform: str) -> Static | None:
+    """The static metrics of a compile that ran out of device memory; None for other errors."""
     message = str(exc)
     found = parse_oom(message)
     if found is None:
         return None
     first = next((line for line in message.splitlines() if "memory" in line.lower()), message)[:1000]
-    return {
-        "platform": platform,
-        "collectives": None,
-        "memory": None,
-        "cost": None,
-        "timing": None,
-        "oom": {**found, "message": first},
-    }
+    return Static(platform=platform, oom=Oom(**found, message=first))
 
 
-def _per_kind(static: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    by_kind = ((static.get("collectives") or {}).get("by_kind")) or {}
+def _per_kind(static: Static) -> dict[str, CollectiveTotals]:
+    by_kind = static.collectives.by_kind if static.collectives else None
     out = {}
-    for kind, c in by_kind.items():
-        if c.get("count"):
-            operand, result = float(c.get("operand_bytes") or 0), float(c.get("result_bytes") or 0)
-            out[kind] = {
-                "count": float(c["count"]),
-                "bytes": operand,
-                "result_bytes": result,
-                "wire_bytes": wire_bytes(kind, operand, result),
-            }
+    for kind, c in (by_kind or {}).items():
+        if c.count:
+            operand, result = float(c.operand_bytes or 0), float(c.result_bytes or 0)
+            wire = wire_bytes(kind, operand, result)
+            out[kind] = CollectiveTotals(count=float(c.count), bytes=operand, result_bytes=result, wire_bytes=wire)
     return out
 
 
-def _needed_bytes(static: Mapping[str, Any]) -> float | None:
-    oom = static.get("oom")
-    if oom:
-        return oom.get("required_bytes")
-    memory = static.get("memory") or {}
-    return memory.get("peak_bytes") or memory.get("bound_bytes")
+def _needed_bytes(static: Static) -> float | None:
+    if static.oom:
+        return static.oom.required_bytes
+    return (static.memory.peak_bytes or static.memory.bound_bytes) if static.memory else None
 
 
-def _flops(static: Mapping[str, Any], devices: int) -> float | None:
+def _flops(static: Static, devices: int) -> float | None:
     """Per-device FLOPs: the HLO's matmul FLOPs with loop trip counts, else the best of XLA's cost
     model (loop bodies counted once) and the analytic FLOPs spread over the devices."""
-    if static.get("matmul_flops"):
-        return float(static["matmul_flops"])
-    analytic = static.get("analytic_flops")
+    if static.matmul_flops:
+        return float(static.matmul_flops)
+    analytic = static.analytic_flops
     candidates = [
-        float(x)
-        for x in ((static.get("cost") or {}).get("flops"), None if analytic is None else analytic / devices)
-        if x is not None
+        float(x) for x in (static.cost_flops, None if analytic is None else analytic / devices) if x is not None
     ]
     return max(candidates) if candidates else None
 
 
-def _hbm_bytes(static: Mapping[str, Any]) -> float | None:
+def _hbm_bytes(static: Static) -> float | None:
     """HBM traffic per call: the HLO's fusion-level traffic with loop trip counts, or XLA's bytes
     accessed (loop bodies counted once) if larger, and at least every argument read and every
     output written once."""
-    memory, cost = static.get("memory") or {}, static.get("cost") or {}
-    io = (memory.get("argument_bytes") or 0) + (memory.get("output_bytes") or 0)
-    values = [
-        float(x) for x in (cost.get("bytes_accessed"), static.get("memory_traffic_bytes"), io or None) if x is not None
-    ]
+    memory = static.memory or Memory()
+    io = (memory.argument_bytes or 0) + (memory.output_bytes or 0)
+    values = [float(x) for x in (static.cost_bytes, static.memory_traffic_bytes, io or None) if x is not None]
     return max(values) if values else None
 
 
-def analyze(
-    static: Mapping[str, Any], spec: targets.TargetSpec | None, calls_per_video: int, devices: int
-) -> dict[str, Any]:
+def analyze(static: Static, spec: targets.TargetSpec | None, calls_per_video: int, devices: int) -> OnTarget:
     """Per call (a denoising step for ``denoise_step``) and per video: collectives by kind, memory
     and fit in HBM, FLOPs, roofline time. Everything is per device."""
     per_call = _per_kind(static)
-    memory = static.get("memory") or {}
+    memory = static.memory or Memory()
     needed = _needed_bytes(static)
-    oom = bool(static.get("oom"))
+    oom = bool(static.oom)
     flops = _flops(static, devices)
-    out: dict[str, Any] = {
-        "calls_per_video": calls_per_video,
-        "collectives_per_call": per_call,
-        "collectives_per_video": {k: {f: v * calls_per_video for f, v in c.items()} for k, c in per_call.items()},
-        "memory": {
-            "argument_bytes": memory.get("argument_bytes"),
-            "temp_bytes": memory.get("temp_bytes"),
-            "peak_bytes": memory.get("peak_bytes"),
-            "needed_bytes": needed,
-            "hbm_bytes": None if spec is None else spec.hbm_bytes,
-        },
-        "fits": False if oom else (None if spec is None else targets.fits(spec, needed)),
-        "flops_per_device": flops,
-        "hbm_traffic_bytes": _hbm_bytes(static),
-        "spec": None if spec is None else spec.to_dict(),
-        "roofline": None,
-        "roofline_per_video_s": None,
-    }
+    hbm_traffic = _hbm_bytes(static)
+    roofline = None
     if spec is not None and not oom:
-        wire = sum(c["wire_bytes"] for c in per_call.values()) if static.get("collectives") else None
-        step = targets.roofline(spec, flops, out["hbm_traffic_bytes"], wire)
-        out["roofline"] = step
-        out["roofline_per_video_s"] = None if step["step_s"] is None else step["step_s"] * calls_per_video
-    return out
+        wire = sum(c.wire_bytes or 0.0 for c in per_call.values()) if static.collectives else None
+        roofline = targets.roofline(spec, flops, hbm_traffic, wire)
+    per_video = {
+        k: CollectiveTotals(**{f: v * calls_per_video for f, v in c.to_dict().items()}) for k, c in per_call.items()
+    }
+    return OnTarget(
+        calls_per_video=calls_per_video,
+        collectives_per_call=per_call,
+        collectives_per_video=per_video,
+        memory=TargetMemory(
+            argument_bytes=memory.argument_bytes,
+            temp_bytes=memory.temp_bytes,
+            peak_bytes=memory.peak_bytes,
+            needed_bytes=needed,
+            hbm_bytes=None if spec is None else spec.hbm_bytes,
+        ),
+        fits=False if oom else (None if spec is None else targets.fits(spec, needed)),
+        flops_per_device=flops,
+        hbm_traffic_bytes=hbm_traffic,
+        spec=None if spec is None else spec.to_dict(),
+        roofline=roofline,
+        roofline_per_video_s=None if roofline is None or roofline.step_s is None else roofline.step_s * calls_per_video,
+    )

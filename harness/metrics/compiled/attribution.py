@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import families
 from harness.metrics.compiled.collective_cause import ShardingFacts, explain
 from harness.metrics.hlo.collectives import own_collective
 from harness.metrics.hlo.model import HloModule, Instruction
@@ -103,8 +104,9 @@ class ScopeStatic:
     bytes: float = 0.0
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> {count, bytes}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"flops": self.flops, "bytes": self.bytes, "collectives": self.collectives}
+    def family(self) -> families.ScopeStatic:
+        totals = {k: families.CollectiveTotals(count=c["count"], bytes=c["bytes"]) for k, c in self.collectives.items()}
+        return families.ScopeStatic(flops=self.flops, bytes=self.bytes, collectives=totals)
 
     def add_collective(self, kind: str, count: float, operand_bytes: float) -> None:
         entry = self.collectives.setdefault(kind, {"count": 0.0, "bytes": 0.0})
@@ -112,37 +114,12 @@ class ScopeStatic:
         entry["bytes"] += operand_bytes
 
 
-@dataclass(frozen=True)
-class CollectiveSite:
-    """Collectives of one kind at one scope with one cause, per device and call of the program."""
-
-    scope: str
-    kind: str
-    count: float
-    bytes: float
-    cause: str
-    axes: tuple[str, ...]
-    logical: str | None
-    example: str  # one instruction name
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scope": self.scope,
-            "kind": self.kind,
-            "count": self.count,
-            "bytes": self.bytes,
-            "cause": self.cause,
-            "axes": list(self.axes),
-            "logical": self.logical,
-            "example": self.example,
-        }
-
-
-def static_by_scope(module: HloModule, scope_path: ScopePath, facts: ShardingFacts | None = None) -> dict[str, Any]:
+def static_by_scope(
+    module: HloModule, scope_path: ScopePath, facts: ShardingFacts | None = None
+) -> families.Attribution:
     """FLOPs, bytes and collectives of an optimized HLO module by scope, with coverage: the share
-    of each total that has a scope, and of that the share whose scope was inferred (:class:`Scopes`).
-    JSON-able: ``{"by_scope": {scope: {...}}, "collective_sites": [...], "coverage": {"flops",
-    "bytes", "collective_bytes", "inferred": {"flops", "bytes", "collective_bytes"}}, "module"}``."""
+    of each total that has a scope, and of that the share whose scope was inferred (:class:`Scopes`):
+    ``coverage`` is ``{"flops", "bytes", "collective_bytes", "inferred": {the same three}}``."""
     names = instruction_scopes(module, scope_path)
     by_scope: dict[str, ScopeStatic] = defaultdict(ScopeStatic)
     inferred = ScopeStatic()  # the amounts attributed by inference, all scopes together
@@ -173,15 +150,20 @@ def static_by_scope(module: HloModule, scope_path: ScopePath, facts: ShardingFac
             site[0] += own.count * times
             site[1] += own.operand_bytes * times
     collective_sites = sorted(
-        (CollectiveSite(s, k, n, b, c.text, c.axes, c.logical, ex) for (s, k, _), (n, b, c, ex) in sites.items()),
-        key=lambda x: (-x.bytes, x.scope),
+        (
+            families.CollectiveSite(
+                scope=s, kind=k, count=n, bytes=b, cause=c.text, axes=list(c.axes), logical=c.logical, example=ex
+            )
+            for (s, k, _), (n, b, c, ex) in sites.items()
+        ),
+        key=lambda x: (-(x.bytes or 0.0), x.scope),
     )
-    return {
-        "module": names.module,
-        "by_scope": {s: v.to_dict() for s, v in sorted(by_scope.items())},
-        "collective_sites": [s.to_dict() for s in collective_sites],
-        "coverage": _static_coverage(by_scope, inferred),
-    }
+    return families.Attribution(
+        module=names.module,
+        by_scope={s: v.family() for s, v in sorted(by_scope.items())},
+        collective_sites=tuple(collective_sites),
+        coverage=_static_coverage(by_scope, inferred),
+    )
 
 
 def _totals(amounts: ScopeStatic) -> dict[str, float]:

@@ -5,7 +5,7 @@ model size, on any backend jax can compile for (including TPU/GPU AOT from a CPU
 
 Caveats the numbers carry:
 * memory is per device. On CPU `peak_memory_in_bytes` is about args + outputs and
-  ignores temporaries, so `MemoryMetrics.bound_bytes` is `arg + out + temp - alias`
+  ignores temporaries, so `Memory.bound_bytes` is `arg + out + temp - alias`
   there; elsewhere it is the backend's peak.
 * `cost_analysis()` counts a `while`/`scan` body once (collectives do apply trip counts).
 * CPU HLO differs from TPU/GPU HLO (bf16 collectives upcast to f32, no reduce-scatter),
@@ -14,71 +14,15 @@ Caveats the numbers carry:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 
-from harness.metrics.hlo import CollectiveStats, HloModule, collective_stats, parse
-
-
-@dataclass(frozen=True)
-class MemoryMetrics:
-    """`Compiled.memory_analysis()` per device, in bytes; a field is None where the backend gives none."""
-
-    argument_bytes: int | None
-    output_bytes: int | None
-    temp_bytes: int | None
-    alias_bytes: int | None
-    generated_code_bytes: int | None
-    peak_bytes: int | None
-    bound_bytes: int | None
-
-
-@dataclass(frozen=True)
-class CostMetrics:
-    """`Compiled.cost_analysis()` totals per device (a scan body is counted once)."""
-
-    flops: float | None
-    bytes_accessed: float | None
-    transcendentals: float | None
-
-
-@dataclass(frozen=True)
-class CompileTiming:
-    """Wall seconds spent in `jit(...).lower(...)` and in `.compile()`."""
-
-    lower_seconds: float
-    compile_seconds: float
-
-
-@dataclass(frozen=True)
-class StaticMetrics:
-    """Everything known about a compiled program without running it."""
-
-    platform: str
-    collectives: CollectiveStats
-    memory: MemoryMetrics | None
-    cost: CostMetrics | None
-    timing: CompileTiming | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form (plain dicts, lists, numbers, strings and None)."""
-        return {
-            "platform": self.platform,
-            "collectives": self.collectives.to_dict(),
-            "memory": _as_dict(self.memory),
-            "cost": _as_dict(self.cost),
-            "timing": _as_dict(self.timing),
-        }
-
-
-def _as_dict(value: object) -> dict[str, Any] | None:
-    return None if value is None else dataclasses.asdict(value)  # type: ignore[call-overload]
+from harness.families import Collectives, CollectiveTotals, Cost, Memory, Static, Timing
+from harness.metrics.hlo import HloModule, collective_stats, parse
 
 
 def compiled_platform(compiled: jax.stages.Compiled) -> str:
@@ -95,8 +39,8 @@ def _int_or_none(stats: object, name: str) -> int | None:
     return None if value is None else int(value)
 
 
-def memory_metrics(stats: object | None, platform: str) -> MemoryMetrics | None:
-    """Read a `CompiledMemoryStats` (or None) into `MemoryMetrics`."""
+def memory_metrics(stats: object | None, platform: str) -> Memory | None:
+    """Read a `CompiledMemoryStats` (or None) into the static family's :class:`~harness.families.Memory`."""
     if stats is None:
         return None
     fields = {
@@ -107,8 +51,8 @@ def memory_metrics(stats: object | None, platform: str) -> MemoryMetrics | None:
         "generated_code_bytes": "generated_code_size_in_bytes",
         "peak_bytes": "peak_memory_in_bytes",
     }
-    values = {ours: _int_or_none(stats, theirs) for ours, theirs in fields.items()}
-    return MemoryMetrics(**values, bound_bytes=_memory_bound(values, platform))
+    values: dict[str, Any] = {ours: _int_or_none(stats, theirs) for ours, theirs in fields.items()}
+    return Memory(**values, bound_bytes=_memory_bound(values, platform))
 
 
 def _memory_bound(values: Mapping[str, int | None], platform: str) -> int | None:
@@ -122,7 +66,7 @@ def _memory_bound(values: Mapping[str, int | None], platform: str) -> int | None
     return arg + out + temp - alias
 
 
-def cost_metrics(cost: object | None) -> CostMetrics | None:
+def cost_metrics(cost: object | None) -> Cost | None:
     """Read `cost_analysis()` output: a dict, a list holding one dict (older jax), or None."""
     if isinstance(cost, list | tuple):
         cost = cost[0] if cost else None
@@ -133,7 +77,7 @@ def cost_metrics(cost: object | None) -> CostMetrics | None:
         value = cost.get(key)
         return None if value is None else float(value)
 
-    return CostMetrics(get("flops"), get("bytes accessed"), get("transcendentals"))
+    return Cost(flops=get("flops"), bytes_accessed=get("bytes accessed"), transcendentals=get("transcendentals"))
 
 
 def _module(compiled: jax.stages.Compiled) -> HloModule:
@@ -143,21 +87,24 @@ def _module(compiled: jax.stages.Compiled) -> HloModule:
     return parse(text) if text else HloModule("", None, {})
 
 
-def analyze_compiled(compiled: jax.stages.Compiled, module: HloModule | None = None) -> StaticMetrics:
+def analyze_compiled(compiled: jax.stages.Compiled, module: HloModule | None = None, **fields: Any) -> Static:
     """Collectives, memory and cost of an already compiled program (``module``: its text, already
-    parsed, else parsed here)."""
+    parsed, else parsed here), with the ``fields`` of :class:`~harness.families.Static` given."""
     platform = compiled_platform(compiled)
-    return StaticMetrics(
+    stats = collective_stats(module if module is not None else _module(compiled))
+    by_kind = {k: CollectiveTotals(**vars(c)) for k, c in stats.by_kind.items()}
+    return Static(
         platform=platform,
-        collectives=collective_stats(module if module is not None else _module(compiled)),
+        collectives=Collectives(by_kind=by_kind, unknown_trip_count_loops=list(stats.unknown_trip_count_loops)),
         memory=memory_metrics(compiled.memory_analysis(), platform),
         cost=cost_metrics(compiled.cost_analysis()),
+        **fields,
     )
 
 
 def lower_and_compile(
     fn: Callable[..., Any], *args: Any, compiler_options: Mapping[str, Any] | None = None, **kwargs: Any
-) -> tuple[jax.stages.Compiled, CompileTiming]:
+) -> tuple[jax.stages.Compiled, Timing]:
     """Lower and compile `fn` (jitted, or wrapped here with `jax.jit`) on abstract or concrete args.
     ``compiler_options`` (XLA / libtpu option name -> value) go to `Lowered.compile`; the backend
     rejects a name it does not know (`No such compile option`)."""
@@ -167,7 +114,7 @@ def lower_and_compile(
     lowered_at = time.perf_counter()
     compiled = _compile(lowered, compiler_options) if compiler_options else lowered.compile()
     done = time.perf_counter()
-    return compiled, CompileTiming(lowered_at - start, done - lowered_at)
+    return compiled, Timing(lower_seconds=lowered_at - start, compile_seconds=done - lowered_at)
 
 
 class CompilerOptionError(ValueError):
@@ -191,7 +138,7 @@ def _compile(lowered: jax.stages.Lowered, options: Mapping[str, Any]) -> jax.sta
         ) from e
 
 
-def compile_and_analyze(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> StaticMetrics:
+def compile_and_analyze(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Static:
     """`lower_and_compile` then `analyze_compiled`, with the compile timing attached."""
     compiled, timing = lower_and_compile(fn, *args, **kwargs)
-    return dataclasses.replace(analyze_compiled(compiled), timing=timing)
+    return analyze_compiled(compiled, timing=timing)

@@ -21,12 +21,13 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from harness.families import StepSample, TopOp, Trace, TraceDevice, XprofProfile
 from harness.metrics.compiled.attribution import Scopes, coverage, time_by_scope
 from harness.metrics.measured.accounting import (
     DeviceMetrics,
@@ -61,36 +62,6 @@ class OpSummary:
     count: int
     scope: str = ""
     source: str = ""
-
-
-@dataclass(frozen=True)
-class TraceMetrics:
-    """Per-device time by category, the ops that took the most time, and per step (one call of the
-    stage): the window, time by category and by scope (means over devices)."""
-
-    platform: str
-    devices: tuple[DeviceMetrics, ...]
-    top_ops: tuple[OpSummary, ...]
-    note: str | None
-    step_samples: tuple[dict[str, Any], ...] = ()
-    by_scope: dict[str, float] = field(default_factory=dict)  # ns per step, mean over devices
-    scope_coverage: float | None = None  # share of op self time with a model scope
-    xprof: dict[str, Any] | None = None  # XProf's op-profile numbers (:func:`xprof_profile`)
-    scope_inferred: float | None = None  # share of op self time whose scope was inferred (Scopes.inferred)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form."""
-        return {
-            "platform": self.platform,
-            "devices": [asdict(d) for d in self.devices],
-            "top_ops": [asdict(o) for o in self.top_ops],
-            "note": self.note,
-            "step_samples": list(self.step_samples),
-            "by_scope": self.by_scope,
-            "scope_coverage": self.scope_coverage,
-            "xprof": self.xprof,
-            "scope_inferred": self.scope_inferred,
-        }
 
 
 # ---------------------------------------------------------------- capture
@@ -149,7 +120,7 @@ def _categories(d: DeviceMetrics) -> dict[str, float]:
     return out
 
 
-def step_samples(table: OpTable, scopes: Scopes | None = None) -> list[dict[str, Any]]:
+def step_samples(table: OpTable, scopes: Scopes | None = None) -> list[StepSample]:
     """Per traced step: its window and, as means over the trace's devices, time by category
     (compute, exposed collectives by kind, idle) and ops' self time by scope, all in ns. Without
     step annotations the whole trace is one step, windowed by its ops."""
@@ -174,7 +145,7 @@ def step_samples(table: OpTable, scopes: Scopes | None = None) -> list[dict[str,
                 categories[k] += v / len(devices)
         spans = ((e.op, e.exclusive_ns / len(devices)) for e in events)
         by_scope = time_by_scope(spans, scopes) if scopes else {}
-        out.append({"window_ns": end - start, "categories": dict(categories), "by_scope": by_scope})
+        out.append(StepSample(window_ns=end - start, categories=dict(categories), by_scope=by_scope))
     return out
 
 
@@ -184,7 +155,7 @@ XPROF_COSTS_NOTE = (
 )
 
 
-def xprof_profile(table: OpTable, xspace: str | Path | bytes | None = None) -> dict[str, Any]:
+def xprof_profile(table: OpTable, xspace: str | Path | bytes | None = None) -> XprofProfile:
     """XProf's op-profile numbers (:func:`harness.metrics.xprof.metrics.op_profile`) of every op
     of the trace, summed over devices as xprof combines its cores, and, for a device trace file,
     xprof's own converter on it (``converter``; None on CPU, whose traces have no device planes).
@@ -196,15 +167,13 @@ def xprof_profile(table: OpTable, xspace: str | Path | bytes | None = None) -> d
     meta = _tpu_metadata(table, xspace)
     if meta is not None:
         costs, (peak_flops, peak_hbm) = meta
-        out = op_profile(costs, peak_flops_per_s=peak_flops, hbm_bytes_per_s=peak_hbm)
-        out["note"] = XPROF_TPU_NOTE
+        out = op_profile(costs, peak_flops_per_s=peak_flops, hbm_bytes_per_s=peak_hbm).replace(note=XPROF_TPU_NOTE)
     else:
         rows = ((e.op, e.category if e.category != COMPUTE else op_family(e.op), e.exclusive_ns) for e in table.events)
-        out = op_profile(op_costs(rows), peak_flops_per_s=0.0, hbm_bytes_per_s=0.0)
-        out["note"] = XPROF_COSTS_NOTE
+        out = op_profile(op_costs(rows), peak_flops_per_s=0.0, hbm_bytes_per_s=0.0).replace(note=XPROF_COSTS_NOTE)
     path = xspace if isinstance(xspace, str | Path) else None
-    out["converter"] = xprof_converter_profile(path) if path is not None and table.platform != "cpu" else None
-    return out
+    converter = xprof_converter_profile(path) if path is not None and table.platform != "cpu" else None
+    return out.replace(converter=converter) if converter is not None else out
 
 
 XPROF_TPU_NOTE = (
@@ -246,19 +215,20 @@ def analyze_trace(
     categories: Mapping[str, str] | None = None,
     scopes: Scopes | None = None,
     top: int = 20,
-) -> TraceMetrics:
-    """Read a trace: per-device metrics over the whole trace, the top ops, and per-step samples by
-    category and (given the program's ``scopes``) by scope (see :func:`harness.metrics.measured.xspace.read_trace`)."""
+) -> Trace:
+    """Read a trace into the ``trace`` family: per-device metrics over the whole trace, the top ops,
+    and per-step samples by category and (given the program's ``scopes``) by scope (see
+    :func:`harness.metrics.measured.xspace.read_trace`)."""
     table = read_trace(xspace, modules=modules, categories=categories)
     samples = step_samples(table, scopes)
     by_scope: dict[str, float] = defaultdict(float)
     for sample in samples:
-        for scope, ns in sample["by_scope"].items():
+        for scope, ns in (sample.by_scope or {}).items():
             by_scope[scope] += ns / len(samples)
-    return TraceMetrics(
+    return Trace(
         platform=table.platform,
-        devices=device_metrics(table.events),
-        top_ops=top_ops(table.events, top, scopes),
+        devices=tuple(TraceDevice(**asdict(d)) for d in device_metrics(table.events)),
+        top_ops=tuple(TopOp(**asdict(o)) for o in top_ops(table.events, top, scopes)),
         note=CPU_NOTE if table.platform == "cpu" else None,
         step_samples=tuple(samples),
         by_scope=dict(by_scope),
@@ -282,7 +252,6 @@ __all__ = [
     "OpEvent",
     "OpSummary",
     "OpTable",
-    "TraceMetrics",
     "analyze_trace",
     "capture_trace",
     "collective_spans",

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.families import XprofNode, XprofProfile
+
 _NUMBERED = re.compile(r"(\.\d+)+$")
 TRANSFER_SUFFIX = " (transfer)"
 ALL_GATHER = "all-gather"
@@ -78,34 +80,53 @@ class OpCost:
 
 
 def node_metrics(
-    time_ns: float, flops: float, hbm_bytes: float, root_ns: float, peak_flops_per_s: float, hbm_bytes_per_s: float
-) -> dict[str, float]:
-    """One op-profile node's time fraction, FLOPs and HBM utilisation and wasted fraction."""
+    time_ns: float,
+    flops: float,
+    hbm_bytes: float,
+    root_ns: float,
+    peak_flops_per_s: float,
+    hbm_bytes_per_s: float,
+    op: str | None = None,
+    category: str | None = None,
+) -> XprofNode:
+    """One op-profile node's time fraction, FLOPs and HBM utilisation and wasted fraction (an op's
+    node: with its ``op`` and ``category``)."""
     fraction = time_ns / root_ns if root_ns > 0 else 0.0
     seconds = time_ns / 1e9
     flops_util = flops / seconds / peak_flops_per_s if seconds > 0 and peak_flops_per_s > 0 else 0.0
     hbm_util = min(1.0, hbm_bytes / seconds / hbm_bytes_per_s) if seconds > 0 and hbm_bytes_per_s > 0 else 0.0
-    return {
-        "time_ns": time_ns,
-        "time_fraction": fraction,
-        "flops_utilization": flops_util,
-        "hbm_bw_utilization": hbm_util,
-        "wasted_fraction": fraction * (1.0 - max(flops_util, hbm_util)),
-    }
+    return _node(time_ns, fraction, flops_util, hbm_util, op, category)
+
+
+def _node(
+    time_ns: float, fraction: float, flops_util: float, hbm_util: float, op: str | None, category: str | None
+) -> XprofNode:
+    return XprofNode(
+        op=op,
+        category=category,
+        time_ns=time_ns,
+        time_fraction=fraction,
+        flops_utilization=flops_util,
+        hbm_bw_utilization=hbm_util,
+        wasted_fraction=fraction * (1.0 - max(flops_util, hbm_util)),
+    )
+
+
+def _wasted_first(node: XprofNode) -> float:
+    return -(node.wasted_fraction or 0.0)
 
 
 def op_profile(
     ops: Iterable[OpCost], *, peak_flops_per_s: float, hbm_bytes_per_s: float, top: int = 10
-) -> dict[str, Any]:
-    """XProf's op-profile numbers for ``ops`` (see the module docstring), JSON-able: ``root``
-    (all ops), ``categories`` (category -> node metrics, most wasted first), ``top_wasted_ops``
-    (the ``top`` ops with the most wasted time), ``all_gather_wasted_fraction``, the peaks, and
-    ``definitions``."""
+) -> XprofProfile:
+    """XProf's op-profile numbers for ``ops`` (see the module docstring): ``root`` (all ops),
+    ``categories`` (category -> node metrics, most wasted first), ``top_wasted_ops`` (the ``top`` ops
+    with the most wasted time), ``all_gather_wasted_fraction``, the peaks, and ``definitions``."""
     ops = list(ops)
     root_ns = sum(o.time_ns for o in ops)
 
-    def node(time_ns: float, flops: float, hbm: float) -> dict[str, float]:
-        return node_metrics(time_ns, flops, hbm, root_ns, peak_flops_per_s, hbm_bytes_per_s)
+    def node(time_ns: float, flops: float, hbm: float, op: str | None = None, category: str | None = None) -> XprofNode:
+        return node_metrics(time_ns, flops, hbm, root_ns, peak_flops_per_s, hbm_bytes_per_s, op, category)
 
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for o in ops:
@@ -113,21 +134,17 @@ def op_profile(
         acc[0] += o.time_ns
         acc[1] += o.flops
         acc[2] += o.bytes
-    categories = {c: node(*v) for c, v in sums.items()}
-    ranked = sorted(categories.items(), key=lambda kv: (-kv[1]["wasted_fraction"], kv[0]))
-    rows: list[dict[str, Any]] = [
-        {"op": o.op, "category": o.category, **node(o.time_ns, o.flops, o.bytes)} for o in ops
-    ]
-    per_op = sorted(rows, key=lambda d: (-d["wasted_fraction"], d["op"]))
-    return {
-        "root": node(root_ns, sum(o.flops for o in ops), sum(o.bytes for o in ops)),
-        "categories": dict(ranked),
-        "top_wasted_ops": per_op[:top],
-        "all_gather_wasted_fraction": categories.get(ALL_GATHER, {}).get("wasted_fraction", 0.0),
-        "peak_flops_per_s": peak_flops_per_s,
-        "hbm_bytes_per_s": hbm_bytes_per_s,
-        "definitions": DEFINITIONS,
-    }
+    categories = {c: node(t, f, b) for c, (t, f, b) in sums.items()}
+    rows = [node(o.time_ns, o.flops, o.bytes, o.op, o.category) for o in ops]
+    return XprofProfile(
+        root=node(root_ns, sum(o.flops for o in ops), sum(o.bytes for o in ops)),
+        categories=dict(sorted(categories.items(), key=lambda kv: (_wasted_first(kv[1]), kv[0]))),
+        top_wasted_ops=tuple(sorted(rows, key=lambda n: (_wasted_first(n), n.op or ""))[:top]),
+        all_gather_wasted_fraction=categories[ALL_GATHER].wasted_fraction if ALL_GATHER in categories else 0.0,
+        peak_flops_per_s=peak_flops_per_s,
+        hbm_bytes_per_s=hbm_bytes_per_s,
+        definitions=DEFINITIONS,
+    )
 
 
 def op_costs(
@@ -157,7 +174,7 @@ def op_costs(
 # ---------------------------------------------------------------- xprof's own converter output
 
 
-def from_xprof_op_profile(profile: Mapping[str, Any], top: int = 10) -> dict[str, Any]:
+def from_xprof_op_profile(profile: Mapping[str, Any], top: int = 10) -> XprofProfile:
     """The same numbers read from xprof's ``op_profile`` tool output (its JSON, parsed), through
     the UI's formulas (``utils.ts``: ``timeFraction``, ``flopsUtilization`` = ``uncappedFlops`` /
     time fraction, ``memoryBandwidthUtilization`` = ``bandwidthUtils[0]``, ``timeWasted``) on the
@@ -165,39 +182,31 @@ def from_xprof_op_profile(profile: Mapping[str, Any], top: int = 10) -> dict[str
     root = profile.get("byCategoryExcludeIdle") or profile.get("byProgramExcludeIdle") or {}
     root_ps = float(root.get("metrics", {}).get("rawTime", 0.0))
 
-    def read(n: Mapping[str, Any]) -> dict[str, float]:
+    def read(n: Mapping[str, Any], op: str | None = None, category: str | None = None) -> XprofNode:
         m = n.get("metrics", {})
         raw = float(m.get("rawTime", 0.0))
         fraction = raw / root_ps if root_ps > 0 else 0.0
         flops_util = float(m.get("uncappedFlops", 0.0)) / fraction if fraction > 0 else 0.0
-        hbm_util = float((m.get("bandwidthUtils") or [0.0])[0])
-        return {
-            "time_ns": raw / 1e3,
-            "time_fraction": fraction,
-            "flops_utilization": flops_util,
-            "hbm_bw_utilization": hbm_util,
-            "wasted_fraction": fraction * (1.0 - max(flops_util, hbm_util)),
-        }
+        return _node(raw / 1e3, fraction, flops_util, float((m.get("bandwidthUtils") or [0.0])[0]), op, category)
 
     nodes = list(root.get("children", []))
     if "byCategoryExcludeIdle" not in profile:  # by program: one more level
         nodes = [c for program in nodes for c in program.get("children", [])]
-    categories: dict[str, dict[str, float]] = {}
-    ops: list[dict[str, Any]] = []
+    categories: dict[str, XprofNode] = {}
+    ops: list[XprofNode] = []
     for cat in nodes:
         categories[cat["name"]] = read(cat)
-        ops += [{"op": o["name"], "category": cat["name"], **read(o)} for o in cat.get("children", [])]
-    ranked = sorted(categories.items(), key=lambda kv: (-kv[1]["wasted_fraction"], kv[0]))
-    return {
-        "root": read(root),
-        "categories": dict(ranked),
-        "top_wasted_ops": sorted(ops, key=lambda d: (-d["wasted_fraction"], d["op"]))[:top],
-        "all_gather_wasted_fraction": categories.get(ALL_GATHER, {}).get("wasted_fraction", 0.0),
-        "definitions": DEFINITIONS,
-    }
+        ops += [read(o, o["name"], cat["name"]) for o in cat.get("children", [])]
+    return XprofProfile(
+        root=read(root),
+        categories=dict(sorted(categories.items(), key=lambda kv: (_wasted_first(kv[1]), kv[0]))),
+        top_wasted_ops=tuple(sorted(ops, key=lambda n: (_wasted_first(n), n.op or ""))[:top]),
+        all_gather_wasted_fraction=categories[ALL_GATHER].wasted_fraction if ALL_GATHER in categories else 0.0,
+        definitions=DEFINITIONS,
+    )
 
 
-def xprof_converter_profile(xplane: str | Path) -> dict[str, Any] | None:
+def xprof_converter_profile(xplane: str | Path) -> XprofProfile | None:
     """xprof's own ``op_profile`` tool (``xprof.convert.raw_to_tool_data.xspace_to_tool_data``,
     grouped by category) on an XSpace file, read by :func:`from_xprof_op_profile`; None when it
     found no device ops (a CPU trace: xprof's op profile reads device planes only)."""
@@ -205,9 +214,8 @@ def xprof_converter_profile(xplane: str | Path) -> dict[str, Any] | None:
 
     out = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "op_profile", {"group_by": "category"})
     data = out[0] if isinstance(out, tuple) else out
-    profile = json.loads(data)
-    read = from_xprof_op_profile(profile)
-    return read if read["categories"] else None
+    read = from_xprof_op_profile(json.loads(data))
+    return read if read.categories else None
 
 
 def xprof_converter_hlo_stats(xplane: str | Path) -> dict[tuple[str, str], dict[str, float]]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.families import XprofProfile
 from harness.metrics.measured.events import COMPUTE
 from harness.metrics.xprof.metrics import TRANSFER_SUFFIX, op_costs, op_profile
 from harness.metrics.xprof.xplane_write import XOp, write_xspace
@@ -54,7 +55,7 @@ def xprof_entry(
     *,
     peak_flops_per_s: float,
     hbm_bytes_per_s: float,
-) -> dict[str, Any]:
+) -> XprofProfile:
     """The predicted step's op-profile numbers (XProf's definitions) from its timeline events."""
     rows = ((e.name, _category(e, opcodes), e.end_ns - e.start_ns) for e in events)
     return op_profile(op_costs(rows, costs), peak_flops_per_s=peak_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)

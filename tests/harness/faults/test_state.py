@@ -14,6 +14,7 @@ import pytest
 from faultbench import MANIFEST, SWEEP_ID, VARIANTS, Bench
 
 from harness import cli
+from harness.families import Memory, Static
 from harness.plan.manifest import Run, Target, Workload
 from harness.results import baseline as bl
 from harness.results import store
@@ -47,9 +48,9 @@ class _Stage:
     def __init__(self) -> None:
         self.compiles = 0
 
-    def static(self) -> dict[str, Any]:
+    def static(self) -> Static:
         self.compiles += 1
-        return {"platform": "tpu", "collectives": None, "memory": {"peak_bytes": 10}, "cost": None}
+        return Static(platform="tpu", memory=Memory(peak_bytes=10))
 
 
 def _spec(cache: Path) -> WorkerSpec:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 from harness import targets
+from harness.families import Static
 from harness.metrics.compiled.aot import analyze, oom_static, parse_oom, wire_bytes
 from harness.metrics.hlo import matmul_flops, parse
 
@@ -69,10 +70,10 @@ def test_wire_bytes_of_ring_collectives() -> None:
 def test_out_of_memory_compile_is_a_result(message: str, required: int) -> None:
     assert parse_oom(message) == {"required_bytes": required, "available_bytes": int(31.25 * 2**30)}
     static = oom_static(RuntimeError(message), "tpu")
-    assert static is not None and static["memory"] is None
+    assert static is not None and static.memory is None and static.oom is not None
     result = analyze(static, V6E, calls_per_video=40, devices=8)
     assert result["fits"] is False and result["memory"]["needed_bytes"] == required
-    assert result["roofline"] is None
+    assert result.roofline is None
     assert oom_static(RuntimeError("INVALID_ARGUMENT: bad sharding"), "tpu") is None
 
 
@@ -89,7 +90,7 @@ def test_analyze_scales_per_call_to_per_video() -> None:
         "matmul_flops": 918e9,
         "analytic_flops": 8.0,
     }
-    result = analyze(static, V6E, calls_per_video=40, devices=8)
+    result = analyze(Static.from_dict(static), V6E, calls_per_video=40, devices=8)
     assert result["collectives_per_call"] == {
         "all-gather": {"count": 3, "bytes": 100, "result_bytes": 800, "wire_bytes": 700}
     }
@@ -241,7 +242,7 @@ def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
     oom = oom_static(RuntimeError(OOM_TEMPS), "tpu")
     assert oom is not None
     entries = {
-        name: {"status": "ok", "static": {**static, "target": analyze(static, V6E, 40, 8)}}
+        name: {"status": "ok", "static": {**static, "target": analyze(Static.from_dict(static), V6E, 40, 8)}}
         for name, static in (("trillium", fits), ("replicated", oom))
     }
     from harness.metrics.timeline import rates

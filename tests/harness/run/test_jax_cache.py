@@ -23,6 +23,7 @@ import json, sys
 from pathlib import Path
 import jax, jax.numpy as jnp
 from types import SimpleNamespace
+from harness.families import Static
 from harness.metrics.compiled.static import lower_and_compile
 from harness.run import jax_cache
 
@@ -37,16 +38,15 @@ def step(x):
 program = SimpleNamespace(fn=jax.jit(step), abstract_args=(jax.ShapeDtypeStruct((32, 32), jnp.float32),))
 
 def compile_static():
-    _, timing = lower_and_compile(program.fn, *program.abstract_args)
-    return {"timing": {"lower_seconds": timing.lower_seconds, "compile_seconds": timing.compile_seconds}}
+    return Static(timing=lower_and_compile(program.fn, *program.abstract_args)[1])
 
 stage = SimpleNamespace(program=program, compiler_options={})
-cold = jax_cache.static_with_cache(stage, compile_static, path)["compile_cache"]
+cold = jax_cache.static_with_cache(stage, compile_static, path).compile_cache.to_dict()
 jax.clear_caches()
-warm_start = jax_cache.static_with_cache(stage, compile_static, path)["compile_cache"]
+warm_start = jax_cache.static_with_cache(stage, compile_static, path).compile_cache.to_dict()
 for entry in path.iterdir():  # a cache that lost its entries: the warm recompile has to compile again
     entry.unlink()
-forced = jax_cache.static_with_cache(stage, compile_static, path)["compile_cache"]
+forced = jax_cache.static_with_cache(stage, compile_static, path).compile_cache.to_dict()
 print(json.dumps({"cold": cold, "warm_start": warm_start, "forced": forced}))
 """
 
@@ -60,7 +60,7 @@ def test_cold_warm_and_a_forced_miss(tmp_path):
     cold, warm_start, forced = got["cold"], got["warm_start"], got["forced"]
     assert cold["first"]["misses"] > 0 and not cold["first"]["hit"] and cold["cold_s"] > 0
     assert cold["warm"]["hit"] and cold["warm_misses"] == 0 and cold["warm_s"] > 0
-    assert warm_start["first"]["hit"] and warm_start["cold_s"] is None and warm_start["warm_misses"] == 0
+    assert warm_start["first"]["hit"] and warm_start.get("cold_s") is None and warm_start["warm_misses"] == 0
     assert forced["warm_misses"] > 0 and not forced["warm"]["hit"]
 
 
