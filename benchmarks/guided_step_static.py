@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.topology:
         from harness import targets
 
-        platform = targets.spec_for(args.topology).platform
+        platform = targets.SPECS[targets.parse_topology(args.topology)[0]].platform
         os.environ.update(targets.compile_env(platform))
     import jax
 

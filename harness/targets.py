@@ -106,13 +106,6 @@ def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
     return m.group(1).lower(), tuple(int(d) for d in m.group(2).split("x"))
 
 
-def spec_for(topology: str) -> TargetSpec:
-    name, _ = parse_topology(topology)
-    if name not in SPECS:
-        raise ValueError(f"no target spec for {name!r} (topology {topology!r}; known: {', '.join(SPECS)})")
-    return SPECS[name]
-
-
 def known_topologies(platform: str) -> list[str]:
     """The hardware names a ``platform`` topology may start with: TPU generations libtpu knows, or the
     GPUs with a spec (compiling for a GPU needs its spec's target description)."""

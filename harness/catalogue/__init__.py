@@ -23,7 +23,8 @@ Fields: ``kind``: ``deterministic`` (a function of the compiled program and the 
 (measured on this machine: gated only against the same kind of machine) or ``info`` (never gated).
 ``rule``: ``timing`` (raw samples, ratio of medians + Mann-Whitney), ``exact`` (a count that must not
 change), ``relative`` (within ``tolerance``), ``monotonic`` (any increase regresses) or ``info``.
-``better``: ``lower``, ``higher`` (the gate reads a drop as the regression) or ``""`` (neither).
+``better``: ``lower``, ``higher`` (the gate reads a drop as the regression) or ``""`` (neither: a
+FLOP count; a gated one regresses on a change beyond its tolerance either way).
 """
 
 from __future__ import annotations

@@ -272,6 +272,26 @@ class Transfers(Family):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class Versions(Family):
+    """The library versions a record ran with (:func:`harness.results.provenance.library_versions`;
+    null where one is not installed)."""
+
+    jax: str | None = None
+    jaxlib: str | None = None
+    flax: str | None = None
+    torch: str | None = None
+    numpy: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Git(Family):
+    """The checkout a record ran from (:func:`harness.results.provenance.git_info`; null outside git)."""
+
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Machine(Family):
     """Where a record ran (:func:`harness.results.provenance.machine`; the device fields and the
     worker's peak memory from the worker that saw the devices)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import catalogue
-from harness.families import CollectiveTotals, Machine, Roofline, TargetMemory
+from harness.families import CollectiveTotals, Machine, Roofline, TargetMemory, Versions
 from harness.results import stats
 from harness.results.compare import flatten_stage
 from harness.results.diff import DIFFERENT_WORKLOAD, comparable
@@ -241,7 +241,7 @@ def header(records: Sequence[Record]) -> dict[str, Any]:
         "sweep_id": first.sweep_id if first is not None else None,
         "manifest": first.manifest if first is not None else None,
         "machine": first.machine if first is not None else Machine(),
-        "versions": first.versions if first is not None else {},
+        "versions": first.versions if first is not None else Versions(),
         "commits": commits,
         "dirty": any(r.dirty for r in records),
         "modes": modes,

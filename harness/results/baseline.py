@@ -117,7 +117,7 @@ def build(records: Sequence[Record], *, name: str | None = None, source: str = "
         "name": name,
         "key": key,
         "source": source,
-        "git": dict(latest[0].git),
+        "git": latest[0].git.to_dict(),
         "machine": dict(latest[0].machine),
         "records": [r.to_dict() for r in latest],
     }

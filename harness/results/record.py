@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.families import Family, Machine, Measured, Predicted, Static, Trace, read
+from harness.families import Family, Git, Machine, Measured, Predicted, Static, Trace, Versions, read
 from harness.plan.manifest import Manifest, Run, Target, Workload
 from harness.plan.reference import Reference
 from harness.vocabulary import StageStatus, Status
@@ -291,8 +291,8 @@ class Record:
     config: RunConfig
     target: TargetInfo
     machine: Machine
-    versions: Mapping[str, Any]
-    git: Mapping[str, Any]
+    versions: Versions
+    git: Git
     started_at: str
     finished_at: str
     duration_s: float
@@ -306,6 +306,8 @@ class Record:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "machine", read(Machine, self.machine))
+        object.__setattr__(self, "versions", read(Versions, self.versions))
+        object.__setattr__(self, "git", read(Git, self.git))
 
     @property
     def ok(self) -> bool:
@@ -313,11 +315,11 @@ class Record:
 
     @property
     def commit(self) -> str | None:
-        return self.git.get("commit")
+        return self.git.commit
 
     @property
     def dirty(self) -> bool:
-        return bool(self.git.get("dirty"))
+        return bool(self.git.dirty)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Record:
@@ -348,7 +350,8 @@ class Record:
         for name in ("manifest", "variant", "config", "target", "artifacts"):
             out[name] = {k: _plain(v) for k, v in dataclasses.asdict(out[name]).items()}
         out["stages"] = {name: e.to_dict() for name, e in self.stages.items()}
-        out["machine"] = self.machine.to_dict()
+        for name in ("machine", "versions", "git"):
+            out[name] = getattr(self, name).to_dict()
         return {**out, "notes": list(self.notes), **self.extra}
 
     def replace(self, **changes: Any) -> Record:
@@ -432,8 +435,8 @@ def build_record(
             dict(target.compiler_options) or None,
         ),
         machine=Machine.from_dict({**context["machine"], **(result.get("machine") or {})}),
-        versions=dict(context["versions"]),
-        git=dict(context["git"]),
+        versions=Versions.from_dict(context["versions"]),
+        git=Git.from_dict(context["git"]),
         started_at=outcome.started_at,
         finished_at=outcome.finished_at,
         duration_s=outcome.duration_s,

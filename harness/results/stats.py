@@ -349,7 +349,9 @@ def compare_values(base: float, head: float, tolerance: float = 0.0, better: str
     """Verdict on one deterministic value within a relative tolerance.
 
     regressed: head > base * (1 + tolerance); improved: head < base * (1 - tolerance);
-    unchanged otherwise (the reverse where ``better`` is "higher"). ``tolerance`` 0 means exact equality.
+    unchanged otherwise (the reverse where ``better`` is "higher"; where it is "", neither direction
+    is better, as for a FLOP count: a change beyond the tolerance either way regresses, the program
+    does other work). ``tolerance`` 0 means exact equality.
     """
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")
@@ -363,6 +365,8 @@ def compare_values(base: float, head: float, tolerance: float = 0.0, better: str
         verdict = UNCHANGED
     if better == "higher":
         verdict = {REGRESSED: IMPROVED, IMPROVED: REGRESSED}.get(verdict, verdict)
+    elif better == "":
+        verdict = UNCHANGED if verdict == UNCHANGED else REGRESSED
     return Verdict(verdict, ratio(base, head), base, head, tolerance=tolerance)
 
 

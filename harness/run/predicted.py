@@ -142,8 +142,11 @@ def predicted_entry(
     calls_per_video: int,
     where: Path,
     scope_of: Callable[[str], str] | None = None,
+    generation: str | None = None,
 ) -> Predicted:
-    """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file."""
+    """Simulate one program: the prediction, per video, its sensitivity and its Chrome JSON file;
+    ``generation`` (the target's hardware record, ``Target.hardware.name``) names the GEMM rates a
+    matmul floor divides by (none without one, or on CPU)."""
     start = time.perf_counter()
     program = build_program(module)
     prediction = simulate(program, tl_spec, scope_of)
@@ -164,7 +167,7 @@ def predicted_entry(
         chrome_trace=str(write_chrome_trace(prediction.chrome_trace(), where / CHROME_NAME)),
         xprof=xprof,
         xprof_interval=xprof_interval(program, tl_spec, xprof, costs, opcodes, peaks),
-        matmul_rates=rates.matmul_rates(tl_spec.name.split(":")[0]) if tl_spec.platform != "cpu" else None,
+        matmul_rates=rates.matmul_rates(generation) if generation and tl_spec.platform != "cpu" else None,
         xplane=str(write_predicted_xspace(where, prediction.events, costs, opcodes, **peaks)),
         **({"compiler_agreement": agreement.to_dict()} if agreement is not None else {}),
     )
@@ -226,7 +229,10 @@ def stage_prediction(
             notes.append(f"predicted entry from the prediction cache ({key[:12]}): same program, spec and simulator")
     else:
         parsed = module() if callable(module) else module
-        out = predicted_entry(parsed, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of)
+        generation = spec.target.hardware.name if spec.target.hardware else None  # the record its GEMM rates are in
+        out = predicted_entry(
+            parsed, tl_spec, calls_per_video=calls_per_video, where=where, scope_of=scope_of, generation=generation
+        )
         out = out.replace(host_loop=host_loop, identity=identity(tl_spec, hlo_text, deterministic=calibration is None))
         if cache is not None:
             cache.put(key, out, where)

@@ -11,7 +11,7 @@ from typing import Any
 from harness import targets
 from harness.expansion import load_sweep, resolve
 from harness.model import build_config, check_override, model_workload
-from harness.plan.manifest import Manifest
+from harness.plan.manifest import Manifest, Target
 from harness.plan.search_space import SearchSpace
 from harness.plan.variants import Sweep
 from harness.results.store import check_sweep_id
@@ -61,10 +61,16 @@ def check_space(m: Manifest, space: SearchSpace, preset: str) -> None:
             raise m.error(("search", "attention", i), str(e.args[0] if e.args else e)) from None
 
 
-def hardware(target: Any) -> Hardware:
-    if target.platform == "cpu" or not target.topology:
+def hardware(target: Target) -> Hardware:
+    """The search's figures of the target's hardware record (``Target.hardware``, the topology parsed once)."""
+    where = target.hardware if target.platform != "cpu" else None
+    if where is None:
         return CPU_HARDWARE
-    spec = targets.spec_for(target.topology)
+    spec = where.spec
+    if spec is None:
+        raise ValueError(
+            f"no target spec for {where.name!r} (topology {str(where)!r}; known: {', '.join(targets.SPECS)})"
+        )
     return Hardware(spec.peak_bf16_flops, spec.interconnect_bytes_per_s, float(spec.hbm_bytes), spec.hbm_bytes_per_s)
 
 

@@ -44,7 +44,7 @@ def test_a_topology_parsed_once_counts_devices_per_chip() -> None:
     assert (v7x.name, v7x.dims, v7x.devices, str(v7x)) == ("tpu7x", (2, 2, 1), 8, "tpu7x:2x2x1")  # 2 TensorCores
     assert targets.check_topology("h100:1x1x8", "gpu").devices == 8
     assert targets.check_topology("v5p:2x2x1", "tpu").spec is None  # libtpu knows it; no figures here
-    assert targets.spec_for("h200:1x1x1").hbm_bytes > targets.spec_for("h100:1x1x1").hbm_bytes
+    assert targets.check_topology("h200:1x1x1", "gpu").spec.hbm_bytes > targets.SPECS["h100"].hbm_bytes
     with pytest.raises(ValueError, match="bad topology 'v6e-8'"):
         targets.parse_topology("v6e-8")
 

@@ -137,6 +137,33 @@ def test_compare_values(base, head, tol, verdict):
     assert v.describe() == ("must match exactly" if tol == 0 else f"tolerance ±{tol:.2%}")
 
 
+@pytest.mark.parametrize(
+    ("head", "lower", "higher", "neither"),
+    [
+        (1025, stats.REGRESSED, stats.IMPROVED, stats.REGRESSED),
+        (975, stats.IMPROVED, stats.REGRESSED, stats.REGRESSED),  # fewer FLOPs: other work, not better
+        (1015, stats.UNCHANGED, stats.UNCHANGED, stats.UNCHANGED),
+    ],
+)
+def test_compare_values_honours_the_better_direction(head, lower, higher, neither):
+    got = [stats.compare_values(1000, head, 0.02, better).verdict for better in ("lower", "higher", "")]
+    assert got == [lower, higher, neither]
+
+
+def test_a_flop_count_that_drops_fails_the_gate():
+    """The catalogue's FLOP counts have no better direction (``better = ""``): the gate's comparison
+    of a gated one fails on a drop beyond its tolerance as on a rise."""
+    from harness import catalogue
+    from harness.plan.manifest import Gate
+    from harness.results.compare import MetricValue, compare_metric
+
+    spec = catalogue.get("cost.matmul_flops")
+    assert spec.better == "" and spec.gated
+    for head in (0.9e9, 1.1e9):
+        c = compare_metric("v", "s", "cost.matmul_flops", MetricValue(1e9), MetricValue(head), Gate())
+        assert c.verdict == stats.REGRESSED and c.gated
+
+
 def test_interleaved_rounds_must_agree_on_a_regression():
     rng = np.random.default_rng(4)
     base_rounds = [lognormal(rng, 1.0, 10), lognormal(rng, 1.0, 10)]
