@@ -28,7 +28,7 @@ import hashlib
 import json
 import sys
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,15 +126,8 @@ class CompileCache:
 
     def get(self, key: str) -> dict[str, Any] | None:
         path = self.path(key)
-        try:
-            entry = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            self._drop(path, f"unreadable ({_why(e)})")
-            return None
-        if not isinstance(entry, dict) or not isinstance(entry.get("static"), dict):
-            self._drop(path, "not a cache entry")
+        entry = read_entry(path, "static", lambda why: self._drop(path, why), "not a cache entry", describe=_why)
+        if entry is None:
             return None
         stamp = {"key": key, "cache_version": CACHE_VERSION, "versions": _versions()}
         if (theirs := {k: entry.get(k) for k in stamp}) != stamp:
@@ -174,6 +167,30 @@ class CompileCache:
         _say(f"{path}: {why}: ignored and removed, compiling again")
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+def read_entry(
+    path: Path,
+    field: str,
+    drop: Callable[[str], None],
+    not_entry: str,
+    describe: Callable[[BaseException], str] = str,
+    key: str | None = None,
+) -> dict[str, Any] | None:
+    """A cache's JSON entry at ``path`` holding an object under ``field`` (and ``key`` as its key, when
+    given); None when there is none: absent, or unreadable or not such an entry, which ``drop`` is
+    told (``unreadable (<describe(error)>)`` or ``not_entry``) to say and remove."""
+    try:
+        entry = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        drop(f"unreadable ({describe(e)})")
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get(field), dict) or key not in (None, entry.get("key")):
+        drop(not_entry)
+        return None
+    return entry
 
 
 def _why(e: BaseException) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 from harness.metrics.timeline.identity import SIMULATOR_VERSION
 from harness.metrics.timeline.specs import TimelineSpec
 from harness.results.storage import StorageError, write_atomic
-from harness.run.compile_cache import hash_sources, source_files
+from harness.run.compile_cache import hash_sources, read_entry, source_files
 
 ENTRY_VERSION = 1
 _ROOT = Path(__file__).resolve().parents[2]
@@ -116,16 +116,9 @@ class PredictionCache:
 
     def get(self, key: str, where: Path) -> dict[str, Any] | None:
         """The entry, its files copied into ``where`` and its paths pointing there; None on a miss."""
-        path = self.path(key)
-        try:
-            entry = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            self._drop(key, f"unreadable ({e})")
-            return None
-        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("predicted"), dict):
-            self._drop(key, "not a predicted entry for this key")
+        path, drop = self.path(key), functools.partial(self._drop, key)
+        entry = read_entry(path, "predicted", drop, "not a predicted entry for this key", key=key)
+        if entry is None:
             return None
         out = dict(entry["predicted"])
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
+from harness.families import Memory, Static
 from harness.plan.manifest import Run, Target, Workload
 from harness.run.compile_cache import CompileCache, cache_key, code_hash
 from harness.run.spec import WorkerSpec
@@ -20,9 +20,9 @@ class _CountingStage:
     def __init__(self) -> None:
         self.compiles = 0
 
-    def static(self) -> dict[str, Any]:
+    def static(self) -> Static:
         self.compiles += 1
-        return {"platform": "tpu", "collectives": None, "memory": {"peak_bytes": 10}, "cost": None}
+        return Static(platform="tpu", memory=Memory(peak_bytes=10))
 
     def prepare(self) -> None: ...
 

@@ -8,13 +8,13 @@ import dataclasses
 import gzip
 import json
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 from harness.calibration import cpu as cpu_calibrate
+from harness.families import Memory, Static
 from harness.plan.manifest import Run, Target, Workload
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.spec import WorkerSpec
@@ -40,10 +40,10 @@ class _CompiledStage:
     def __init__(self, hlo: str) -> None:
         self.compiles, self._hlo, self.hlo_text = 0, hlo, None
 
-    def static(self) -> dict[str, Any]:
+    def static(self) -> Static:
         self.compiles += 1
         self.hlo_text = self._hlo
-        return {"platform": "tpu", "collectives": None, "memory": {"peak_bytes": 10}, "cost": None}
+        return Static(platform="tpu", memory=Memory(peak_bytes=10))
 
     def prepare(self) -> None: ...
 
