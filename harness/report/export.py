@@ -12,6 +12,9 @@ Timing rows carry the sample summary (n, median, q1, q3, min, max); every row ha
 gated. A variant or stage that failed without producing metrics gets one row with
 an empty metric, so failures are visible in the table too.
 
+:func:`step_row`: a compile-only variant as one markdown row of the manifests' comment tables
+(``benchmarks/step_table.py`` prints them).
+
 Text cells that a spreadsheet would read as a formula (starting with ``=``, ``+``, ``-``, ``@``,
 a tab or a carriage return: a variant named ``=HYPERLINK(...)``, an error message) are written
 with a leading ``'``, which spreadsheets show as text; numbers are written as they are.
@@ -21,11 +24,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import catalogue
+from harness.families import Predicted, Static
 from harness.results import stats
 from harness.results.compare import Comparison, flatten_stage
 from harness.results.record import Record
@@ -115,3 +119,29 @@ def to_csv(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) ->
 
 def write_csv(path: str | Path, records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> Path:
     return write_atomic(path, to_csv(records, comparisons))
+
+
+STEP_KINDS = ("all-gather", "all-reduce", "all-to-all")
+
+
+def step_row(record: Record, replaced: Mapping[str, Any] | None = None) -> str:
+    """The record's first stage as one markdown row, per device and step: predicted step [interval]
+    ms, matmul TFLOP, HBM traffic GB, collective operand GB by kind (:data:`STEP_KINDS`) and peak GiB.
+    A ``denoise_loop`` variant named ``...-loop`` or ``...-loop-<suffix>`` (one scanned program of the
+    workload's steps) is divided by the workload's steps. ``replaced`` (``new_ms``, ``interval_ms``,
+    ``new_traffic_gb``: a re-prediction from the cached program) replaces step, interval and traffic."""
+    name = record.variant.name
+    stage, entry = next(iter(record.stages.items()))
+    static, predicted = entry.static or Static(), entry.predicted or Predicted()
+    looped = stage == "denoise_loop" and (name.endswith("-loop") or "-loop-" in name)
+    per = record.config.workload["steps"] if looped else 1
+    if replaced:
+        step, (lo, hi), traffic = replaced["new_ms"], replaced["interval_ms"], replaced["new_traffic_gb"]
+    else:
+        step, traffic = (predicted.step_s or 0.0) * 1e3, (static.memory_traffic_bytes or 0.0) / 1e9
+        lo, hi = (v * 1e3 for v in (predicted.uncertainty.interval_s if predicted.uncertainty else None) or (0, 0))
+    kinds = (static.collectives.by_kind if static.collectives else None) or {}
+    coll = " / ".join(f"{((c := kinds.get(k)) and c.operand_bytes or 0) / 1e9 / per:.1f}" for k in STEP_KINDS)
+    peak = ((static.memory.peak_bytes if static.memory else None) or 0) / 2**30
+    tflop, when = (static.matmul_flops or 0) / 1e12 / per, f"{step / per:.1f} [{lo / per:.1f}-{hi / per:.1f}]"
+    return f"| {name} | {when} | {tflop:.1f} | {traffic / per:.1f} | {coll} | {peak:.1f} |"
