@@ -10,10 +10,8 @@ the next, taken seconds apart: the drift between two runs, as every real diff ha
 
 * diff: the share of A/A diffs (``harness.results.diff.diff_stage``) with any significant part
   (step, category or scope); by design at most 5 %;
-* timing test: the share of pairs whose timing test (``harness.results.stats.timing_p`` where it
-  exists, else Mann-Whitney on calls) is below 0.05 and 0.01, on the calls' windows (10 a side).
-
-Run it with ``PYTHONPATH`` at another checkout to score that checkout's statistics on the same traces.
+* timing test: the share of pairs whose timing test (``harness.results.stats.timing_p``) is below
+  0.05 and 0.01, on the calls' windows (10 a side).
 """
 
 from __future__ import annotations
@@ -25,32 +23,31 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.families import Git, Machine, StepSample, Trace, Versions
 from harness.results import stats
 from harness.results.diff import diff_stage
-from harness.results.record import parse
+from harness.results.record import ManifestRef, Record, RunConfig, StageEntry, TargetInfo, VariantRef
 
 
-def record(name: str, samples: list[dict]) -> object:
-    raw = {
-        "record_version": 1,
-        "sweep_id": "aa",
-        "manifest": {"path": "aa.toml", "sha256": ""},
-        "variant": {"name": name, "id": name, "overrides": {}, "description": ""},
-        "config": {"preset": "test:ok", "overrides": {}, "resolved": None, "workload": {}, "run": {}},
-        "target": {"platform": "cpu", "mode": "auto", "mesh": {"data": 1}, "topology": None, "devices": 1},
-        "machine": {},
-        "versions": {},
-        "git": {"commit": None, "dirty": None},
-        "started_at": "",
-        "finished_at": "",
-        "duration_s": 0.0,
-        "status": "ok",
-        "error": None,
-        "notes": [],
-        "artifacts": {"log": "", "traces": {}},
-        "stages": {"s": {"status": "ok", "error": None, "notes": [], "trace": {"step_samples": samples}}},
-    }
-    return parse(raw, "aa")
+def record(name: str, samples: list[dict]) -> Record:
+    """A record of one stage ``s`` whose trace holds ``samples`` (the traced calls)."""
+    trace = Trace(step_samples=tuple(StepSample.from_dict(x) for x in samples))
+    return Record(
+        sweep_id="aa",
+        manifest=ManifestRef("aa.toml", ""),
+        variant=VariantRef(name, name),
+        config=RunConfig("test:ok", {}, None, {}, {}),
+        target=TargetInfo("cpu", "auto", {"data": 1}, None, 1),
+        machine=Machine(),
+        versions=Versions(),
+        git=Git(),
+        started_at="",
+        finished_at="",
+        duration_s=0.0,
+        status="ok",
+        error=None,
+        stages={"s": StageEntry("ok", trace=trace)},
+    )
 
 
 def designs(traces: list[list[dict]], seed: int = 0) -> dict[str, list[tuple[list[dict], list[dict]]]]:
@@ -63,11 +60,6 @@ def designs(traces: list[list[dict]], seed: int = 0) -> dict[str, list[tuple[lis
         if i + 1 < len(traces):
             out["separate"].append((t[:16], traces[i + 1][:16]))
     return out
-
-
-def timing_p(base: list[float], head: list[float]) -> float:
-    test = getattr(stats, "timing_p", stats.mann_whitney_p)
-    return test(base, head)
 
 
 def main() -> None:
@@ -90,7 +82,7 @@ def main() -> None:
         for a, b in pairs:
             d = diff_stage(record("a", a), record("b", b), "s")
             flagged += any(x.significant for x in (d.step, *d.categories, *d.scopes) if x is not None)
-            p.append(timing_p([s["window_ns"] for s in a[:10]], [s["window_ns"] for s in b[:10]]))
+            p.append(stats.timing_p([s["window_ns"] for s in a[:10]], [s["window_ns"] for s in b[:10]]))
         n = len(pairs)
         print(
             f"| {name} | {n} | {flagged} ({flagged / n:.1%}) | {np.mean(np.array(p) < 0.05):.1%} | "
