@@ -191,14 +191,6 @@ def top_ops(record: Record, stage: str, n: int = 10) -> list[Mapping[str, Any]]:
     return list(((trace.top_ops if trace else None) or [])[:n])
 
 
-def trace_note(records: Sequence[Record]) -> str | None:
-    for r in records:
-        for entry in r.stages.values():
-            if entry.trace and entry.trace.note:
-                return str(entry.trace.note)
-    return None
-
-
 @dataclass(frozen=True)
 class TraceLink:
     variant: str

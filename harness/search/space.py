@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +164,3 @@ def prune_reason(facts: ModelFacts, c: Candidate, devices: int) -> Pruned | None
                     f"divide over {' x '.join(dim)} ({shards})",
                 )
     return None
-
-
-def rules_table(c: Candidate) -> Mapping[str, list[str]]:
-    return {k: list(v) for k, v in c.rules}

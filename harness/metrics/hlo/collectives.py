@@ -147,13 +147,6 @@ class CollectiveStats:
     def total_count(self) -> int:
         return sum(c.count for c in self.by_kind.values())
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-serialisable form: `{kind: {count, operand_bytes, result_bytes}, ...}`."""
-        return {
-            "by_kind": {k: vars(c).copy() for k, c in self.by_kind.items()},
-            "unknown_trip_count_loops": list(self.unknown_trip_count_loops),
-        }
-
 
 def own_collective(instr: Instruction) -> CollectiveCount:
     """One collective op's contribution: start -> count + operands, done -> result, sync -> all."""
