@@ -29,17 +29,9 @@ import jax
 
 from harness.families import StepSample, TopOp, Trace, TraceDevice, XprofProfile
 from harness.metrics.compiled.attribution import Scopes, coverage, time_by_scope
-from harness.metrics.measured.accounting import (
-    DeviceMetrics,
-    collective_spans,
-    covered_ns,
-    device_metrics,
-    merge_intervals,
-    overlap_ns,
-    window_metrics,
-)
+from harness.metrics.measured.accounting import DeviceMetrics, device_metrics, window_metrics
 from harness.metrics.measured.xplane_read import op_metadata, peaks, read_xspace
-from harness.metrics.measured.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, op_category, read_trace
+from harness.metrics.measured.xspace import COMPUTE, STEP_EVENT, OpEvent, OpTable, read_trace
 from harness.metrics.xprof.metrics import OpCost, op_costs, op_family, op_profile, xprof_converter_profile
 
 CPU_NOTE = (
@@ -242,27 +234,3 @@ def _inferred_share(events: Sequence[OpEvent], scopes: Scopes) -> float | None:
     """Share of the ops' self time whose scope was inferred, not named by the op itself."""
     total = sum(e.exclusive_ns for e in events)
     return None if total <= 0 else sum(e.exclusive_ns for e in events if e.op in scopes.inferred) / total
-
-
-__all__ = [
-    "COMPUTE",
-    "CPU_NOTE",
-    "PERFETTO_TRACE",
-    "DeviceMetrics",
-    "OpEvent",
-    "OpSummary",
-    "OpTable",
-    "analyze_trace",
-    "capture_trace",
-    "collective_spans",
-    "covered_ns",
-    "device_metrics",
-    "find_xplanes",
-    "merge_intervals",
-    "op_category",
-    "overlap_ns",
-    "read_trace",
-    "step_samples",
-    "top_ops",
-    "xprof_profile",
-]

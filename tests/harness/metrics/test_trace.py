@@ -11,21 +11,15 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics.measured.trace import (
-    COMPUTE,
-    CPU_NOTE,
-    OpEvent,
-    analyze_trace,
-    capture_trace,
+from harness.metrics.measured.accounting import (
     collective_spans,
     covered_ns,
     device_metrics,
     merge_intervals,
-    op_category,
     overlap_ns,
-    read_trace,
-    top_ops,
 )
+from harness.metrics.measured.trace import CPU_NOTE, analyze_trace, capture_trace, top_ops
+from harness.metrics.measured.xspace import COMPUTE, OpEvent, op_category, read_trace
 
 STEPS = 2
 
