@@ -25,22 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+from guided_step_static import VARIANTS  # the knob settings, one table (this folder is on the path of a script)
 
-VARIANTS: dict[str, tuple[str, bool, bool]] = {
-    "default": ("batched", True, True),
-    "sequential": ("sequential", True, True),
-    "no-fork": ("batched", False, True),
-    "no-text-kv": ("batched", True, False),
-    "old": ("sequential", False, False),
-}
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+DEFAULT = ("default", "sequential", "no-fork", "no-text-kv", "old")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--what", choices=("loop", "step"), default="loop")
     p.add_argument("--preset", default="small")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"first is the reference; known: {list(VARIANTS)}")
+    p.add_argument("--variants", default=",".join(DEFAULT), help=f"first is the reference; known: {list(VARIANTS)}")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--settle", type=float, default=0.05, help="idle seconds before each timed call")
     args = p.parse_args(argv)

@@ -52,7 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variants", default="old,batched,fork,text-kv,default")
     p.add_argument("--steps", type=int, default=None, help="steps per video (default: the preset's)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    p.add_argument("--list", action="store_true", help="print each variant's knobs and exit")
     args = p.parse_args(argv)
+    if args.list:
+        print("variant: (guidance_batching, stg_fork, text_kv_cache)")
+        print("\n".join(f"{name}: {knobs}" for name, knobs in VARIANTS.items()))
+        p.exit()
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
@@ -107,16 +112,14 @@ def _abstract_inputs(cfg: Any, plan: Any, mesh: Any) -> tuple[Any, ...]:
     return latents, embeds, scalar, scales
 
 
-def _static(compiled: Any, hlo: str) -> dict[str, Any]:
+def _static(compiled: Any, hlo: str) -> Any:
     from harness.metrics.compiled.static import analyze_compiled
     from harness.metrics.hlo import matmul_flops, memory_traffic_bytes, parse
 
     module = parse(hlo)
-    return {
-        **analyze_compiled(compiled, module).to_dict(),
-        "matmul_flops": matmul_flops(module),
-        "memory_traffic_bytes": memory_traffic_bytes(module),
-    }
+    return analyze_compiled(
+        compiled, module, matmul_flops=matmul_flops(module), memory_traffic_bytes=memory_traffic_bytes(module)
+    )
 
 
 def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[str, Any]:
@@ -164,7 +167,6 @@ def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[s
     static = _static(compiled, compiled.as_text() or "")
     devices = 1 if mesh is None else math.prod(mesh.shape.values())
     target = analyze(static, spec, plan_steps(cfg), devices)
-    memory = static.get("memory") or {}
     row = {
         "variant": name,
         "knobs": dict(zip(("guidance_batching", "stg_fork", "text_kv_cache"), VARIANTS[name], strict=True)),
@@ -178,14 +180,14 @@ def measure(args: argparse.Namespace, name: str, mesh: Any, spec: Any) -> dict[s
         "text_tokens": cfg.text_encoder.max_sequence_length,
         "steps": plan_steps(cfg),
         "compile_s": compile_s,
-        "matmul_flops": static["matmul_flops"],
-        "memory_traffic_bytes": static["memory_traffic_bytes"],
-        "temp_bytes": memory.get("temp_bytes"),
-        "argument_bytes": memory.get("argument_bytes"),
-        "collective_wire_bytes": sum(c["wire_bytes"] for c in target["collectives_per_call"].values()),
-        "roofline_step_s": (target.get("roofline") or {}).get("step_s"),
-        "roofline_bound_by": (target.get("roofline") or {}).get("bound_by"),
-        "text_kv_per_video_matmul_flops": None if kv_static is None else kv_static["matmul_flops"],
+        "matmul_flops": static.matmul_flops,
+        "memory_traffic_bytes": static.memory_traffic_bytes,
+        "temp_bytes": static.memory.temp_bytes if static.memory else None,
+        "argument_bytes": static.memory.argument_bytes if static.memory else None,
+        "collective_wire_bytes": sum(c.wire_bytes or 0.0 for c in (target.collectives_per_call or {}).values()),
+        "roofline_step_s": target.roofline.step_s if target.roofline else None,
+        "roofline_bound_by": target.roofline.bound_by if target.roofline else None,
+        "text_kv_per_video_matmul_flops": None if kv_static is None else kv_static.matmul_flops,
     }
     return row
 
