@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +40,6 @@ CPU_NOTE = (
     "to TPU or GPU interconnects. Use the static collective counts and bytes instead."
 )
 PERFETTO_TRACE = "perfetto_trace.json.gz"
-
-
-@dataclass(frozen=True)
-class OpSummary:
-    """Self time of one op of one module, summed over devices and executions, with its model scope
-    and the source line that traced it (when the program's HLO was given)."""
-
-    module: str
-    op: str
-    category: str
-    total_ns: float
-    count: int
-    scope: str = ""
-    source: str = ""
 
 
 # ---------------------------------------------------------------- capture
@@ -84,9 +70,10 @@ def capture_trace(run: Callable[[], Any], log_dir: str | Path, *, steps: int = 1
     return (fresh or written)[-1]
 
 
-def top_ops(events: Iterable[OpEvent], n: int = 20, scopes: Scopes | None = None) -> tuple[OpSummary, ...]:
+def top_ops(events: Iterable[OpEvent], n: int = 20, scopes: Scopes | None = None) -> tuple[TopOp, ...]:
     """The ``n`` (module, op) pairs with the most self time, summed over devices and executions
-    (a ``while`` counts its own overhead, its body's ops count themselves)."""
+    (a ``while`` counts its own overhead, its body's ops count themselves), with each op's model
+    scope and the source line that traced it (when the program's HLO was given)."""
     totals: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for e in events:
         acc = totals[(e.module, e.op, e.category)]
@@ -94,8 +81,14 @@ def top_ops(events: Iterable[OpEvent], n: int = 20, scopes: Scopes | None = None
         acc[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
     return tuple(
-        OpSummary(
-            m, op, cat, total, int(count), scopes.of(op) if scopes else "", scopes.source.get(op, "") if scopes else ""
+        TopOp(
+            module=m,
+            op=op,
+            category=cat,
+            total_ns=total,
+            count=int(count),
+            scope=scopes.of(op) if scopes else "",
+            source=scopes.source.get(op, "") if scopes else "",
         )
         for (m, op, cat), (total, count) in ranked[:n]
     )
@@ -220,7 +213,7 @@ def analyze_trace(
     return Trace(
         platform=table.platform,
         devices=tuple(TraceDevice(**asdict(d)) for d in device_metrics(table.events)),
-        top_ops=tuple(TopOp(**asdict(o)) for o in top_ops(table.events, top, scopes)),
+        top_ops=top_ops(table.events, top, scopes),
         note=CPU_NOTE if table.platform == "cpu" else None,
         step_samples=tuple(samples),
         by_scope=dict(by_scope),
