@@ -47,6 +47,9 @@ class Metric:
 # The names code reads by name (the report's summary columns, the flattener's computed metrics).
 TIME, RECOMPILES, DOES_NOT_FIT, COMPILE_S = "time", "recompiles", "does_not_fit", "compile_s"
 MEMORY_BOUND, MEMORY_PEAK, TRACE_WASTED = "memory.bound_bytes", "memory.peak_bytes", "trace.wasted_fraction"
+# The metrics (and prefixes) a CPU program's backend passes decide, so the host's instruction set
+# (:func:`harness.results.compare.host_codegen`): the memory XLA:CPU assigned, its cost, the traffic.
+HOST_CODEGEN = ("memory.temp_bytes", MEMORY_PEAK, MEMORY_BOUND, "cost.", "traffic.")
 PREDICTED_STEP = "predicted.step_s"
 ACCURACY_L2, ACCURACY_MAX = "accuracy.rel_l2", "accuracy.max_abs"
 TOTAL = "total"  # the collectives of every kind together

@@ -218,7 +218,12 @@ class Static(Family):
     matmul_flops: float | None = None  # loops by trip count
     memory: Memory | None = None
     tokens: Mapping[str, int] | None = None
-    videos: int | None = None  # the stage program's ``extra`` (ltx2): videos per call, decode and text sizes
+    # the stage program's ``extra`` (ltx2 ``StageProgram.extra``): videos per call, steps and guidance
+    # passes of a denoising stage, decode and text sizes
+    videos: int | None = None
+    steps: int | None = None
+    rows_per_step: int | None = None
+    guidance_passes: Mapping[str, Any] | None = None
     latent_grid: list[int] | None = None
     audio_latent_frames: int | None = None
     text_tokens: int | None = None

@@ -375,7 +375,7 @@ def by_name(records: Iterable[Record]) -> dict[str, Record]:
 # and the counts of recompiles do not depend on it (checked against two classes in
 # benchmarks/results/cpu-machine-class-2026-11-29.md). A TPU or GPU target's program is compiled for
 # the target, whatever the host.
-HOST_CODEGEN = ("memory.temp_bytes", "memory.peak_bytes", "memory.bound_bytes", "cost.", "traffic.")
+HOST_CODEGEN = catalogue.HOST_CODEGEN
 
 
 def host_codegen(metric: str) -> bool:

@@ -126,3 +126,16 @@ def test_sharding_facts_name_each_kernel_by_the_rule_that_places_it(rules: dict[
     by_path = {p.path: p for p in facts.params}
     proj_in = next(p for path, p in by_path.items() if path.endswith("transformer_blocks.ff.proj_in.kernel"))
     assert proj_in.logical == ("layers", named, "mlp") and proj_in.axes[1] == ("fsdp",)
+
+
+def test_every_stage_programs_extra_is_a_field_of_the_static_family(tmp_path: Path) -> None:
+    """The worker fills the static family from a stage program's ``extra`` field by field
+    (:meth:`harness.run.jax_stage.JaxStage.static`), so each key ltx2 writes there is declared."""
+    from harness.families import Static
+    from harness.run.worker import open_stages
+    from ltx2 import STAGES
+
+    stages = open_stages(tiny_spec(tmp_path, list(STAGES), {}))
+    extras = {name: set(stages.build(name).program.extra) for name in STAGES}
+    assert {k for keys in extras.values() for k in keys} >= {"steps", "videos", "tokens"}
+    assert {name: keys - Static.names() for name, keys in extras.items() if keys - Static.names()} == {}
