@@ -2,8 +2,9 @@
 
 Each finished stage of a sweep's ``results.jsonl`` whose compiled program is in the sweep's compile
 cache (``<cache>/<key>.hlo.gz``) is simulated twice, by this checkout's ``harness`` and by an older
-checkout's (``--old``: a checkout, or a revision checked out by :mod:`harness.revision`), each in
-its own interpreter with that tree on ``PYTHONPATH``. The program's device coordinates are not
+checkout's (``--old``: a checkout, or a revision checked out by :mod:`harness.revision`; either
+with this prediction API, ``build_program`` of a parsed module), each in its own interpreter with
+that tree on ``PYTHONPATH``. The program's device coordinates are not
 cached: they are rebuilt as the compile-only worker builds its mesh (libtpu's topology devices,
 ``ltx2.build_mesh`` over the variant's resolved mesh) in a venv with libtpu (``--aot-python``),
 which also computes each stage's cache key from the manifest. The current code's step must equal the
@@ -26,7 +27,6 @@ import functools
 import gzip
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -76,13 +76,12 @@ def _targets(manifest: str, names: Sequence[str], stages: Sequence[str]) -> dict
 
 
 def _predict(hlo_path: str) -> dict[str, Any]:
-    """The prediction of a dumped program by whichever ``harness`` is on the path (the current one
-    parses to a module first; the older one takes the text): step, interval where the code has one,
-    the module's memory traffic, and compute time by model scope."""
-    import inspect
+    """The prediction of a dumped program by the ``harness`` on the path: step, interval, the
+    module's memory traffic, and compute time by model scope."""
     import time
 
     from harness.metrics import timeline
+    from harness.metrics.hlo import memory_traffic_bytes, parse
     from ltx2 import scopes
 
     meta = json.loads(Path(hlo_path).with_suffix(".json").read_text())
@@ -90,17 +89,8 @@ def _predict(hlo_path: str) -> dict[str, Any]:
     coords = [tuple(c) for c in meta["device_coords"]] or None
     spec = timeline.spec_for(meta["topology"], meta["platform"], coords)
     start = time.perf_counter()
-    if next(iter(inspect.signature(timeline.build_program).parameters)) == "module":
-        from harness.metrics.hlo import memory_traffic_bytes, parse
-
-        module = parse(text)
-        program = timeline.build_program(module)
-        traffic = memory_traffic_bytes(module)
-    else:
-        from harness.metrics.hlo_cost import memory_traffic_bytes as text_traffic
-
-        program = timeline.build_program(text)
-        traffic = text_traffic(text)
+    module = parse(text)
+    program = timeline.build_program(module)
     prediction = timeline.simulate(program, spec, lambda op: "/".join(scopes.scope_path(op)))
     by_scope: dict[str, float] = {}
     by_op: dict[str, float] = {}
@@ -108,12 +98,11 @@ def _predict(hlo_path: str) -> dict[str, Any]:
         if e.lane == "compute":
             by_scope[e.scope] = by_scope.get(e.scope, 0.0) + (e.end_ns - e.start_ns)
             by_op[e.name] = by_op.get(e.name, 0.0) + (e.end_ns - e.start_ns)
-    unc = getattr(timeline, "uncertainty", None)
     device = prediction.device
     return {
         "step_s": prediction.step_ns / 1e9,
-        "interval_s": unc(program, spec)["interval_s"] if unc is not None else None,
-        "memory_traffic_bytes": traffic,
+        "interval_s": timeline.uncertainty(program, spec)["interval_s"],
+        "memory_traffic_bytes": memory_traffic_bytes(module),
         "compute_ns": device.get("compute_ns"),
         "exposed_collective_ns": device.get("exposed_collective_ns"),
         "compute_ns_by_scope": by_scope,
@@ -144,9 +133,6 @@ def stages_of(record: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(name, s["predicted"]) for name, s in (record.get("stages") or {}).items() if s.get("predicted")]
 
 
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?\s([a-z][a-z0-9\-]*)\(")
-_CALLS = re.compile(r"(?:calls|to_apply)=%?([\w.\-]+)")
 # the first an op contains names it; "matmul+slice": a dot fused with a (dynamic-)slice (a layer's weights
 # sliced out of the stacked layers inside the matmul's fusion)
 KINDS = ("matmul+slice", "matmul", "dynamic-update-slice", "dynamic-slice", "copy")
@@ -154,43 +140,29 @@ KINDS = ("matmul+slice", "matmul", "dynamic-update-slice", "dynamic-slice", "cop
 
 def op_kinds(hlo_text: str) -> dict[str, str]:
     """Each instruction's kind, from its opcode and (for a fusion or call) the opcodes of what it
-    calls, nested: ``matmul+slice`` (a dot and a slice or dynamic-slice), ``matmul`` (a dot or convolution),
-    ``dynamic-update-slice``, ``dynamic-slice``,
-    ``copy``, else its own opcode."""
-    opcodes: dict[str, set[str]] = {}  # computation -> opcodes of its instructions
-    calls: dict[str, set[str]] = {}  # computation -> computations its instructions call
-    own: dict[str, tuple[str, list[str]]] = {}  # instruction -> (opcode, callees)
-    current = ""
-    for line in hlo_text.splitlines():
-        if (m := _COMPUTATION.match(line)) and " = " not in line:
-            current = m.group(1)
-            opcodes.setdefault(current, set())
-            calls.setdefault(current, set())
-        elif m := _INSTRUCTION.match(line):
-            callees = _CALLS.findall(line)
-            own[m.group(1)] = (m.group(2), callees)
-            opcodes.setdefault(current, set()).add(m.group(2))
-            calls.setdefault(current, set()).update(callees)
+    calls, nested (the program parsed by :func:`harness.metrics.hlo.parse`): ``matmul+slice`` (a dot
+    and a slice or dynamic-slice), ``matmul`` (a dot or convolution), ``dynamic-update-slice``,
+    ``dynamic-slice``, ``copy``, else its own opcode."""
+    from harness.metrics.hlo import parse
+
+    module = parse(hlo_text)
+    comps = module.computations
 
     def inside(computation: str, seen: set[str]) -> set[str]:
-        if computation in seen:
+        if computation in seen or computation not in comps:
             return set()
         seen.add(computation)
-        out = set(opcodes.get(computation, ()))
-        for callee in calls.get(computation, ()):
-            out |= inside(callee, seen)
-        return out
+        return {o for i in comps[computation] for o in (i.opcode, *(x for c in i.callees for x in inside(c, seen)))}
 
     kinds = {}
-    for name, (opcode, callees) in own.items():
-        found = {opcode}
-        if opcode in ("fusion", "call", "custom-call"):
-            for callee in callees:
-                found |= inside(callee, set())
+    for _, instr in module.instructions():
+        found = {instr.opcode}
+        if instr.opcode in ("fusion", "call", "custom-call"):
+            found |= {o for callee in instr.callees for o in inside(callee, set())}
         found = {"matmul" if o in ("dot", "convolution") else o for o in found}
         if "matmul" in found and found & {"dynamic-slice", "slice"}:
             found.add("matmul+slice")
-        kinds[name] = next((k for k in KINDS if k in found), opcode)
+        kinds[instr.name] = next((k for k in KINDS if k in found), instr.opcode)
     return kinds
 
 
