@@ -50,6 +50,16 @@ def _label(variant: str, stage: str, stages: int) -> str:
     return variant if stages == 1 else f"{variant}\n{stage}"
 
 
+def _stacked(fig: Figure, ax: Any, bars: Sequence[tuple[str, str, Any]], ylabel: str, title: str) -> str:
+    """Label a chart of stacked bars, one per (variant, stage, ...) of ``bars``, and render it."""
+    n_stages = len({s for _, s, _ in bars})
+    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return to_png(fig)
+
+
 def stage_times(rows: Sequence[StageRow]) -> str | None:
     """Median time per variant, one panel per stage and workload (stages differ by orders of
     magnitude; another model or size is another panel), error bars from the first to the third
@@ -103,7 +113,6 @@ def time_breakdown(records: Sequence[Record]) -> str | None:
     ]
     if not bars:
         return None
-    n_stages = len({s for _, s, _ in bars})
     categories = [COMPUTE, *[k for k in KINDS if any(k in b for _, _, b in bars)], "idle"]
     fig, ax = _figure(len(bars))
     bottom = np.zeros(len(bars))
@@ -118,11 +127,7 @@ def time_breakdown(records: Sequence[Record]) -> str | None:
             color=_COLOURS[cat],
         )
         bottom += vals
-    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
-    ax.set_ylabel("ms per step, mean over devices")
-    ax.set_title("Where device time went (trace)")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return to_png(fig)
+    return _stacked(fig, ax, bars, "ms per step, mean over devices", "Where device time went (trace)")
 
 
 def collective_bytes(records: Sequence[Record]) -> str | None:
@@ -135,7 +140,6 @@ def collective_bytes(records: Sequence[Record]) -> str | None:
                 bars.append((r.variant.name, stage, {k: c.operand_bytes or 0 for k, c in colls.by_kind.items()}))
     if not bars or not any(sum(b.values()) for _, _, b in bars):
         return None
-    n_stages = len({s for _, s, _ in bars})
     fig, ax = _figure(len(bars))
     bottom = np.zeros(len(bars))
     for kind in KINDS:
@@ -143,11 +147,7 @@ def collective_bytes(records: Sequence[Record]) -> str | None:
         if vals.any():
             ax.bar(range(len(bars)), vals, 0.6, bottom=bottom, label=kind, color=_COLOURS[kind])
             bottom += vals
-    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
-    ax.set_ylabel("MiB per device per call")
-    ax.set_title("Collective bytes by kind (compiled program)")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return to_png(fig)
+    return _stacked(fig, ax, bars, "MiB per device per call", "Collective bytes by kind (compiled program)")
 
 
 def memory(records: Sequence[Record]) -> str | None:
@@ -160,7 +160,6 @@ def memory(records: Sequence[Record]) -> str | None:
     ]
     if not bars:
         return None
-    n_stages = len({s for _, s, _ in bars})
     fig, ax = _figure(len(bars))
     bottom = np.zeros(len(bars))
     for key, label, colour in _MEMORY:
@@ -169,11 +168,7 @@ def memory(records: Sequence[Record]) -> str | None:
         bottom += vals
     peaks = [(m.bound_bytes or m.peak_bytes or 0) / MIB for _, _, m in bars]
     ax.scatter(range(len(bars)), peaks, marker="_", s=900, color="black", zorder=3, label="peak (bound)")
-    ax.set_xticks(range(len(bars)), [_label(v, s, n_stages) for v, s, _ in bars], rotation=20, ha="right")
-    ax.set_ylabel("MiB per device")
-    ax.set_title("Memory per device (compiled program)")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return to_png(fig)
+    return _stacked(fig, ax, bars, "MiB per device", "Memory per device (compiled program)")
 
 
 def all_plots(records: Sequence[Record], rows: Sequence[StageRow]) -> dict[str, str | None]:
