@@ -75,10 +75,6 @@ class Cause:
 # --------------------------------------------------------------------------- devices -> mesh axes
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.replace("{", "").replace("}", "").split(",") if x.strip()]
-
-
 def spanned_axes(device_groups: Sequence[Sequence[int]], mesh: Sequence[tuple[str, int]]) -> tuple[str, ...]:
     """Mesh axes along which the devices of some group differ (all axes for an empty group)."""
     if any(not g for g in device_groups):
