@@ -18,8 +18,6 @@ from typing import Any
 
 from harness.families import Static
 
-PREFIX = "test:"
-
 
 def _ok(overrides: Mapping[str, Any]) -> None:
     time.sleep(float(overrides.get("test.run_s", 0.001)))
