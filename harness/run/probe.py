@@ -5,7 +5,8 @@ to the arithmetic can: the probe builds the variant's stage with the variant's o
 ``linear_partials``, RoPE form, attention path -- splash runs on CPU in interpret mode --, sharding
 rules and mesh, so the partial sums, pipeline stages and context ring are the variant's; its attention path on every
 attention, as ``attention_impl_min_tokens`` is dropped: the probe's sequences are short) on
-:data:`PROBE_PRESET`, a small LTX-2.0 transformer, on 8 simulated CPU devices, and measures, per seed:
+:data:`PROBE_PRESET`, a small LTX-2.0 transformer, on 8 simulated CPU devices (as many as the mesh
+needs where it needs more), and measures, per seed:
 
 * the **float32 reference**: the same config with every numerics knob at its default (float32,
   replicated, XLA attention, float32 partial sums, one pipeline stage, one token chunk) and the
@@ -21,7 +22,8 @@ All three run on the reference's seeded weights and inputs (cast to each one's d
 of the variant's and plain bfloat16's relative L2 from the reference, the median per-seed ratio
 variant / plain bfloat16, how many seeds were worse, and where it was measured (never the target:
 CPU, a small config). ``python -m harness.run.probe <in.json> <out.json>`` runs it in a process of
-its own, with 8 CPU devices, for a worker that compiles for another platform.
+its own, with 8 CPU devices (or as many as the mesh needs), for a worker that compiles for another
+platform. Variants that share a reference share its runs (:class:`Baseline`, ``probe(baselines=)``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +52,7 @@ PROBE_PRESET = "small"
 PROBE_WORKLOAD: dict[str, Any] = dict(
     height=128, width=128, num_frames=17, frame_rate=24.0, batch=2, steps=2, text_tokens=16
 )
-WHERE = "CPU (8 simulated devices), small config (LTX-2.0 blocks, 2 layers, width 128), {n} seeds: not the target"
+WHERE = "CPU ({d} simulated devices), small config (LTX-2.0 blocks, 2 layers, width 128), {n} seeds: not the target"
 # Knobs reset for the reference (removed: the preset's default), and the diffusers-like guidance.
 GUIDED_KNOBS = ("pipeline.stg_fork", "pipeline.guidance_batching", "pipeline.text_kv_cache")
 REFERENCE = {"pipeline.guidance_batching": "sequential", "pipeline.stg_fork": False, "pipeline.text_kv_cache": False}
@@ -71,8 +74,32 @@ def configs(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {"reference": reference, "bf16": {**reference, **BF16}, "variant": variant}
 
 
-def probe(overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: str, seeds: int = SEEDS) -> dict:
-    """Run the three configs of ``stage`` on ``seeds`` seeds (this process must have 8 CPU devices)."""
+@dataclass(frozen=True)
+class Baseline:
+    """What every variant of one reference is compared with, per seed: the reference's arguments, its
+    update, and plain bfloat16's deviation from it. It depends only on the reference's config, the
+    mesh, the stage and the seeds (:func:`baseline_key`), so variants that share those share it."""
+
+    args: tuple[tuple[Any, ...], ...]
+    reference: tuple[dict[str, np.ndarray], ...]
+    bf16: tuple[dict[str, Any], ...]
+
+
+def baseline_key(overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: str, seeds: int) -> str:
+    return json.dumps([configs(overrides)["reference"], dict(mesh_shape), stage, seeds], sort_keys=True)
+
+
+def probe(
+    overrides: Mapping[str, Any],
+    mesh_shape: Mapping[str, int],
+    stage: str,
+    seeds: int = SEEDS,
+    baselines: dict[str, Baseline] | None = None,
+) -> dict:
+    """Run the three configs of ``stage`` on ``seeds`` seeds (this process must have as many CPU
+    devices as the mesh). ``baselines``: reference and plain-bfloat16 runs kept by
+    :func:`baseline_key`, reused where present and added where not (the numbers are the same
+    either way: every run is deterministic per seed)."""
     from harness.metrics.measured.accuracy import compare
     from harness.model import build_config
     from harness.run.accuracy import like, output_arrays
@@ -83,19 +110,27 @@ def probe(overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: st
         raise RuntimeError(f"the probe's mesh {dict(mesh_shape)} needs {n} CPU devices, found {len(devices)}")
     mesh = build_mesh(dict(mesh_shape), devices=devices[:n])
     workload = Workload(**PROBE_WORKLOAD)
-    programs = {
-        k: build_stage(stage, build_config(PROBE_PRESET, o), workload, mesh) for k, o in configs(overrides).items()
-    }
-    devs: dict[str, list[dict[str, Any]]] = {"bf16": [], "variant": []}
+    cfgs = configs(overrides)
+    key = baseline_key(overrides, mesh_shape, stage, seeds)
+    base = (baselines or {}).get(key)
+    todo = ("variant",) if base is not None else ("reference", "bf16", "variant")
+    programs = {k: build_stage(stage, build_config(PROBE_PRESET, cfgs[k]), workload, mesh) for k in todo}
+
+    def run(name: str, args: tuple[Any, ...]) -> dict[str, np.ndarray]:
+        mine = args if name == "reference" else like(args, programs[name].abstract_args)
+        return update(output_arrays(jax.block_until_ready(programs[name].run(*mine))), mine)
+
+    variant = []
     with jax.set_mesh(mesh):
-        for seed in range(seeds):
-            args = programs["reference"].make_args(seed)
-            ref = update(output_arrays(jax.block_until_ready(programs["reference"].run(*args))), args)
-            for k in devs:
-                mine = like(args, programs[k].abstract_args)
-                out = output_arrays(jax.block_until_ready(programs[k].run(*mine)))
-                devs[k].append(compare(update(out, mine), ref))
-    return summary(devs["variant"], devs["bf16"])
+        if base is None:
+            args = tuple(programs["reference"].make_args(seed) for seed in range(seeds))
+            refs = tuple(run("reference", a) for a in args)
+            base = Baseline(args, refs, tuple(compare(run("bf16", a), r) for a, r in zip(args, refs, strict=True)))
+            if baselines is not None:
+                baselines[key] = base
+        for a, ref in zip(base.args, base.reference, strict=True):
+            variant.append(compare(run("variant", a), ref))
+    return summary(variant, list(base.bf16), max(DEVICES, n))
 
 
 def update(out: dict[str, np.ndarray], args: tuple[Any, ...]) -> dict[str, np.ndarray]:
@@ -111,8 +146,9 @@ def update(out: dict[str, np.ndarray], args: tuple[Any, ...]) -> dict[str, np.nd
     return res
 
 
-def summary(variant: list[dict[str, Any]], bf16: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over seeds, the per-seed ratio variant / plain bf16 (relative L2) and its count above 1."""
+def summary(variant: list[dict[str, Any]], bf16: list[dict[str, Any]], devices: int = DEVICES) -> dict[str, Any]:
+    """Medians over seeds, the per-seed ratio variant / plain bf16 (relative L2) and its count above 1;
+    ``devices``: the simulated CPU devices of the probe's mesh."""
     ratios = [v["rel_l2"] / max(b["rel_l2"], 1e-300) for v, b in zip(variant, bf16, strict=True)]
     return {
         "rel_l2": statistics.median(v["rel_l2"] for v in variant),
@@ -121,14 +157,15 @@ def summary(variant: list[dict[str, Any]], bf16: list[dict[str, Any]]) -> dict[s
         "ratio": statistics.median(ratios),
         "worse": sum(r > 1.0 for r in ratios),
         "seeds": len(ratios),
-        "where": WHERE.format(n=len(ratios)),
+        "where": WHERE.format(d=devices, n=len(ratios)),
     }
 
 
 def run_in_subprocess(
     overrides: Mapping[str, Any], mesh_shape: Mapping[str, int], stage: str, scratch: Path, timeout_s: float = 600.0
 ) -> dict[str, Any]:
-    """:func:`probe` in a process of its own on 8 CPU devices; RuntimeError with its log's tail on failure."""
+    """:func:`probe` in a process of its own on 8 CPU devices (more where the mesh needs them);
+    RuntimeError with its log's tail on failure."""
     scratch.mkdir(parents=True, exist_ok=True)
     src, out = scratch / "probe-in.json", scratch / "probe-out.json"
     src.write_text(json.dumps({"overrides": dict(overrides), "mesh": dict(mesh_shape), "stage": stage}))
@@ -136,7 +173,7 @@ def run_in_subprocess(
     env = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={max(DEVICES, math.prod(mesh_shape.values()))}",
         "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
     }
     for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES"):

@@ -87,3 +87,54 @@ def test_the_worker_records_a_probe(tmp_path) -> None:  # type: ignore[no-untype
     assert got["ratio"] == 1.0 and got["worse"] == 0 and got["seeds"] == probe.SEEDS, (got, notes)
     assert 2.0**-12 < got["rel_l2"] < 2.0**-4 and got["rel_l2"] == got["bf16_rel_l2"]
     assert notes == [f"accuracy probe: {got['where']}"]
+
+
+def test_the_probe_script_keeps_each_reference_in_one_part() -> None:
+    """benchmarks/accuracy_probe.py's parts: every knob set once, a reference's sets together (so
+    its float32 and plain bf16 runs happen once), parts of about equal cost."""
+    from tests.scripts import benchmark
+
+    mesh = {"data": 2, "tensor": 4}
+    todo = {f"set{i}": ({"transformer.sharding": s}, mesh, "denoise_step") for i, s in enumerate("abcdef")}
+    todo |= {f"loop{i}": ({"transformer.sharding": s}, mesh, "denoise_loop") for i, s in enumerate("abc")}
+    todo["other"] = ({"guidance.stg_scale": 1.0}, mesh, "denoise_step")
+    parts = benchmark("accuracy_probe").parts(todo, 3)
+    assert sorted(k for p in parts for k in p) == sorted(todo)
+    assert sorted(map(sorted, parts)) == [["loop0", "loop1", "loop2"], ["other"], [f"set{i}" for i in range(6)]]
+    assert benchmark("accuracy_probe").parts(todo, 1) == [list(todo)]
+
+
+def test_a_reference_is_keyed_by_what_it_runs() -> None:
+    mesh = {"data": 2, "tensor": 4}
+    key = probe.baseline_key(V6E_PARTIALS, mesh, "denoise_step", 8)
+    assert key == probe.baseline_key(
+        {**V6E_PARTIALS, "transformer.linear_partials": "float32"}, mesh, "denoise_step", 8
+    )
+    assert key != probe.baseline_key(V6E_PARTIALS, {"data": 2, "tensor": 2, "context": 2}, "denoise_step", 8)
+    assert key != probe.baseline_key(V6E_PARTIALS, mesh, "denoise_loop", 8)
+    assert key != probe.baseline_key({**V6E_PARTIALS, "guidance.stg_scale": 0.0}, mesh, "denoise_step", 8)
+    assert key != probe.baseline_key(V6E_PARTIALS, mesh, "denoise_step", 4)
+
+
+@pytest.mark.slow
+def test_a_shared_reference_gives_the_same_numbers() -> None:
+    """Two seeds of a tensor-parallel variant with bf16 partial sums, probed alone and then again
+    from the reference runs kept by the first call: identical numbers, and the second call builds
+    only the variant's program."""
+    import jax
+
+    import ltx2
+
+    if len(jax.devices("cpu")) < 8:
+        pytest.skip("needs 8 CPU devices")
+    variant = {k: v for k, v in V6E_PARTIALS.items() if not k.startswith(("guidance", "pipeline", "model"))}
+    mesh = {"data": 2, "context": 2, "tensor": 2}
+    baselines: dict[str, probe.Baseline] = {}
+    alone = probe.probe(variant, mesh, "denoise_step", seeds=2, baselines=baselines)
+    assert len(baselines) == 1
+    built = []
+    real = ltx2.build_stage
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ltx2, "build_stage", lambda *a, **k: built.append(a[1]) or real(*a, **k))
+        shared = probe.probe(variant, mesh, "denoise_step", seeds=2, baselines=baselines)
+    assert shared == alone and len(built) == 1 and alone["seeds"] == 2
