@@ -10,9 +10,16 @@ differ. A dimension whose group covers the whole ring and which wraps around car
 bidirectional ring (2 links' worth per device, one direction each); otherwise the group is a line
 (1 link's worth). A group spanning several dimensions is credited the sum of theirs (a
 multi-dimensional ring algorithm drives all of them at once). The devices of one chip (tpu7x's two
-TensorCores) share the chip's ports, so ICI bandwidth per device is divided by devices per chip
-(the spec's ``core_links = "shared"``; ``"own"``, the interval's other point, gives each core the
-chip's ports); a group inside one chip uses ``on_chip_bytes_per_s``. GPUs behind NVSwitch: any group gets the
+TensorCores) share the chip's ports (the spec's ``core_links = "shared"``): an SPMD collective's ICI
+bandwidth per device is divided by the number of its groups that hold a device on the chip (each
+such group's ring crosses the chip's links once per direction and step), so a group holding both
+cores of each of its chips is not divided and one core per chip is divided by 2 (the tpu7x
+all-gather table's setup: two groups at once, :mod:`~harness.metrics.timeline.rates`); a group that
+spans chips and holds several cores of one also crosses the on-chip link, and runs at the slower of
+the two. A lone group (``route`` without ``sharing``) is divided by devices per chip. ``"own"``, the
+interval's other point, gives each core the chip's ports (it prices the table's own one-core-per-chip
+groups at twice their measured rate). A group inside one chip uses ``on_chip_bytes_per_s``. GPUs
+behind NVSwitch: any group gets the
 GPU's NVLink bandwidth. A link's rate is the datasheet's times the spec's ``link_efficiency``
 where it has one (a published collective table's large-message bandwidth over its route's,
 :mod:`~harness.metrics.timeline.rates`). CPU: a copy at ``link_bytes_per_s`` (the measured copy
@@ -47,7 +54,7 @@ class Route:
     size: int
 
 
-def _torus_route(devices: Sequence[int], spec: TimelineSpec, topo: Topology) -> Route:
+def _torus_route(devices: Sequence[int], spec: TimelineSpec, topo: Topology, sharing: int | None) -> Route:
     coords = [topo.device_coords[d] for d in devices if d < len(topo.device_coords)]
     if len(coords) < 2:
         return Route((), math.inf, len(devices))
@@ -61,20 +68,24 @@ def _torus_route(devices: Sequence[int], spec: TimelineSpec, topo: Topology) -> 
         queues.append(f"dim{dim}")
         bandwidth += link * (2 if ring else 1)
     if queues:
-        split = topo.devices_per_chip if spec.core_links == "shared" else 1
-        return Route(tuple(queues), bandwidth / split, len(devices))
+        shared = topo.devices_per_chip if sharing is None else sharing
+        per_device = bandwidth / (shared if spec.core_links == "shared" else 1)
+        if len({c[:-1] for c in coords}) < len(coords) and "on_chip_bytes_per_s" in spec.constants:
+            per_device = min(per_device, spec.value("on_chip_bytes_per_s"))  # the ring's on-chip hops
+        return Route(tuple(queues), per_device, len(devices))
     if len({c[-1] for c in coords}) > 1:  # only the core on the chip differs
         return Route(("core",), spec.value("on_chip_bytes_per_s"), len(devices))
     return Route((), math.inf, len(devices))
 
 
-def route(devices: Sequence[int], spec: TimelineSpec) -> Route:
-    """The links and bandwidth of one group of devices on the spec's topology."""
+def route(devices: Sequence[int], spec: TimelineSpec, sharing: int | None = None) -> Route:
+    """The links and bandwidth of one group of devices on the spec's topology; ``sharing``: how many
+    groups of the same collective use each of its chips' ports (default: the chip's devices)."""
     topo = spec.topology
     if len(devices) < 2:
         return Route((), math.inf, len(devices))
     if topo.kind == "torus":
-        return _torus_route(devices, spec, topo)
+        return _torus_route(devices, spec, topo, sharing)
     return Route((topo.kind if topo.kind != "switch" else "nvlink",), link_bytes_per_s(spec), len(devices))
 
 
@@ -88,8 +99,26 @@ def link_bytes_per_s(spec: TimelineSpec) -> float:
 def slowest_route(groups: Groups, spec: TimelineSpec) -> Route:
     """Every group of an SPMD collective runs at once and the program waits for all of them at its
     next collective: the slowest group sets the pace (lowest bandwidth, then the largest group)."""
-    routes = [route(g, spec) for g in groups] or [Route((), math.inf, 1)]
-    return min(routes, key=lambda r: (r.bytes_per_s, -r.size))
+    routes = [route(g, spec, n) for g, n in zip(groups, groups_sharing_chips(groups, spec), strict=True)]
+    return min(routes or [Route((), math.inf, 1)], key=lambda r: (r.bytes_per_s, -r.size))
+
+
+def groups_sharing_chips(groups: Groups, spec: TimelineSpec) -> list[int | None]:
+    """Per group: the most groups of the collective that hold a device on any one of its chips (the
+    ways its chips' ports are shared); None off a torus."""
+    topo = spec.topology
+    if topo.kind != "torus":
+        return [None] * len(groups)
+    coords = topo.device_coords
+
+    def chips(g: Sequence[int]) -> set[tuple[int, ...]]:
+        return {coords[d][:-1] for d in g if d < len(coords)}
+
+    on_chip: dict[tuple[int, ...], int] = {}
+    for g in groups:
+        for chip in chips(g):
+            on_chip[chip] = on_chip.get(chip, 0) + 1
+    return [max((on_chip[c] for c in chips(g)), default=1) for g in groups]
 
 
 def permute_route(pairs: Sequence[tuple[int, int]], spec: TimelineSpec) -> Route:

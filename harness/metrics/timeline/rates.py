@@ -105,11 +105,14 @@ TPU7X_ALL_GATHER = (
     Row(0.75 * 4 * 4194304 * 4, 0.100663296 / 174.765465, "row 2x2x1 4194304"),
     Row(0.75 * 4 * 16777216 * 4, 0.402653184 / 178.7714158, "row 2x2x1 16777216"),
 )
-# The group's route on the simulator's tpu7x 2x2x1 model, if the 4 gathering devices are one per chip
-# (2 x 2 chips, two mesh dimensions without wraparound, 2 TensorCores sharing each chip's links):
-# 2 links x 100 GB/s / 2 = 100 GB/s per device. A group of 4 devices on 2 chips (50 GB/s) would have
-# run faster than its links allow (the fit gives ~90 GB/s), so one per chip is the reading the
-# datasheet admits; the table does not say which devices it used (assumed).
+# The group's route on the simulator's tpu7x 2x2x1 model: the 4 gathering devices are one core on each
+# of the 2 x 2 chips (two mesh dimensions without wraparound), and the other cores' group gathers at the
+# same time over the same links: 2 links x 100 GB/s / 2 groups = 100 GB/s per device. Which devices:
+# the table's config (AI-Hypercomputer/accelerator-microbenchmarks at ecd4c82, the commit that added the
+# table, Ironwood/configs/collectives/all_gather_tpu7x_2x2x1.yaml) gathers over mesh axes d_0, d_1 of a
+# 2x2x2 mesh of 8 devices ("sharding_strategy: 2x2x1", commented "Parallel Replica"), and jax's
+# mesh_utils._7x_create_device_mesh orders the devices (0, 1, 2, 3, 6, 7, 4, 5), so the last axis, the
+# one not gathered, is the core on the chip (jax 0.10.2).
 TPU7X_ALL_GATHER_ROUTE_BYTES_PER_S = 2 * (1.2e12 / 6 / 2) / 2
 
 
@@ -255,9 +258,9 @@ def tpu7x_collectives(carried: str = "") -> dict[str, Entry]:
         f"miss {miss:.1%})"
     )
     route = (
-        f"; over the route of a 4-chip group, one device per chip (2 links x 100 GB/s / 2 cores = "
-        f"{TPU7X_ALL_GATHER_ROUTE_BYTES_PER_S / 1e9:.0f} GB/s: the table does not name its devices, and a "
-        "group on 2 chips would have beaten its links)"
+        f"; over the route of a 4-chip group, one core per chip, the other cores' group at once (2 links x "
+        f"100 GB/s / 2 groups = {TPU7X_ALL_GATHER_ROUTE_BYTES_PER_S / 1e9:.0f} GB/s: the config at "
+        "accelerator-microbenchmarks ecd4c82 gathers mesh axes d_0, d_1 of 2x2x2, 'Parallel Replica')"
     )
     pre = f"assumed: {carried}'s measured value carried to this generation (no table of its own); " if carried else ""
     return {

@@ -8,6 +8,7 @@ moves 12N bytes (two operands read, one result written) and has no matmul FLOPs,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -266,6 +267,32 @@ def test_tpu7x_group_inside_one_chip_uses_the_on_chip_link():
     assert (inside.queues, inside.bytes_per_s) == (("core",), spec.value("on_chip_bytes_per_s"))
     across = route((0, 2), spec)  # core 0 of chips (0,0,0) and (1,0,0): shares the chip's x link
     assert (across.queues, across.bytes_per_s) == (("dim0",), groups.link_bytes_per_s(spec) / 2)
+
+
+def test_tpu7x_chip_ports_divided_among_the_collectives_groups_on_the_chip():
+    """Devices 2c and 2c+1 are chip c's two cores (x fastest). The all-gather table's groups (one core on
+    each of the 4 chips, the other cores' group at once) share each chip's ports 2 ways; MaxDiffusion's
+    context groups (both cores of 2 chips) hold the x link alone; one group of all 8 uses both dims."""
+    spec = timeline.spec_for("tpu7x:2x2x1", "tpu")
+    link = groups.link_bytes_per_s(spec)
+    table = groups.slowest_route(((0, 2, 4, 6), (1, 3, 5, 7)), spec)
+    assert (table.queues, table.bytes_per_s) == (("dim0", "dim1"), 2 * link / 2)
+    context = groups.slowest_route(((0, 1, 2, 3), (4, 5, 6, 7)), spec)
+    assert (context.queues, context.bytes_per_s) == (("dim0",), link)
+    assert groups.groups_sharing_chips(((0, 1, 2, 3), (4, 5, 6, 7)), spec) == [1, 1]
+    assert groups.groups_sharing_chips(((0, 2), (1, 3), (4, 6), (5, 7)), spec) == [2, 2, 2, 2]
+    assert groups.slowest_route(((0, 2), (1, 3)), spec).bytes_per_s == link / 2
+    assert groups.slowest_route((tuple(range(8)),), spec).bytes_per_s == 2 * link
+    # the slower hop sets a ring's pace: an on-chip link slower than the ICI share caps it
+    slow = dataclasses.replace(
+        spec,
+        constants={
+            **spec.constants,
+            "on_chip_bytes_per_s": dataclasses.replace(spec.constants["on_chip_bytes_per_s"], value=link / 4),
+        },
+    )
+    assert groups.slowest_route(((0, 1, 2, 3), (4, 5, 6, 7)), slow).bytes_per_s == link / 4
+    assert groups.slowest_route(((0, 2, 4, 6), (1, 3, 5, 7)), slow).bytes_per_s == link  # no on-chip hop
 
 
 def test_chrome_json_round_trip_gives_the_same_accounting():
