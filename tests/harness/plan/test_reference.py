@@ -114,3 +114,20 @@ def test_maxdiffusion_manifest_is_their_ladder() -> None:
     assert [r.get("all_gather_wasted_fraction") for r in ref.rungs] == [0.5256, 0.3807, 0.1939, None, None]
     assert [r.get("video_s") for r in ref.rungs] == [20.01, 16.7, 13.84, 13.38, 12.5]
     assert [r.get("diffusion_s") for r in ref.rungs] == [None, None, None, 7.84, 7.28]
+
+
+def test_tpu_gate_runs_maxdiffusions_last_rung() -> None:
+    """The TPU gate's MaxDiffusion variant is the ladder's scanned-loop program: the same model config
+    (their sequence-parallel kernel included), slice, mesh, compiler options and workload."""
+    ladder = {v.name: v for v in load_sweep(MAXDIFFUSION).variants}["scanned-loop"]
+    gate = {v.name: v for v in load_sweep(MAXDIFFUSION.parent / "nightly-tpu.toml").variants}
+    ours = gate["v7x-maxdiffusion-scanned-loop"]
+    built = [build_config(v.preset, v.config_overrides) for v in (ladder, ours)]
+    assert (
+        built[0].transformer == built[1].transformer and "activation_attention_heads=-" in built[1].transformer.sharding
+    )
+    assert (built[0].pipeline, built[0].guidance) == (built[1].pipeline, built[1].guidance)
+    for field in ("topology", "mesh", "compiler_options", "platform"):
+        assert getattr(ours.target, field) == getattr(ladder.target, field), field
+    for field in ("height", "width", "num_frames", "frame_rate", "batch", "steps", "text_tokens"):
+        assert getattr(ours.workload, field) == getattr(ladder.workload, field), field
