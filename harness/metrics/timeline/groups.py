@@ -16,9 +16,10 @@ such group's ring crosses the chip's links once per direction and step), so a gr
 cores of each of its chips is not divided and one core per chip is divided by 2 (the tpu7x
 all-gather table's setup: two groups at once, :mod:`~harness.metrics.timeline.rates`); a group that
 spans chips and holds several cores of one also crosses the on-chip link, and runs at the slower of
-the two. A lone group (``route`` without ``sharing``) is divided by devices per chip. ``"own"``, the
-interval's other point, gives each core the chip's ports (it prices the table's own one-core-per-chip
-groups at twice their measured rate). A group inside one chip uses ``on_chip_bytes_per_s``. GPUs
+the two. A lone group (``route`` without ``sharing``) is divided by devices per chip. The interval's
+other points: ``"own"`` gives each core the chip's ports (it prices the table's own one-core-per-chip
+groups at twice their measured rate), ``"per_core"`` divides by devices per chip whatever the groups
+(ports owned per die, a ring leaving each chip from one die). A group inside one chip uses ``on_chip_bytes_per_s``. GPUs
 behind NVSwitch: any group gets the
 GPU's NVLink bandwidth. A link's rate is the datasheet's times the spec's ``link_efficiency``
 where it has one (a published collective table's large-message bandwidth over its route's,
@@ -68,8 +69,8 @@ def _torus_route(devices: Sequence[int], spec: TimelineSpec, topo: Topology, sha
         queues.append(f"dim{dim}")
         bandwidth += link * (2 if ring else 1)
     if queues:
-        shared = topo.devices_per_chip if sharing is None else sharing
-        per_device = bandwidth / (shared if spec.core_links == "shared" else 1)
+        shared = topo.devices_per_chip if sharing is None or spec.core_links == "per_core" else sharing
+        per_device = bandwidth / (1 if spec.core_links == "own" else shared)
         if len({c[:-1] for c in coords}) < len(coords) and "on_chip_bytes_per_s" in spec.constants:
             per_device = min(per_device, spec.value("on_chip_bytes_per_s"))  # the ring's on-chip hops
         return Route(tuple(queues), per_device, len(devices))

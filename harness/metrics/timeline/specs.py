@@ -106,7 +106,7 @@ class Topology:
 
 
 LINK_SHARING = ("fair", "fifo")
-CORE_LINKS = ("shared", "own")
+CORE_LINKS = ("shared", "own", "per_core")
 SCALAR_OPS = ("overhead", "bytes")
 
 
@@ -135,9 +135,11 @@ class TimelineSpec:
     real-v6e-profile-2026-11-29.md, "Link policy")."""
     core_links: str = "shared"
     """How the TensorCores of one chip (tpu7x: two) use its ICI ports (:mod:`~harness.metrics.
-    timeline.groups`): ``shared`` (a chip's ports divided among its cores: the datasheet gives ICI
-    bandwidth per chip) or ``own`` (each core the whole chip's ports). Assumed either way (no
-    published figure per core); the interval covers ``own`` where a chip holds several devices."""
+    timeline.groups`): ``shared`` (a chip's ports divided among the collective's groups on the chip:
+    the datasheet gives ICI bandwidth per chip), ``own`` (each core the whole chip's ports) or
+    ``per_core`` (each core half of them whatever the groups: ports owned per die and a ring that
+    leaves a chip from one die only; the rule before SIMULATOR_VERSION 4). Assumed either way (no
+    published figure per core); the interval covers the other two where a chip holds several devices."""
     scalar_ops: str = "overhead"
     """What a scalar op (:attr:`~harness.metrics.timeline.program.Op.scalar`: not a fusion or kernel,
     every operand and its result rank 0) costs beyond its bytes: ``overhead`` (``op_overhead_s``,

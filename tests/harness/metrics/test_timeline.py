@@ -293,6 +293,12 @@ def test_tpu7x_chip_ports_divided_among_the_collectives_groups_on_the_chip():
     )
     assert groups.slowest_route(((0, 1, 2, 3), (4, 5, 6, 7)), slow).bytes_per_s == link / 4
     assert groups.slowest_route(((0, 2, 4, 6), (1, 3, 5, 7)), slow).bytes_per_s == link  # no on-chip hop
+    # the interval's other readings: per_core (the rule before) halves the context group, own halves nothing
+    per_core, own = (dataclasses.replace(spec, core_links=use) for use in ("per_core", "own"))
+    assert groups.slowest_route(((0, 1, 2, 3), (4, 5, 6, 7)), per_core).bytes_per_s == link / 2
+    assert groups.slowest_route(((0, 2, 4, 6), (1, 3, 5, 7)), per_core).bytes_per_s == link
+    assert groups.slowest_route(((0, 2, 4, 6), (1, 3, 5, 7)), own).bytes_per_s == 2 * link
+    assert "core_links:per_core" in timeline.bound_specs(spec)
 
 
 def test_chrome_json_round_trip_gives_the_same_accounting():
