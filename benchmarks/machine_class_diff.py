@@ -4,7 +4,7 @@
 
 For every variant in both files whose records come from different machine classes
 (``Machine.fingerprint``), every gated deterministic metric (predictions left out) present on both
-sides is grouped by whether :func:`harness.results.compare.host_codegen` calls it dependent on the
+sides is grouped by whether :func:`harness.catalogue.host_codegen` calls it dependent on the
 host's code generation, and the groups' counts of equal and differing values are printed as a table,
 with the range of the ratios; a metric outside ``host_codegen`` that differs is printed by name (it
 would be gated across classes). Evidence: ``benchmarks/results/cpu-machine-class-2026-11-29.md``.
@@ -17,7 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 from harness import catalogue
-from harness.results.compare import flatten_record, host_codegen
+from harness.catalogue import host_codegen
+from harness.results.compare import flatten_record
 from harness.results.store import load_records
 
 

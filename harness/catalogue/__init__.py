@@ -57,6 +57,7 @@ from harness.catalogue.metric import (
     TRANSFER_DIRECTIONS,
     Metric,
     collective,
+    host_codegen,
     scoped,
     template,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "collective",
     "family",
     "get",
+    "host_codegen",
     "of_family",
     "rank",
     "scoped",

@@ -48,9 +48,9 @@ class Metric:
 TIME, RECOMPILES, DOES_NOT_FIT, COMPILE_S = "time", "recompiles", "does_not_fit", "compile_s"
 MEMORY_BOUND, MEMORY_PEAK, TRACE_WASTED = "memory.bound_bytes", "memory.peak_bytes", "trace.wasted_fraction"
 # The metrics (and prefixes) a CPU program's backend passes decide, so the host's instruction set
-# (:func:`harness.results.compare.host_codegen`): the memory XLA:CPU assigned, its cost, the traffic;
-# and a variant's accuracy against its reference (float32 layouts differ by a few roundings, ~1e-8
-# relative, of the host's kernels: not measured across classes, so kept per class too).
+# (:func:`host_codegen`): the memory XLA:CPU assigned, its cost, the traffic; and a variant's
+# accuracy against its reference (float32 layouts differ by a few roundings, ~1e-8 relative, of the
+# host's kernels: not measured across classes, so kept per class too).
 HOST_CODEGEN = ("memory.temp_bytes", MEMORY_PEAK, MEMORY_BOUND, "cost.", "traffic.", "accuracy.")
 PREDICTED_STEP = "predicted.step_s"
 ACCURACY_L2, ACCURACY_MAX = "accuracy.rel_l2", "accuracy.max_abs"
@@ -75,6 +75,20 @@ TRANSFER_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
 
 
 SCOPE, PREDICTED_SCOPE = "scope.", "predicted.scope."
+
+
+def host_codegen(metric: str) -> bool:
+    """Whether a CPU program's ``metric`` depends on the host XLA:CPU compiled it on: read after
+    XLA:CPU's backend passes, which compile for the host's instruction set (fusion, layout, buffer
+    assignment), so another CPU gives another program. Collectives (the SPMD partitioner's), argument
+    and output bytes (shapes), analytic FLOPs and recompile counts do not depend on it (checked against
+    two classes in benchmarks/results/cpu-machine-class-2026-11-29.md); :data:`HOST_CODEGEN` and a
+    scope's traffic and FLOPs do. A TPU or GPU target's program is compiled for the target, whatever
+    the host."""
+    scoped = metric.startswith(SCOPE) and metric.endswith((".traffic_bytes", ".flops"))
+    return scoped or metric.startswith(HOST_CODEGEN)
+
+
 _SCOPED = re.compile(r"(predicted\.)?scope\.[^.]+\.(collectives\.[^.]+\.)?")
 
 

@@ -369,21 +369,6 @@ def by_name(records: Iterable[Record]) -> dict[str, Record]:
     return {r.variant.name: r for r in records}
 
 
-# Metrics of a CPU target's program read after XLA:CPU's backend passes, which compile for the host's
-# instruction set (fusion, layout, buffer assignment): on another CPU the same code gives another
-# program. Collectives (the SPMD partitioner's), argument and output bytes (shapes), analytic FLOPs
-# and the counts of recompiles do not depend on it (checked against two classes in
-# benchmarks/results/cpu-machine-class-2026-11-29.md). A TPU or GPU target's program is compiled for
-# the target, whatever the host.
-HOST_CODEGEN = catalogue.HOST_CODEGEN
-
-
-def host_codegen(metric: str) -> bool:
-    """Whether a CPU program's ``metric`` depends on the host XLA:CPU compiled it on (see above)."""
-    scoped = metric.startswith(catalogue.SCOPE) and metric.endswith((".traffic_bytes", ".flops"))
-    return scoped or metric.startswith(HOST_CODEGEN)
-
-
 def machine_class(record: Record) -> str:
     """A record's machine class as the gate keys on it: CPU, backend, device kind and count."""
     return " / ".join(str(x) for x in record.machine.fingerprint)
@@ -426,7 +411,7 @@ def compare_records(
             bv = b.get((stage, metric)) or _implied_zero(metric, b, stage)
             hv = h.get((stage, metric)) or _implied_zero(metric, h, stage)
             c = compare_metric(name, stage, metric, bv, hv, gate, timings=timings)
-            if elsewhere and c.gated and host_codegen(metric):
+            if elsewhere and c.gated and catalogue.host_codegen(metric):
                 c = dataclasses.replace(
                     c, gated=False, other_class=elsewhere, detail=f"{c.detail}; not gated: {elsewhere}"
                 )

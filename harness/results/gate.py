@@ -28,7 +28,7 @@ fails only with a median ratio above ``timing_ratio``
 *and* a Mann-Whitney p-value (on pairs of consecutive calls) below ``alpha``. Timings are gated only when both runs
 come from the same kind of machine (CPU model, device kind and count), since a
 committed baseline's timings say nothing about a different machine's speed. So are a CPU
-program's memory, traffic and cost metrics (:func:`harness.results.compare.host_codegen`):
+program's memory, traffic and cost metrics (:func:`harness.catalogue.host_codegen`):
 XLA:CPU compiles for the host's instruction set, so another machine class compiles another
 program. A baseline may hold a variant's record per machine class (:func:`for_class` picks the
 run's); against another class's record they are shown as "other machine class, not gated".
