@@ -8,7 +8,7 @@ the harness simulator's step. ``--async-flags``: the async-collective libtpu fla
 libtpu's all-reduce combiner threshold in bytes (``xla_jf_crs_combiner_threshold_in_bytes``).
 
     JAX_PLATFORMS=cpu TPU_ACCELERATOR_TYPE=v6e-8 TPU_WORKER_HOSTNAMES=localhost ALLOW_MULTIPLE_LIBTPU_LOAD=1 \\
-        PYTHONPATH=$PWD .nox/aot/bin/python benchmarks/token_chunks_toy.py v6e:2x4 \\
+        PYTHONPATH=$PWD .nox/aot/bin/python benchmarks/archive/token_chunks_toy.py v6e:2x4 \\
         --async-flags --combine-below 10000000
 
 Measured here (2026-11-27, libtpu 0.0.42.1, v6e:2x4): 2.848 ms whole; with 2 chunks 2.895 ms (the

@@ -15,7 +15,7 @@ without the hardware and priced by the harness's simulator:
   (one collective-permute across the data pair); 49 steps, one idle layer per stage.
 
     JAX_PLATFORMS=cpu TPU_ACCELERATOR_TYPE=v6e-8 TPU_WORKER_HOSTNAMES=localhost ALLOW_MULTIPLE_LIBTPU_LOAD=1 \\
-        PYTHONPATH=$PWD .nox/aot/bin/python benchmarks/pipeline_toy.py v6e:2x4   # or tpu7x:2x2x1 (v7x-8)
+        PYTHONPATH=$PWD .nox/aot/bin/python benchmarks/archive/pipeline_toy.py v6e:2x4   # or tpu7x:2x2x1 (v7x-8)
 
 Compiled here (2026-11-27, libtpu 0.0.42.1, v6e:2x4, the async-collective flags), per step:
 
