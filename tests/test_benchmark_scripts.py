@@ -11,26 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts import load
+from benchmarks import gpu_step
+from tests.benchmarks import table
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_step.py"
 
 
-def _load():  # type: ignore[no-untyped-def]
-    return load(SCRIPT, "gpu_step")
-
-
 def test_full_size_workload_and_flops() -> None:
-    gpu = _load()
-    args = gpu.parse_args([])
-    w = gpu.workload(args)
+    args = gpu_step.parse_args([])
+    w = gpu_step.workload(args)
     assert (w.grid, w.video_tokens, w.audio_frames, w.text_tokens) == ((16, 16, 24), 6144, 126, 1024)
     from ltx2.config import TransformerConfig
 
-    assert gpu.step_flops(args) == TransformerConfig.ltx2_19b().forward_flops(6144, 126, 1024, batch_size=2)
-    achieved, util = gpu.mfu(989 * 10**12, 2.0, 989.0)
+    assert gpu_step.step_flops(args) == TransformerConfig.ltx2_19b().forward_flops(6144, 126, 1024, batch_size=2)
+    achieved, util = gpu_step.mfu(989 * 10**12, 2.0, 989.0)
     assert achieved == pytest.approx(494.5) and util == pytest.approx(0.5)
-    assert gpu.mfu(10**12, 1.0, None) == (1.0, None)
+    assert gpu_step.mfu(10**12, 1.0, None) == (1.0, None)
 
 
 @pytest.mark.parametrize(
@@ -38,14 +34,13 @@ def test_full_size_workload_and_flops() -> None:
 )
 def test_bad_arguments_exit_with_usage(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
-        _load().parse_args(argv)
+        gpu_step.parse_args(argv)
     assert e.value.code == 2
 
 
 def test_bad_grid_is_refused() -> None:
-    gpu = _load()
     with pytest.raises(ValueError, match="multiples of 32"):
-        _ = gpu.workload(gpu.parse_args(["--height", "500"])).grid
+        _ = gpu_step.workload(gpu_step.parse_args(["--height", "500"])).grid
 
 
 @pytest.mark.slow  # two fresh interpreters importing jax + torch + diffusers, compile: 1-3 min on 2 cores
@@ -62,25 +57,6 @@ def test_tiny_run_on_cpu(tmp_path: Path) -> None:
     for r in result["results"].values():
         assert len(r["samples_s"]) == 2 and r["median_s"] > 0 and r["mfu"] is None  # fp32 on CPU: no peak
     assert result["analytic_flops"] > 0
-
-
-def _bench_plumbing():  # type: ignore[no-untyped-def]
-    """tests/benchmarks/conftest.py as a module; it edits XLA_FLAGS on import, restored here."""
-    import importlib.util
-    import os
-
-    flags = os.environ.get("XLA_FLAGS")
-    path = Path(__file__).resolve().parent / "benchmarks" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("bench_conftest", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_conftest"] = module  # dataclasses resolve annotations through sys.modules
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if flags is not None:
-            os.environ["XLA_FLAGS"] = flags
-    return module
 
 
 def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
@@ -102,18 +78,17 @@ def test_bench_table_rates_against_the_measured_matmul_peak() -> None:
         )
         return {"name": component, "extra_info": info, "stats": {"rounds": 5}}
 
-    bench = _bench_plumbing()
     # torch's matmul is the faster side: 17.18 GFLOP in 0.1 s -> the peak is 171.8 GFLOP/s
     matmul = entry("matmul", 17.18, 0.125, 0.1, matmul_reference="2048x2048 float32 matmul")
     rows = [matmul, entry("step", 92.0, 0.8, 0.9)]
-    rate, name = bench.matmul_peak(rows)
+    rate, name = table.matmul_peak(rows)
     assert rate == pytest.approx(171.8) and name == "2048x2048 float32 matmul"
-    table = bench.markdown_table(rows, {"cpu": {"brand_raw": "X", "count": 2}})
-    step = next(line for line in table.splitlines() if line.startswith("| step"))
+    md = table.markdown_table(rows, {"cpu": {"brand_raw": "X", "count": 2}})
+    step = next(line for line in md.splitlines() if line.startswith("| step"))
     assert "| 0.89 | 1.12x | 115.0 (67%) | 102.2 | 1.5 | 1.0 | 2.0 | 5 |" in step, step
-    assert "Matmul peak: 171.8 GFLOP/s (the faster library's 2048x2048 float32 matmul)" in table
-    assert bench.matmul_peak(rows[1:]) is None  # no reference case: rates without a fraction
-    assert "| 115.0 | 102.2 |" in bench.markdown_table(rows[1:], {})
+    assert "Matmul peak: 171.8 GFLOP/s (the faster library's 2048x2048 float32 matmul)" in md
+    assert table.matmul_peak(rows[1:]) is None  # no reference case: rates without a fraction
+    assert "| 115.0 | 102.2 |" in table.markdown_table(rows[1:], {})
 
 
 # ---------------------------------------------------------------------------- the guided step's scripts

@@ -9,9 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.scripts import load
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reprediction.py"
+from benchmarks import rates_heldout, reprediction
 
 HLO = """HloModule jit_step, is_scheduled=true
 
@@ -61,7 +59,7 @@ ENTRY %main (w: bf16[48,8,16], i: s32[], x: bf16[4,8], v: bf16[8,16]) -> (bf16[4
 
 @pytest.fixture(scope="module")
 def rep() -> ModuleType:
-    return load(SCRIPT, "reprediction")
+    return reprediction
 
 
 def test_write_dump_pair(rep: ModuleType, tmp_path: Path) -> None:
@@ -164,7 +162,7 @@ def test_a_kept_value_of_another_simulator_is_computed_again(rep: ModuleType, tm
 def test_rates_heldout_scores_again_when_the_simulator_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`.rates.json` holds the identity of the simulator that scored it; another one misses (was: kept
     forever, so a changed simulator's table silently showed the old scores)."""
-    rates = load(SCRIPT.parent / "rates_heldout.py")
+    rates = rates_heldout
     hlo = tmp_path / "k.hlo"
     scored: list[str] = []
     monkeypatch.setattr(rates, "score", lambda path, identity: scored.append(identity) or {"variant": identity})

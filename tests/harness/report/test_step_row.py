@@ -3,13 +3,9 @@ scanned loop, a re-prediction replacing the record's step, interval and traffic.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness.report.export import step_row
 from harness.results.record import Record
-from tests.scripts import load
-
-synthetic = load(Path(__file__).parents[1] / "fixtures" / "synthetic.py", "synthetic")
+from tests.harness.fixtures import synthetic
 
 
 def _record(name: str, stage: str) -> Record:

@@ -119,11 +119,8 @@ def test_a_missed_target_says_so() -> None:
 def test_the_simulator_ranks_and_sizes_cpu_programs(tmp_path: Path) -> None:
     """benchmarks/timeline_calibration.py end to end: experiments/calibration-cpu.toml run, every single-device
     program predicted from constants measured in the same sweep, scored against its measured time."""
-    bench_spec = importlib.util.spec_from_file_location(
-        "timeline_calibration", Path(__file__).parents[3] / "benchmarks" / "timeline_calibration.py"
-    )
-    bench = importlib.util.module_from_spec(bench_spec)
-    bench_spec.loader.exec_module(bench)
+    from benchmarks import timeline_calibration as bench
+
     out = tmp_path / "calibration.md"
     bench.main(["--reports", str(tmp_path / "reports"), "--out", str(out)])
     records = load_records(tmp_path / "reports" / "timeline-calibration" / "results.jsonl")

@@ -92,16 +92,16 @@ def test_the_worker_records_a_probe(tmp_path) -> None:  # type: ignore[no-untype
 def test_the_probe_script_keeps_each_reference_in_one_part() -> None:
     """benchmarks/accuracy_probe.py's parts: every knob set once, a reference's sets together (so
     its float32 and plain bf16 runs happen once), parts of about equal cost."""
-    from tests.scripts import benchmark
+    from benchmarks import accuracy_probe
 
     mesh = {"data": 2, "tensor": 4}
     todo = {f"set{i}": ({"transformer.sharding": s}, mesh, "denoise_step") for i, s in enumerate("abcdef")}
     todo |= {f"loop{i}": ({"transformer.sharding": s}, mesh, "denoise_loop") for i, s in enumerate("abc")}
     todo["other"] = ({"guidance.stg_scale": 1.0}, mesh, "denoise_step")
-    parts = benchmark("accuracy_probe").parts(todo, 3)
+    parts = accuracy_probe.parts(todo, 3)
     assert sorted(k for p in parts for k in p) == sorted(todo)
     assert sorted(map(sorted, parts)) == [["loop0", "loop1", "loop2"], ["other"], [f"set{i}" for i in range(6)]]
-    assert benchmark("accuracy_probe").parts(todo, 1) == [list(todo)]
+    assert accuracy_probe.parts(todo, 1) == [list(todo)]
 
 
 def test_a_reference_is_keyed_by_what_it_runs() -> None:
