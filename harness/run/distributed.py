@@ -18,16 +18,19 @@ other trace fields process 0's, each process's trace files under ``trace_process
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from harness.families import Family, Static
+from harness.results.record import StageEntry
 from harness.run.spec import WorkerSpec
 from harness.vocabulary import StageStatus, Status
 
 OK_STAGE = (StageStatus.OK, StageStatus.DOES_NOT_FIT)  # a stage that did not fit is a result
 
 STATIC_VOLATILE = ("timing",)  # compile times differ between processes; everything else must not
-
 
 _joined = False
 
@@ -56,66 +59,52 @@ def join(platform: str, processes: int, process_id: int, coordinator: str | None
         jax.distributed.initialize()
 
 
-def _median(measured: Mapping[str, Any] | None) -> float:
-    wall = (measured or {}).get("wall_s") or {}
-    return float(wall.get("median") or 0.0) if isinstance(wall, Mapping) else 0.0
+def _median(stage: StageEntry) -> float:
+    return statistics.median(stage.measured.samples) if stage.measured and stage.measured.samples else 0.0
 
 
-def _static_key(static: Mapping[str, Any] | None) -> str:
-    return json.dumps(
-        {k: v for k, v in (static or {}).items() if k not in STATIC_VOLATILE}, sort_keys=True, default=str
-    )
+def _static_diff(a: Static, b: Static) -> list[str]:
+    """The static fields (compile time apart) whose values differ between two processes."""
+    return [k for k in sorted(Static.names() - set(STATIC_VOLATILE)) if _plain(getattr(a, k)) != _plain(getattr(b, k))]
 
 
-def _static_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    keys = sorted((set(a) | set(b)) - set(STATIC_VOLATILE))
-    return [
-        k
-        for k in keys
-        if json.dumps(a.get(k), sort_keys=True, default=str) != json.dumps(b.get(k), sort_keys=True, default=str)
-    ]
+def _plain(value: Any) -> str:
+    return json.dumps(value.to_dict() if isinstance(value, Family) else value, sort_keys=True, default=str)
 
 
 def merge_stage(name: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One stage's entry from every process's: see the module docstring."""
-    merged = dict(entries[0])
-    merged["notes"] = list(merged.get("notes") or [])
-    failed = [(i, e) for i, e in enumerate(entries) if e.get("status") not in OK_STAGE]
-    if failed and merged.get("status") in OK_STAGE:
-        i, e = failed[0]
-        merged["status"], merged["error"] = e.get("status", Status.FAILED), f"process {i}: {e.get('error')}"
-    statics = [e.get("static") for e in entries]
-    if all(s is not None for s in statics):
-        for i, s in enumerate(statics[1:], start=1):
-            if _static_key(s) != _static_key(statics[0]):
-                diff = ", ".join(_static_diff(statics[0], s))  # type: ignore[arg-type]
-                merged["status"] = Status.FAILED
-                merged["error"] = f"{name}: static metrics of process {i} differ from process 0's ({diff})"
+    stages = [StageEntry.from_dict(e) for e in entries]
+    first = stages[0]
+    status, error, notes = first.status, first.error, list(first.notes)
+    failed = [(i, s) for i, s in enumerate(stages) if s.status not in OK_STAGE]
+    if failed and status in OK_STAGE:
+        i, s = failed[0]
+        status, error = s.status, f"process {i}: {s.error}"
+    if first.static is not None and all(s.static is not None for s in stages):
+        for i, s in enumerate(stages[1:], start=1):
+            if diff := _static_diff(first.static, s.static):  # type: ignore[arg-type]
+                status = Status.FAILED
+                error = f"{name}: static metrics of process {i} differ from process 0's ({', '.join(diff)})"
                 break
-    measured = [e.get("measured") for e in entries]
-    if all(m is not None for m in measured):
-        slowest = max(range(len(entries)), key=lambda i: _median(measured[i]))
-        merged["measured"] = {**measured[slowest], "process": slowest}  # type: ignore[dict-item]
-        merged["notes"].append(f"timings: the slowest of {len(entries)} processes (process {slowest})")
-    merged["processes"] = [
-        {
-            "process": i,
-            "wall_s": (e.get("measured") or {}).get("wall_s"),
-            "phases_s": e.get("phases_s"),
-            "status": e.get("status"),
-        }
-        for i, e in enumerate(entries)
+    measured = first.measured
+    if all(s.measured is not None for s in stages):
+        slowest = max(range(len(stages)), key=lambda i: _median(stages[i]))
+        measured = {**stages[slowest].measured.to_dict(), "process": slowest}  # type: ignore[union-attr,assignment]
+        notes.append(f"timings: the slowest of {len(stages)} processes (process {slowest})")
+    processes = [
+        {"process": i, "wall_s": s.measured.wall_s if s.measured else None, "phases_s": s.phases_s, "status": s.status}
+        for i, s in enumerate(stages)
     ]
-    traces: list[Mapping[str, Any]] = [e["trace"] for e in entries if e.get("trace")]
-    if traces and len(traces) == len(entries):  # one per-device accounting over the mesh: every process's devices
-        merged["trace"] = {
-            **traces[0],
-            "devices": [{**d, "process": i} for i, t in enumerate(traces) for d in t.get("devices") or ()],
-        }
+    merged = replace(first, status=status, error=error, notes=tuple(notes), measured=measured).to_dict()
+    traces = [s.trace for s in stages if s.trace]
+    if first.trace and len(traces) == len(stages):  # one per-device accounting over the mesh: every process's devices
+        devices = [{**d.to_dict(), "process": i} for i, t in enumerate(traces) for d in t.devices or ()]
+        merged["trace"] = {**first.trace.to_dict(), "devices": devices}
         merged["trace_processes"] = [
-            {"process": i, "log_dir": t.get("log_dir"), "xplane": t.get("xplane")} for i, t in enumerate(traces)
+            {"process": i, "log_dir": t.log_dir, "xplane": t.xplane} for i, t in enumerate(traces)
         ]
-    return merged
+    return {**merged, "processes": processes}
 
 
 def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
