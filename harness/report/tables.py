@@ -31,15 +31,15 @@ class StageRow:
     stage: str
     status: str
     mode: str | None
-    time: stats.Spread | None
-    speedup: float | None  # reference median / this median
-    compile_s: float | None
-    recompiles: float | None
-    memory_bytes: float | None  # per device: memory bound (arg + out + temp - alias), else peak
-    collective_count: float | None
-    collective_bytes: float | None
-    wasted_fraction: float | None
-    error: str | None
+    time: stats.Spread | None = None
+    speedup: float | None = None  # reference median / this median
+    compile_s: float | None = None
+    recompiles: float | None = None
+    memory_bytes: float | None = None  # per device: memory bound (arg + out + temp - alias), else peak
+    collective_count: float | None = None
+    collective_bytes: float | None = None
+    wasted_fraction: float | None = None
+    error: str | None = None
     speedup_reference: str | None = None  # the variant `speedup` is relative to, for this stage
     speedup_note: str | None = None  # "1.23x", "n/a (different workload)", or None (no reference)
     scope_coverage: float | None = None  # share of traced op time attributed to a model scope
@@ -56,13 +56,6 @@ def ok_records(records: Sequence[Record]) -> list[Record]:
 
 def failed_records(records: Sequence[Record]) -> list[Record]:
     return [r for r in records if not r.ok]
-
-
-def stages_of(records: Sequence[Record]) -> list[str]:
-    seen: dict[str, None] = {}
-    for r in records:
-        seen.update(dict.fromkeys(r.stages))
-    return list(seen)
 
 
 def pick_reference(records: Sequence[Record], reference: str | None) -> str | None:
@@ -99,24 +92,7 @@ def stage_rows(records: Sequence[Record], reference: str | None = None) -> list[
     for r in records:
         stages = r.stages
         if not stages:
-            rows.append(
-                StageRow(
-                    r.variant.name,
-                    r.variant.id,
-                    "-",
-                    r.status,
-                    r.target.mode_used,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    r.error,
-                )
-            )
+            rows.append(StageRow(r.variant.name, r.variant.id, "-", r.status, r.target.mode_used, error=r.error))
             continue
         for stage, entry in stages.items():
             m = flatten_stage(entry)
