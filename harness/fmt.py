@@ -83,16 +83,3 @@ def fmt_ratio(r: float | None) -> str:
     if r is None:
         return "-"
     return "new (from 0)" if math.isinf(r) else f"{r:.3f}x"
-
-
-__all__ = [
-    "fmt_bytes",
-    "fmt_exact",
-    "fmt_flops",
-    "fmt_html",
-    "fmt_num",
-    "fmt_pct",
-    "fmt_ratio",
-    "fmt_time",
-    "fmt_unit",
-]

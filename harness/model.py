@@ -31,12 +31,12 @@ from ltx2 import (
     PRESETS,
     STAGES,
     PipelineConfig,
-    WorkloadError,
     check_workload,
     strategy_names,
     with_overrides,
 )
 from ltx2 import Workload as ModelWorkload
+from ltx2 import WorkloadError as WorkloadError  # expansion catches it through this module
 
 
 def rules_of(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,24 +190,3 @@ def check_sizes(cfg: PipelineConfig, wl: Workload, mesh_shape: Mapping[str, int]
     """The workload's sizes fit the latent grid and divide over the mesh (:func:`ltx2.check_workload`);
     raises :class:`ltx2.WorkloadError` (its ``fields`` and ``sharded`` say what is at fault)."""
     check_workload(cfg, model_workload(wl), dict(mesh_shape), wl.stages)
-
-
-__all__ = [
-    "RULES_PREFIX",
-    "PipelineConfig",
-    "WorkloadError",
-    "base_config",
-    "build_config",
-    "check_override",
-    "check_preset",
-    "check_rule",
-    "check_sizes",
-    "check_stage",
-    "components",
-    "config_dict",
-    "known_mesh_axes",
-    "model_workload",
-    "preset_names",
-    "rules_of",
-    "unknown_mesh_axes",
-]

@@ -70,18 +70,3 @@ class Change(StrEnum):
     NOISE = "noise"
     MISSING = "missing"  # only in the baseline
     NEW = "new"  # only in the new run
-
-
-__all__ = [
-    "BLOCK_SCOPE",
-    "CATEGORIES",
-    "COMPUTE",
-    "KINDS",
-    "UNATTRIBUTED",
-    "UNATTRIBUTED_LABEL",
-    "Collective",
-    "StageStatus",
-    "Status",
-    "Change",
-    "label",
-]

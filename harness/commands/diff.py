@@ -148,6 +148,3 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps([d.to_dict() for d in diffs], indent=1))
     return 0
-
-
-__all__ = ["HELP", "DiffInputError", "add_arguments", "pairs", "run"]

@@ -48,6 +48,3 @@ def bar_chart(items: Sequence[tuple[str, float]], fmt: Callable[[float], str], t
         f'<svg class="chart" id="{e(chart_id)}" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{e(title)}">{"".join(parts)}</svg>'
     )
-
-
-__all__ = ["bar_chart"]

@@ -195,6 +195,3 @@ def format_diff(d: StageDiff, top: int = 15) -> str:
     elif d.collectives:
         out.append("  collectives by scope: unchanged")
     return "\n".join(out)
-
-
-__all__ = ["WIDTH", "format_diff", "grid", "summary_table"]

@@ -305,15 +305,3 @@ def coverage_section(records: Sequence[Record]) -> str:
         "collectives); <em>inferred</em>: the part whose scope comes from the op's fused ops, neighbours or "
         "fusion, not its own name.</p></section>"
     )
-
-
-__all__ = [
-    "collective_sites_table",
-    "coverage_line",
-    "coverage_section",
-    "diff_block",
-    "scope_time_table",
-    "top_ops_table",
-    "trace_block",
-    "variant_details",
-]

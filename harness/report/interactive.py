@@ -117,6 +117,3 @@ def variant_toggle(names: Sequence[str]) -> str:
         '<div class="toggle"><label>Variant: <select id="variant-toggle"><option value="">all variants</option>'
         f"{options}</select></label> <span class=note>shows one variant's rows and details</span></div>"
     )
-
-
-__all__ = ["CSS", "SCRIPT", "cell", "filter_box", "table", "variant_toggle"]

@@ -354,16 +354,3 @@ def calibration_section(records: Sequence[Record]) -> str:
         "did not). Dashed: "
         "predicted = measured; grey: 1.5x either way.</p></section>"
     )
-
-
-__all__ = [
-    "calibration_section",
-    "gantt_block",
-    "gantt_svg",
-    "interval_text",
-    "predicted_rows",
-    "predicted_section",
-    "rankings_html",
-    "scatter_svg",
-    "sensitivity_line",
-]

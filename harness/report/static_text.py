@@ -194,6 +194,3 @@ def format_static(raw: Mapping[str, Any], top: int = 8) -> list[str]:
         if block:
             lines += ["", *block]
     return [INDENT + line if line else "" for line in lines]
-
-
-__all__ = ["attributed", "format_static", "static_attributed"]

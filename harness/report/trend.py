@@ -170,6 +170,3 @@ def render_trend(
         f'<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>{CSS}</style></head>'
         f"<body>{''.join(parts)}</body></html>"
     )
-
-
-__all__ = ["chart", "render_trend"]

@@ -143,6 +143,3 @@ def e_divisive(
 def too_short(n: int, min_size: int = MIN_SIZE) -> bool:
     """Whether a series of ``n`` values is too short to hold any change point."""
     return n < 2 * min_size
-
-
-__all__ = ["ALPHA", "MIN_MAGNITUDE", "MIN_SIZE", "ChangePoint", "e_divisive", "magnitude", "t_test", "too_short"]

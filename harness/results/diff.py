@@ -281,18 +281,3 @@ def reference_diffs(records: Iterable[Record], *, depth: int | None = None) -> l
         if ref is not None and ref is not r:
             out += diff_records(ref, r, depth=depth)
     return out
-
-
-__all__ = [
-    "DIFFERENT_WORKLOAD",
-    "STEP",
-    "CollectiveDelta",
-    "Delta",
-    "StageDiff",
-    "collective_deltas",
-    "comparable",
-    "diff_records",
-    "diff_stage",
-    "host_loop_note",
-    "reference_diffs",
-]

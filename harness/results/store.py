@@ -31,21 +31,6 @@ RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
 _WARNED: set[tuple[str, str]] = set()  # (file, what was said about one of its lines): said once per process
 SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-__all__ = [
-    "RESULTS_FILE",
-    "InvalidRecordWarning",
-    "NewerRecordError",
-    "RecordError",
-    "SweepIdError",
-    "append_record",
-    "check_sweep_id",
-    "finished_ids",
-    "latest_by_variant",
-    "load_records",
-    "output_dir",
-    "results_path",
-    "to_line",
-]
 
 
 class InvalidRecordWarning(UserWarning):
