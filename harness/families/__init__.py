@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from harness.families.base import Family as Family
 from harness.families.base import at as at
@@ -69,11 +69,6 @@ class XprofProfile(Family):
     definitions: Mapping[str, str] | None = None
     note: str | None = None  # a trace's: where its per-op costs came from
     converter: XprofProfile | None = None  # a trace's: the same numbers by xprof's own op_profile tool
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"categories": XprofNode}
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {"top_wasted_ops": XprofNode}
-
-
-XprofProfile.NESTED = {"root": XprofNode, "converter": XprofProfile}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -143,12 +138,6 @@ class Trace(Family):
     log_dir: str | None = None
     xplane: str | None = None
     chrome_trace: str | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {"xprof": XprofProfile}
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {
-        "devices": TraceDevice,
-        "top_ops": TopOp,
-        "step_samples": StepSample,
-    }
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -204,7 +193,6 @@ class Predicted(Family):
     simulate_s: float | None = None
     compiler_agreement: Mapping[str, Any] | None = None  # the simulator's prices against libtpu's cycles
     program: str | None = None  # a traced stage's optimized HLO (gzip), which calibrate pairs
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {"critical_path": CriticalPathEntry}
 
     @property
     def spec_name(self) -> str | None:
@@ -227,7 +215,6 @@ class Sensitivity(Family):
     factor: float | None = None
     step_s: float | None = None
     constants: Mapping[str, SensitivityConstant] | None = None
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"constants": SensitivityConstant}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -333,7 +320,6 @@ class Load(Family):
     loaded: bool | None = None
     loaded_above_cores: float | None = None
     quiet_wait: QuietWait | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {"quiet_wait": QuietWait}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -360,25 +346,7 @@ class Measured(Family):
     transfers: Transfers | None = None
     load: Load | None = None
     accuracy: Accuracy | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {
-        "recompiles": Recompiles,
-        "warmup_compiles": Recompiles,
-        "transfers": Transfers,
-        "load": Load,
-        "accuracy": Accuracy,
-    }
 
     @property
     def samples(self) -> list[float]:
         return [float(x) for x in self.samples_s or ()]
-
-
-Predicted.NESTED = {
-    "xprof": XprofProfile,
-    "sensitivity": Sensitivity,
-    "uncertainty": Uncertainty,
-    "device": TraceDevice,
-    "identity": Identity,
-    "calibration": Calibration,
-}
-Predicted.LISTS = {"critical_path": CriticalPathEntry, "block_gantt": GanttEvent}

@@ -1,12 +1,17 @@
 """The base of the typed record families (:mod:`harness.families`): a JSON object read into
-typed fields or filled by its producer, and written back as one."""
+typed fields or filled by its producer, and written back as one. How a field's JSON is read follows
+its annotation: a family (``Memory | None``) is read into it, ``Mapping[str, F]`` each value,
+``tuple[F, ...]`` each item; anything else is kept as JSON gives it."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -14,9 +19,6 @@ class Family(Mapping[str, Any]):
     """A JSON object read into typed fields (None where absent); ``raw`` is the object itself."""
 
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {}  # field -> the family its object is read into
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {}  # field -> the family of each value of its object
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {}  # field -> the family of each object of its array
 
     def __post_init__(self) -> None:
         if not self.raw:  # filled by a producer: its JSON object from its fields
@@ -31,13 +33,13 @@ class Family(Mapping[str, Any]):
     def from_dict(cls, raw: Mapping[str, Any]) -> Self:
         known = {}
         for k in cls.names() & raw.keys():
-            v = raw[k]
-            if k in cls.NESTED:
-                v = read(cls.NESTED[k], v)
-            elif k in cls.MAPS and isinstance(v, Mapping):
-                v = {name: read(cls.MAPS[k], x) for name, x in v.items()}
-            elif k in cls.LISTS and isinstance(v, list):
-                v = tuple(read(cls.LISTS[k], x) for x in v)
+            v, (shape, inner) = raw[k], _shapes(cls).get(k, ("", Family))
+            if shape == "one":
+                v = read(inner, v)
+            elif shape == "map" and isinstance(v, Mapping):
+                v = {name: read(inner, x) for name, x in v.items()}
+            elif shape == "list" and isinstance(v, list):
+                v = tuple(read(inner, x) for x in v)
             known[k] = v
         return cls(raw=dict(raw), **known)
 
@@ -60,6 +62,26 @@ class Family(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.raw)
+
+
+@functools.cache
+def _shapes(cls: type[Family]) -> dict[str, tuple[str, type[Family]]]:
+    """Field -> how its JSON is read, from its annotation: ``one`` family, a ``map`` of them, a ``list``."""
+    shapes = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        for t in typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,):
+            args = typing.get_args(t)
+            if isinstance(t, type) and issubclass(t, Family):
+                shapes[name] = ("one", t)
+            elif typing.get_origin(t) is Mapping and _is_family(args[-1]):
+                shapes[name] = ("map", args[-1])
+            elif typing.get_origin(t) is tuple and args and _is_family(args[0]):
+                shapes[name] = ("list", args[0])
+    return shapes
+
+
+def _is_family(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, Family)
 
 
 def _json(value: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from harness.families.base import Family
 
@@ -60,7 +60,6 @@ class OnTarget(Family):
     hbm_traffic_bytes: float | None = None
     collectives_per_call: Mapping[str, CollectiveTotals] | None = None
     collectives_per_video: Mapping[str, CollectiveTotals] | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {"memory": TargetMemory, "roofline": Roofline}
 
     @property
     def device_kind(self) -> str | None:
@@ -70,11 +69,6 @@ class OnTarget(Family):
     def spec_source(self) -> str | None:
         return (self.spec or {}).get("source")
 
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {
-        "collectives_per_call": CollectiveTotals,
-        "collectives_per_video": CollectiveTotals,
-    }
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Collectives(Family):
@@ -82,7 +76,6 @@ class Collectives(Family):
 
     by_kind: Mapping[str, CollectiveTotals] | None = None
     unknown_trip_count_loops: list[str] | None = None  # loops whose collectives were counted once
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"by_kind": CollectiveTotals}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -92,7 +85,6 @@ class ScopeStatic(Family):
     flops: float | None = None
     bytes: float | None = None
     collectives: Mapping[str, CollectiveTotals] | None = None  # kind -> count, bytes
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"collectives": CollectiveTotals}
 
     @property
     def collective_count(self) -> float:
@@ -126,8 +118,6 @@ class Attribution(Family):
     by_scope: Mapping[str, ScopeStatic] | None = None
     collective_sites: tuple[CollectiveSite, ...] | None = None
     coverage: Mapping[str, Any] | None = None
-    MAPS: ClassVar[Mapping[str, type[Family]]] = {"by_scope": ScopeStatic}
-    LISTS: ClassVar[Mapping[str, type[Family]]] = {"collective_sites": CollectiveSite}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -180,7 +170,6 @@ class CompileCache(Family):
     cold_s: float | None = None  # the first compile's seconds when it missed (only then)
     warm_s: float | None = None
     warm_misses: int | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {"first": CacheEvents, "warm": CacheEvents}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -233,17 +222,6 @@ class Static(Family):
     attribution: Attribution | None = None
     compile_cache: CompileCache | None = None
     accuracy_probe: AccuracyProbe | None = None
-    NESTED: ClassVar[Mapping[str, type[Family]]] = {
-        "accuracy_probe": AccuracyProbe,
-        "timing": Timing,
-        "cost": Cost,
-        "compile_cache": CompileCache,
-        "oom": Oom,
-        "collectives": Collectives,
-        "target": OnTarget,
-        "memory": Memory,
-        "attribution": Attribution,
-    }
 
     @property
     def compile_s(self) -> float | None:
