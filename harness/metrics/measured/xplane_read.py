@@ -292,19 +292,3 @@ def peaks(planes: tuple[XPlane, ...]) -> tuple[float, float]:
                 float(plane.stats.get("peak_hbm_bw_gigabytes_per_second", 0.0)) * 1e9,
             )
     return 0.0, 0.0
-
-
-__all__ = [
-    "OpMeta",
-    "XEvent",
-    "XEventMetadata",
-    "XLine",
-    "XPlane",
-    "device_ordinal",
-    "fields",
-    "global_chips",
-    "hlo_protos",
-    "op_metadata",
-    "peaks",
-    "read_xspace",
-]

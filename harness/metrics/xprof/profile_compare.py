@@ -234,6 +234,3 @@ def compare(xspace: str | Path, target: str, topology: str | None = None, out: P
         "score": score(ops),
         "score_other_policy": score(ops, "other_policy_ms"),
     }
-
-
-__all__ = ["RESULT_VERSION", "compare", "measured_modules", "other_policies", "rates_label", "score", "slice_topology"]

@@ -166,14 +166,3 @@ def profile_programs(planes: tuple[XPlane, ...]) -> dict[str, ProfileProgram]:
         replicas, partitions, devices = device_assignment(module)
         out[name] = ProfileProgram(name, text, replicas, partitions, devices, repairs)
     return out
-
-
-__all__ = [
-    "ProfileProgram",
-    "collective_groups",
-    "device_assignment",
-    "hlo_text",
-    "module_proto",
-    "profile_programs",
-    "repair",
-]
