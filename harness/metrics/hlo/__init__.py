@@ -17,30 +17,22 @@ from __future__ import annotations
 from harness.metrics.hlo.collectives import (
     KINDS,
     CollectiveCount,
-    CollectiveStats,
     collective_instructions,
     collective_stats,
-    own_collective,
 )
 from harness.metrics.hlo.cost import matmul_flops, memory_traffic_bytes
-from harness.metrics.hlo.model import Computation, Groups, HloModule, Instruction
+from harness.metrics.hlo.model import HloModule
 from harness.metrics.hlo.parse import parse
-from harness.metrics.hlo.text import shape_bytes, shape_dims
+from harness.metrics.hlo.text import shape_bytes
 
 __all__ = [
     "KINDS",
     "CollectiveCount",
-    "CollectiveStats",
-    "Computation",
-    "Groups",
     "HloModule",
-    "Instruction",
     "collective_instructions",
     "collective_stats",
     "matmul_flops",
     "memory_traffic_bytes",
-    "own_collective",
     "parse",
     "shape_bytes",
-    "shape_dims",
 ]
