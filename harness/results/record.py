@@ -17,13 +17,8 @@ A :class:`Record` is what a run leaves behind (``record_version`` 2)::
     status          "ok" | "failed" | "timeout" | "crashed"
     error           text (tail of stderr for crashes) or null
     stages          {<stage>: {status, error, notes, static, measured, trace, phases_s, predicted}}
-                    measured: {wall_s: summary, samples_s: [...], warmup_s: [...],
-                               recompiles: {count, by_function, reasons}, transfers}
-                    predicted: the step's timeline simulated from the compiled, scheduled program
-                               (:mod:`harness.run.predicted`): {step_s, video_s, calls_per_video, device,
-                               exposed_all_gather_fraction, wasted_fraction, block_gantt, spec,
-                               sensitivity, chrome_trace, ...}; null where nothing was compiled or
-                               the simulation failed
+                    the families (static ... predicted) as :mod:`harness.families` declares them;
+                    predicted null where nothing was compiled or the simulation failed
     notes           [...]
     artifacts       {log, traces: {<stage>: dir}}
 

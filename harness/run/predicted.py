@@ -2,35 +2,8 @@
 
 For every stage the worker compiles (:func:`harness.run.worker.run_stage`), :func:`stage_prediction`
 simulates the optimized program (:func:`harness.metrics.timeline.predict`) on a timeline spec of
-where the variant runs, and returns the stage entry's ``predicted`` object::
-
-    {<Prediction.to_dict()>: step_s, device, exposed_all_gather_fraction, wasted_fraction,
-                             critical_path, block_gantt, spec, notes, simulate_s,
-     video_s, calls_per_video,   the step times the stage's calls per video
-     host_loop,                  true when one call of the stage is a host loop around the program
-                                 (its measured time is not one program call's)
-     sensitivity,                each constant of the spec +-SENSITIVITY_FACTOR -> step_s low/high
-     uncertainty,                the step's interval from the constants' stated uncertainty:
-                                 interval_s [low, high], points_s (timeline.uncertainty)
-     video_interval_s,           the interval times the calls per video
-     chrome_trace,               the simulated timeline as gzipped Chrome JSON (Perfetto opens it)
-     xplane,                     the same timeline as a TPU-layout XSpace (`xprof --logdir <its
-                                 stage folder>` opens it: :mod:`harness.metrics.xprof.predicted`)
-     xprof,                      XProf's op-profile numbers of the step (time %, FLOPs and HBM
-                                 utilisation, wasted %, by category: :mod:`harness.metrics.xprof.metrics`)
-     xprof_interval,             the XProf shares at the interval's joint bounds: per share [low, high]
-                                 and each bound's value (:func:`xprof_interval`)
-     matmul_rates,               TPU / GPU: the best measured GEMM rate and the datasheet peak the
-                                 matmul floor divides by (:func:`harness.metrics.timeline.rates.matmul_rates`)
-     compiler_agreement,         where the program carries libtpu's estimated_cycles: the simulator's
-                                 per-instruction prices against them (timeline.compare.Agreement)
-     calibration,                CPU only: the measured constants the spec rests on
-     identity,                   what the prediction is a function of: the spec's and the program's
-                                 fingerprints, the simulator's version, and whether the spec is a
-                                 fixed table (gated) or measured for this sweep (CPU: shown only);
-                                 :mod:`harness.metrics.timeline.identity`
-     program}                    traced variants: the optimized HLO (gzip) beside the trace, which
-                                 python -m harness calibrate pairs with it
+where the variant runs, and returns the stage entry's ``predicted`` family
+(:class:`harness.families.Predicted`: its fields say what each number is).
 
 The spec (:func:`timeline_spec`): a calibrated spec file's where the target names one
 (``target.spec``, written by ``python -m harness calibrate``); else a TPU/GPU target's from its
