@@ -62,11 +62,6 @@ class Spread:
     def iqr(self) -> float:
         return self.q3 - self.q1
 
-    @property
-    def relative_iqr(self) -> float:
-        """IQR / median: the noise level of this set (0.05 = 5 %)."""
-        return self.iqr / self.median if self.median else math.nan
-
 
 def spread(samples: Samples) -> Spread:
     xs = finite_array(samples)

@@ -206,11 +206,3 @@ def coverage(amounts: Mapping[str, float]) -> float | None:
     """Share of a by-scope total that has a scope (None when the total is 0)."""
     total = sum(amounts.values())
     return None if total <= 0 else 1.0 - amounts.get(UNATTRIBUTED, 0.0) / total
-
-
-def rollup(amounts: Mapping[str, float], depth: int) -> dict[str, float]:
-    """Amounts by scope summed to the first ``depth`` components (``a/b/c`` -> ``a/b`` at depth 2)."""
-    out: dict[str, float] = defaultdict(float)
-    for scope, value in amounts.items():
-        out["/".join(scope.split("/")[:depth])] += value
-    return dict(out)

@@ -136,9 +136,3 @@ def _compile(lowered: jax.stages.Lowered, options: Mapping[str, Any]) -> jax.sta
             f"target.compiler_options.{m.group(1)}: the compiler of this target has no such "
             f"option (options given: {known})"
         ) from e
-
-
-def compile_and_analyze(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Static:
-    """`lower_and_compile` then `analyze_compiled`, with the compile timing attached."""
-    compiled, timing = lower_and_compile(fn, *args, **kwargs)
-    return analyze_compiled(compiled, timing=timing)

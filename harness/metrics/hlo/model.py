@@ -105,12 +105,6 @@ class Computation:
         return self.instructions[index]
 
     @property
-    def root_instruction(self) -> Instruction | None:
-        """The ROOT (the last instruction where none is marked)."""
-        found = next((i for i in self.instructions if i.name == self.root), None)
-        return found or (self.instructions[-1] if self.instructions else None)
-
-    @property
     def shapes(self) -> dict[str, str]:
         """Instruction name -> shape."""
         return {i.name: i.shape for i in self.instructions}

@@ -218,28 +218,6 @@ def xprof_converter_profile(xplane: str | Path) -> XprofProfile | None:
     return read if read.categories else None
 
 
-def xprof_converter_hlo_stats(xplane: str | Path) -> dict[tuple[str, str], dict[str, float]]:
-    """xprof's own ``hlo_stats`` tool on an XSpace file: ``(program id, op)`` -> its
-    ``occurrences``, ``total_self_ns`` and ``category`` (the table's ``#Occurrences``, ``Total
-    self time (us)``, ``HLO op category``), summed over the profile's devices as xprof does."""
-    from xprof.convert import raw_to_tool_data
-
-    out = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "hlo_stats", {})
-    table = json.loads(out[0] if isinstance(out, tuple) else out)
-    labels = [c.get("label", "") for c in table.get("cols", [])]
-    at = {name: labels.index(name) for name in ("Program id", "HLO op name", "HLO op category", "#Occurrences")}
-    self_us = labels.index("Total self time (us)")
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in table.get("rows", []):
-        v = [c.get("v") for c in row["c"]]
-        rows[(str(v[at["Program id"]]), str(v[at["HLO op name"]]))] = {
-            "occurrences": float(v[at["#Occurrences"]]),
-            "total_self_ns": float(v[self_us]) * 1e3,
-            "category": str(v[at["HLO op category"]]),
-        }
-    return rows
-
-
 def op_family(op: str) -> str:
     """An op's xprof-like category from its name alone: ``fusion.12`` -> ``fusion`` (libtpu writes
     finer ones, ``loop fusion``, from the HLO, which a trace's op name does not carry)."""

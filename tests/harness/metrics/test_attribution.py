@@ -19,7 +19,6 @@ from harness.metrics.compiled.attribution import (
     UNATTRIBUTED,
     coverage,
     instruction_scopes,
-    rollup,
     static_by_scope,
     time_by_scope,
 )
@@ -153,7 +152,6 @@ def test_time_by_scope_rollup_and_coverage() -> None:
     by = time_by_scope(spans, names)
     assert by == {"block/ff": 8.0, UNATTRIBUTED: 2.0}
     assert coverage(by) == pytest.approx(0.8) and coverage({}) is None
-    assert rollup({"a/b/c": 1.0, "a/b/d": 2.0, "a/e": 4.0}, 2) == {"a/b": 3.0, "a/e": 4.0}
     assert time_by_scope([("tanh.3", 3.0)], {"tanh.3": "block"}) == {"block": 3.0}  # a plain table works too
 
 

@@ -8,10 +8,12 @@ was read from the file with :mod:`harness.metrics.measured.xplane_read` (a wire-
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,10 +99,30 @@ def test_all_reduce_and_fusions(table, planes):
     }
 
 
+def xprof_converter_hlo_stats(xplane: str | Path) -> dict[tuple[str, str], dict[str, float]]:
+    """xprof's own ``hlo_stats`` tool on an XSpace file: ``(program id, op)`` -> its
+    ``occurrences``, ``total_self_ns`` and ``category`` (the table's ``#Occurrences``, ``Total
+    self time (us)``, ``HLO op category``), summed over the profile's devices as xprof does."""
+    from xprof.convert import raw_to_tool_data
+
+    out = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "hlo_stats", {})
+    table = json.loads(out[0] if isinstance(out, tuple) else out)
+    labels = [c.get("label", "") for c in table.get("cols", [])]
+    at = {name: labels.index(name) for name in ("Program id", "HLO op name", "HLO op category", "#Occurrences")}
+    self_us = labels.index("Total self time (us)")
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in table.get("rows", []):
+        v = [c.get("v") for c in row["c"]]
+        rows[(str(v[at["Program id"]]), str(v[at["HLO op name"]]))] = {
+            "occurrences": float(v[at["#Occurrences"]]),
+            "total_self_ns": float(v[self_us]) * 1e3,
+            "category": str(v[at["HLO op category"]]),
+        }
+    return rows
+
+
 def test_xprof_numbers_agree_with_xprofs_converters(table, tmp_path):
     pytest.importorskip("xprof.convert.raw_to_tool_data")
-    from harness.metrics.xprof.metrics import xprof_converter_hlo_stats
-
     copy = tmp_path / REAL.name  # xprof's converters cache their op stats beside the file they read
     shutil.copyfile(REAL, copy)
     metrics = analyze_trace(copy)

@@ -14,13 +14,18 @@ from jax.sharding import PartitionSpec as P
 from harness.families import Static
 from harness.metrics.compiled.static import (
     analyze_compiled,
-    compile_and_analyze,
     cost_metrics,
     lower_and_compile,
     memory_metrics,
 )
 
 F32 = 4
+
+
+def compile_and_analyze(fn, *args, **kwargs) -> Static:  # type: ignore[no-untyped-def]
+    """`lower_and_compile` then `analyze_compiled`, with the compile timing attached (as the worker does)."""
+    compiled, timing = lower_and_compile(fn, *args, **kwargs)
+    return analyze_compiled(compiled, timing=timing)
 
 
 @pytest.fixture(scope="module")
