@@ -332,9 +332,25 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report():
     assert "--from-gate reports/nightly-gate/gate.json" in bisect["run"] and "bisect baseline HEAD" in bisect["run"]
     assert bisect_tpu["if"] == "failure() && steps.gate_tpu.outputs.exit_code == '1'"
     assert "--manifest experiments/nightly-tpu.toml --from-gate reports/nightly-tpu-gate/gate.json" in bisect_tpu["run"]
+    (readme_job,) = [s for s in steps if (s.get("run") or "").strip() == "nox -s sweep"]  # the README's main job
+    assert readme_job["if"] == "success() || failure()"
     upload = steps[-1]
     assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
     assert upload["with"]["path"] == "reports/"
+
+
+def test_ci_runs_the_readme_tests_and_both_deterministic_gates():
+    """.ci/run: the README's test command, then nightly.toml's deterministic gate and nightly-tpu.toml's,
+    each under a ceiling; nothing else (the README's main job runs at night: CI stays under 40 min)."""
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    steps = [shlex.split(line) for line in lines if line.startswith("step ")]
+    assert [" ".join(step[3:]) for step in steps[1:]] == [
+        "python3 -m nox -s tests",
+        "python3 -m nox -s gate -- experiments/nightly.toml --timings off",
+        "python3 -m nox -s gate -- experiments/nightly-tpu.toml",
+    ]
+    assert "nox -s tests" in (REPO / "README.md").read_text()  # the README's test command, as CI runs it
+    assert sum(int(step[2]) for step in steps[1:]) <= 3900  # hang ceilings, under CI's 90 min
 
 
 # --------------------------------------------------------------------------- interleaved re-measurement
