@@ -1,16 +1,5 @@
 """A manifest's ``[search]`` table: the layout space ``python -m harness search`` explores. No model import.
-
-::
-
-    [search]
-    base = "naive"                 # the strategy whose rules the unsearched logical axes keep
-    meshes = [{ fsdp = 2, tensor = 4 }, { data = 2, context = 2, tensor = 2 }]
-    attention = ["xla", "splash"]  # transformer.attention_impl values to try
-    proxy_layers = 4               # transformer.num_layers of the cheap proxy compiles
-    confirm = 2                    # how many proxy finalists are compiled again at full depth
-    [search.rules]                 # logical axis -> candidate mesh-axes lists ([] = replicated)
-    heads = [["tensor"], []]
-    embed = [["fsdp"], ["context", "fsdp"], []]
+Its keys are described in :mod:`harness.plan.keys` (``search.*``; docs/search.md has an example).
 
 This module checks what the TOML alone says (keys, kinds, positive sizes, no duplicate options);
 whether the logical names, mesh axes, strategy and attention kernels exist, and whether a mesh

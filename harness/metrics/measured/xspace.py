@@ -24,9 +24,6 @@ What each backend's layout claim rests on:
   annotation. Derived ``XLA Ops`` / ``XLA Modules`` lines, when present, repeat the kernels and are
   not read. Checked on a synthetic xplane of that layout.
 
-An earlier docstring said the GPU layout was "verified on one H100"; no script, result or test of
-that run exists, so that claim is withdrawn: the GPU reading rests on the sources above.
-
 Steps are the host-side ``StepTraceAnnotation`` events :func:`harness.metrics.measured.trace.capture_trace`
 writes (name ``step``, stat ``step_num``), so a step's window is one call of the stage as the
 host saw it: device ops plus the host time around and between them. A profile without them (a

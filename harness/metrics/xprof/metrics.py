@@ -25,16 +25,11 @@ Definitions, from xprof's source (openxla/xprof):
 * **root FLOPs / HBM utilisation**: the same two ratios for the root node (all ops), what the op
   profile's summary at the top quotes.
 
-Against xprof's own converters (``op_profile``, ``hlo_stats``) on a real TPU v6e profile
-(``tests/harness/metrics/test_real_profile.py``) these numbers agree to float rounding when each op
-is priced with the costs libtpu wrote in the profile (``flops``, the HBM bytes of
-``memory_access_breakdown``, ``hlo_category``) and its time is the device's own duration
-(``device_duration_ps``): the host-aligned event spans differ from it by up to milliseconds where
-the clocks were re-synchronised (that alone moved 220 ms of 315 s between two categories there).
-xprof's ``overview_page`` finds no step on that profile ("No step time measured": it has no
-``Steps`` line); our reader takes its module executions as steps, so step numbers are ours alone.
-Its device idle (13.4% there) counts only the idle it has "high confidence" in; ours is every gap in
-each device's window from its first op to its last (14.8% there): idle is not compared as equal.
+Each op is priced with the costs libtpu wrote in the profile (``flops``, the HBM bytes of
+``memory_access_breakdown``, ``hlo_category``) over its device's own duration (``device_duration_ps``),
+not the host-aligned span; so priced, these numbers equal xprof's own converters' (``op_profile``,
+``hlo_stats``) on a real v6e profile (``tests/harness/metrics/test_real_profile.py``). Steps and idle
+are ours alone (benchmarks/results/docstring-findings-2026-11-29.md, "XProf's numbers").
 
 On a TPU the ops of a step run back to back on the TensorCore's ``XLA Ops`` line: an async
 collective shows as its ``*-start`` op and its ``*-done`` op (the wait for the transfer), the
