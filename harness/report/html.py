@@ -79,9 +79,8 @@ def verdict_cell(verdict: str) -> str:
 
 
 def _table(head: Sequence[str], body: Sequence[str], table_id: str = "", left: int = 1) -> str:
-    ths = "".join(f'<th class="l">{e(h)}</th>' if i < left else f"<th>{e(h)}</th>" for i, h in enumerate(head))
     ident = f' id="{table_id}"' if table_id else ""
-    return f"<table{ident}><thead><tr>{ths}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f"<table{ident}><thead>{ui.row(head, left, 'th')}</thead><tbody>{''.join(body)}</tbody></table>"
 
 
 # --------------------------------------------------------------------------- sections

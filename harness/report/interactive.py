@@ -101,12 +101,21 @@ def cell(text: str, sort: float | str | None = None, left: bool = False, raw: bo
     return f"<td{attrs}>{text if raw else e(text)}</td>"
 
 
+def row(cells: Sequence[str], left: int = 1, tag: str = "td") -> str:
+    """``<tr>`` of ``cells`` (``th`` ones escaped, ``td`` ones as given), the first ``left`` aligned left."""
+    cells = [e(c) for c in cells] if tag == "th" else cells
+    return (
+        "<tr>"
+        + "".join(f'<{tag} class="l">{c}</{tag}>' if i < left else f"<{tag}>{c}</{tag}>" for i, c in enumerate(cells))
+        + "</tr>"
+    )
+
+
 def table(head: Sequence[str], rows: Sequence[str], table_id: str, left: int = 1, *, filterable: bool = True) -> str:
     """A sortable table (rows already ``<tr>...</tr>``), with a filter box above it when ``filterable``."""
-    ths = "".join(f'<th class="l">{e(h)}</th>' if i < left else f"<th>{e(h)}</th>" for i, h in enumerate(head))
     box = filter_box(table_id) if filterable else ""
     return (
-        f'{box}<table id="{e(table_id)}" class="sortable"><thead><tr>{ths}</tr></thead>'
+        f'{box}<table id="{e(table_id)}" class="sortable"><thead>{row(head, left, "th")}</thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 

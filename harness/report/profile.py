@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.fmt import fmt_pct, fmt_ratio
+from harness.report.interactive import row
 
 PROFILE_JSON, PROFILE_HTML = "profile.json", "profile.html"
 _STYLE = (
@@ -28,22 +29,6 @@ e = html.escape
 
 def _ms(x: float | None) -> str:
     return "—" if x is None else f"{x:,.3f} ms" if x < 10 else f"{x:,.1f} ms"
-
-
-def _row(cells: Sequence[str], left: int = 2) -> str:
-    return (
-        "<tr>"
-        + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>" for i, c in enumerate(cells))
-        + "</tr>"
-    )
-
-
-def _head(cells: Sequence[str], left: int = 2) -> str:
-    return (
-        "<tr>"
-        + "".join(f'<th class="l">{e(c)}</th>' if i < left else f"<th>{e(c)}</th>" for i, c in enumerate(cells))
-        + "</tr>"
-    )
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -73,8 +58,8 @@ def policies(result: Mapping[str, Any], other: bool = False) -> str:
 def modules_section(result: Mapping[str, Any]) -> str:
     """Per module: measured median, predicted, the other policy's, the interval, and whether it holds."""
     label, other = result["label"], policies(result, other=True)
-    head = _head(
-        ["module", "devices (runs)", "measured (median)", label, other, "interval", "pred / meas", "inside"], 2
+    head = row(
+        ["module", "devices (runs)", "measured (median)", label, other, "interval", "pred / meas", "inside"], 2, "th"
     )
     rows = []
     for m in result["modules"]:
@@ -88,21 +73,23 @@ def modules_section(result: Mapping[str, Any]) -> str:
             fmt_ratio(m["ratio"]),
             inside,
         ]
-        rows.append(_row(cells, 1))
+        rows.append(row(cells, 1))
     return f"<h2>Modules</h2><table>{head}{''.join(rows)}</table>"
 
 
 def ops_section(result: Mapping[str, Any]) -> str:
     """Per op by name, largest measured share first."""
     label = result["label"]
-    head = _head(["module", "op", "measured (median)", "share", label, policies(result, other=True), "pred / meas"], 2)
+    head = row(
+        ["module", "op", "measured (median)", "share", label, policies(result, other=True), "pred / meas"], 2, "th"
+    )
     rows = []
     for o in result["ops"]:
         pred = o["predicted_ms"]
         shown = '<span class="no">0 (no wait predicted)</span>' if o["share"] > 0.001 and not pred else _ms(pred)
         op = e(o["op"]) + (" (host offload)" if o["host_offload"] else "")
         rows.append(
-            _row(
+            row(
                 [
                     e(o["module"]),
                     op,
@@ -111,7 +98,8 @@ def ops_section(result: Mapping[str, Any]) -> str:
                     shown,
                     _ms(o["other_policy_ms"]),
                     fmt_ratio(o["ratio"]),
-                ]
+                ],
+                2,
             )
         )
     return f"<h2>Ops</h2><table>{head}{''.join(rows)}</table>"

@@ -129,21 +129,12 @@ _STAGE_SHAPE = {
 }
 
 
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", dict: "an object", list: "an array"}
+
+
 def _kind(value: Any, types: tuple[type, ...], where: str) -> None:
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        names = " or ".join(
-            dict.fromkeys(
-                {
-                    str: "a string",
-                    int: "a number",
-                    float: "a number",
-                    dict: "an object",
-                    list: "an array",
-                    type(None): "null",
-                }[t]
-                for t in types
-            )
-        )
+        names = " or ".join(dict.fromkeys(_JSON_NAMES.get(t, "null") for t in types))
         raise RecordError(f"{where}: expected {names}, got {type(value).__name__} ({str(value)[:40]!r})")
 
 
