@@ -3,7 +3,6 @@ the manifest checks are the ones the gate looks up."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,7 @@ import pytest
 from harness import catalogue
 from harness.catalogue import METRICS, family, split_tolerance_key, tolerance_names
 from harness.results.compare import flatten_record, tolerance_keys
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parent / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 
 def test_every_recorded_metric_is_in_the_vocabulary() -> None:

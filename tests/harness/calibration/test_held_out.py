@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import math
 import os
 import subprocess
@@ -19,11 +18,9 @@ from harness.calibration import held_out
 from harness.calibration.cpu import CpuCalibration
 from harness.metrics.hlo import parse
 from harness.metrics.timeline import Constant, cpu_spec, predict
+from tests.harness.fixtures import synthetic
 
 ROOT = Path(__file__).resolve().parents[3]
-_fixture = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "harness" / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_fixture)
-_fixture.loader.exec_module(synthetic)
 
 PROGRAM = """HloModule tiny, is_scheduled=true
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import tempfile
 from pathlib import Path
@@ -13,10 +12,7 @@ import pytest
 from harness import cli
 from harness.report.export import to_csv
 from harness.results.record import RECORD_VERSION, Record
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 ISOLATION = """\
 schema_version = 1

@@ -248,9 +248,8 @@ def test_report_shows_the_target_analysis(tmp_path: Path) -> None:
     from harness.metrics.timeline import rates
 
     entries["trillium"]["predicted"] = {"step_s": 0.01, "matmul_rates": rates.matmul_rates("v6e")}
-    spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-    synthetic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synthetic)
+    from tests.harness.fixtures import synthetic
+
     target = {
         "platform": "tpu",
         "mode": "auto",

@@ -146,7 +146,7 @@ def test_ops_without_metadata_take_their_neighbours_scope() -> None:
     assert names.inferred == {"copy.1", "fusion.2", "dot.9", "p0", "p1"}  # the fused ones: their fusion's
 
 
-def test_time_by_scope_rollup_and_coverage() -> None:
+def test_time_by_scope_and_coverage() -> None:
     names = instruction_scopes(parse(HAND_WRITTEN), scopes.scope_path)
     spans = [("fusion.2", 6.0), ("tanh.3", 2.0), ("x", 1.0), ("not-in-module", 1.0)]
     by = time_by_scope(spans, names)

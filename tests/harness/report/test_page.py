@@ -9,7 +9,6 @@ references declared as a manifest would (``naive`` and ``trillium-loop`` against
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 import shutil
@@ -20,12 +19,9 @@ import pytest
 
 from harness.report import write_report
 from harness.report.console import WIDTH, summary_table
+from tests.harness.fixtures import synthetic
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-_spec = importlib.util.spec_from_file_location("synthetic", FIXTURES / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
-_browser = importlib.util.spec_from_file_location("test_report", Path(__file__).parent / "test_report.py")
 REPO = Path(__file__).resolve().parents[3]
 SCOPES = [
     "transformer/block/attn1/core",
@@ -232,8 +228,8 @@ window.addEventListener("load", function () {
 
 def test_page_in_headless_chromium(page, tmp_path):
     """Sort, filter and toggle by the page's own handlers; every chart's labels inside it, none overlapping."""
-    test_report = importlib.util.module_from_spec(_browser)
-    _browser.loader.exec_module(test_report)
+    from tests.harness.report import test_report
+
     if not test_report.CHROMIUM.exists():
         pytest.skip("chromium not installed (the nox tests session installs it)")
     index, text = page

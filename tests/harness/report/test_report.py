@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import importlib.util
 import json
 import re
 import shutil
@@ -18,11 +17,9 @@ from harness.report import html as report_html
 from harness.report import write_report as write_records
 from harness.results.compare import flatten_stage
 from tests.browser import CHROMIUM, chromium
+from tests.harness.fixtures import synthetic
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-_spec = importlib.util.spec_from_file_location("synthetic", FIXTURES / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
 REPO = Path(__file__).resolve().parents[3]
 IMG = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 

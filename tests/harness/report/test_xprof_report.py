@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,7 @@ import pytest
 from harness.plan.manifest import load_manifest
 from harness.report import write_report
 from harness.report.xprof import console, ladder_rows, load_reference, pair_lines, reference_section, xprof_rows
-
-FIXTURES = Path(__file__).parents[1] / "fixtures"
-_spec = importlib.util.spec_from_file_location("synthetic", FIXTURES / "synthetic.py")
-assert _spec is not None and _spec.loader is not None
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 MANIFEST = """\
 schema_version = 1

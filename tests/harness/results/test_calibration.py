@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -12,10 +11,7 @@ from harness import agreement
 from harness.calibration import check as calibration
 from harness.report.predicted import calibration_section
 from harness.results.store import load_records
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 
 def test_spearman_ranks() -> None:

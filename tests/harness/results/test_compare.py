@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from harness.plan.manifest import Gate
 from harness.results import compare, stats
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ scoped program (an extra matmul inside ``ff``), an A/A pair, collective deltas a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -20,10 +19,7 @@ from harness.metrics.measured.trace import analyze_trace, capture_trace
 from harness.report.console import WIDTH, format_diff
 from harness.results.diff import DIFFERENT_WORKLOAD, STEP, diff_stage
 from ltx2 import scopes
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 N = 384  # [N, N] float32 matmuls: ~0.1 GFLOP each, milliseconds on one CPU core
 FF = "transformer/block/ff"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import shlex
 import shutil
@@ -15,10 +14,7 @@ from harness import cli
 from harness.commands import gate as gate_command
 from harness.plan.manifest import Gate
 from harness.results import gate
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[3]

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -21,12 +20,10 @@ import pytest
 from harness import cli
 from harness.commands import history as history_command
 from harness.results import changepoint, history
+from tests.harness.fixtures import make_history
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 MANIFEST = FIXTURES / "history_nightly.toml"
-_maker = importlib.util.spec_from_file_location("make_history", FIXTURES / "make_history.py")
-make_history = importlib.util.module_from_spec(_maker)
-_maker.loader.exec_module(make_history)
 SHIFT_AT = make_history.SHIFT_AT
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,10 +11,7 @@ import pytest
 from harness import cli
 from harness.results import stats
 from harness.results.power import Cell, find, grid, recommend, sample_runs
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 
 def runs(n_runs: int, within: float, between: float = 0.0, size: int = 40, seed: int = 0) -> list[np.ndarray]:

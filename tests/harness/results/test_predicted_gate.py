@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +16,7 @@ from harness.metrics.timeline.specs import Constant
 from harness.plan.manifest import Gate
 from harness.results import gate
 from harness.results.compare import flatten_record
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 STAGE = "denoise_step"
 SCOPES = {

@@ -3,7 +3,6 @@ resume bookkeeping."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -24,10 +23,7 @@ from harness.results.store import (
     results_path,
     to_line,
 )
-
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+from tests.harness.fixtures import synthetic
 
 
 def _record(vid: str, status: str = "ok", **extra: object) -> Record:

@@ -3,10 +3,8 @@ and the marks the gate and the report put on samples taken under load."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -19,11 +17,9 @@ from harness.results.compare import compare_records
 from harness.run import load
 from harness.run.measure import load_notes, measure
 from harness.testing import TestStage
+from tests.harness.fixtures import synthetic
 from tests.harness.plan.bad_manifest_corpus import VALID
 
-_spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parents[1] / "fixtures" / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
 STEP = ("trillium-loop", "denoise_step")
 
 

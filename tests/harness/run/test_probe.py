@@ -65,6 +65,7 @@ def test_the_worker_records_a_probe(tmp_path) -> None:  # type: ignore[no-untype
     """The worker's probe subprocess (8 CPU devices) for a compile-only TPU variant: plain bfloat16
     is the probe's own bf16 config, so its ratio is exactly 1 on every seed; bfloat16's update is
     a few roundings (2^-9 each) off float32's, between 2^-12 and 2^-4."""
+    from harness.families import Static
     from harness.plan.manifest import Run, Target, Workload
     from harness.run.spec import WorkerSpec
     from harness.run.worker import _with_probe
@@ -82,8 +83,7 @@ def test_the_worker_records_a_probe(tmp_path) -> None:  # type: ignore[no-untype
         scratch_dir=str(tmp_path),
     )
     notes: list[str] = []
-    static = _with_probe("denoise_step", {"memory": {}}, spec, notes)
-    got = static["accuracy_probe"]
+    got = _with_probe("denoise_step", Static.from_dict({"memory": {}}), spec, notes).accuracy_probe
     assert got["ratio"] == 1.0 and got["worse"] == 0 and got["seeds"] == probe.SEEDS, (got, notes)
     assert 2.0**-12 < got["rel_l2"] < 2.0**-4 and got["rel_l2"] == got["bf16_rel_l2"]
     assert notes == [f"accuracy probe: {got['where']}"]
