@@ -25,7 +25,9 @@ used: the ``.predicted.json`` file's modification time) are removed until the en
 take at most ``HARNESS_PREDICTION_CACHE_MB`` MiB (default :data:`DEFAULT_MAX_MB`; 0 keeps none).
 An entry of a 40-step 19B loop is about 12 MB (its trace and XSpace), and every edit to the
 simulator writes new ones beside the old (CI's cache restore keeps them), so without a bound the
-folder only grows. Folders left without their entry (a write cut short) are removed too.
+folder only grows. A folder without its entry is removed too once it is :data:`ORPHAN_GRACE_S` old
+(a write cut short): a younger one may be another process's ``put``, which writes the entry after its
+files, so a concurrent prune must not take the files from under it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,7 @@ FILE_FIELDS = ("chrome_trace", "xplane")  # entry fields that are paths of files
 ENV_MAX_MB = "HARNESS_PREDICTION_CACHE_MB"
 DEFAULT_MAX_MB = 1024.0  # about 80 entries of a 40-step 19B loop
 _SUFFIX = ".predicted.json"
+ORPHAN_GRACE_S = 3600.0  # a put writes its files and then its entry within seconds; an hour-old orphan is dead
 
 
 def max_bytes(environ: Mapping[str, str] = os.environ) -> int:
@@ -158,15 +162,19 @@ class PredictionCache:
 
     def prune(self) -> list[str]:
         """Remove the least recently used entries until the rest take at most :attr:`limit` bytes (an
-        entry larger than the bound first), and folders without an entry; the keys removed, in order."""
+        entry larger than the bound first), and folders without an entry older than :data:`ORPHAN_GRACE_S`;
+        the keys removed, in order."""
         entries = []
         for path in self.directory.glob(f"*{_SUFFIX}"):
             key = path.name[: -len(_SUFFIX)]
             with contextlib.suppress(OSError):  # another process may remove it meanwhile
                 entries.append((path.stat().st_mtime, key, self._size(key)))
+        now = time.time()
         for folder in self.directory.glob("*.predicted"):
-            if folder.is_dir() and not self.path(folder.name[: -len(".predicted")]).exists():
-                shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(OSError):  # gone meanwhile: nothing to do
+                orphan = folder.is_dir() and not self.path(folder.name[: -len(".predicted")]).exists()
+                if orphan and now - folder.stat().st_mtime > ORPHAN_GRACE_S:
+                    shutil.rmtree(folder, ignore_errors=True)
         total = sum(size for _, _, size in entries)
         removed = []
         # an entry larger than the whole bound goes first (it can never fit), then the least recently used

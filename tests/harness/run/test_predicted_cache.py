@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +136,13 @@ def test_the_folder_keeps_the_most_recently_used_entries_under_its_bound(
     assert cache.path("a").exists() and cache.path("c").exists()
     assert cache.get("b", where) is None and cache.get("a", where) is not None
     assert "1 least recently used entries removed" in capsys.readouterr().err
-    (tmp_path / "cache" / "orphan.predicted").mkdir()  # a folder whose entry was never written
-    assert cache.prune() == [] and not (tmp_path / "cache" / "orphan.predicted").exists()
+    # a folder without its entry: another process's put filling it (kept), or a write cut short an hour ago
+    filling, dead = tmp_path / "cache" / "filling.predicted", tmp_path / "cache" / "dead.predicted"
+    filling.mkdir(), dead.mkdir()
+    old = time.time() - predicted_cache.ORPHAN_GRACE_S - 60
+    os.utime(dead, (old, old))
+    assert cache.prune() == [] and filling.is_dir() and not dead.exists()
+    filling.rmdir()
     # an entry larger than the whole bound is not kept; a bound of 0 keeps nothing
     _entry(cache, "d", where, 5000, used=400.0)
     assert not cache.path("d").exists() and cache.path("a").exists()
