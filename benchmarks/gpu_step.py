@@ -14,7 +14,7 @@ bf16 peak (``--peak-tflops``, looked up for known GPUs).
     python benchmarks/gpu_step.py --preset small --height 256 --width 256 --frames 65 --text-tokens 128
 
 Not run by the session that wrote it: no GPU was lent to that task, so there are no GPU numbers
-from it. On CPU it runs at the ``tiny``/``small`` presets (tests/benchmarks/test_gpu_step_script.py
+from it. On CPU it runs at the ``tiny``/``small`` presets (tests/test_benchmark_scripts.py
 runs it at ``tiny``); full size needs a GPU with >= 48 GB (weights 38 GB + activations).
 """
 
