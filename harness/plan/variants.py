@@ -9,8 +9,8 @@ ids, the matrix's points, references and selection. Expanding a manifest asks th
 above :mod:`harness.model` in :mod:`harness.expansion`; nothing here imports the model.
 
 Each variant gets its reference (the variant reports compare it with): its own ``reference``,
-else ``[report] reference`` if that one runs the same preset and workload sizes, else the first
-variant before it that does, else none; a name that is no variant is an error naming the key.
+else ``[report] reference`` if that one runs the same preset and workload sizes and a stage in
+common, else the first variant before it that does, else none; a name that is no variant is an error naming the key.
 
 Each variant gets a stable id: a short sha256 of the canonical JSON of its resolved
 settings (preset, merged config overrides, target with the mesh resolved and its compiler
@@ -130,12 +130,14 @@ def matrix_points(matrix: mf.Matrix) -> list[tuple[str, dict[str, Any]]]:
 
 
 def comparable(a: Variant, b: Variant) -> bool:
-    """Same model and workload sizes (the stages run may differ): a speedup between them means something."""
+    """Same model and workload sizes, and at least one stage both run (the others may differ): a speedup
+    or an accuracy between them means something."""
 
     def sizes(v: Variant) -> dict[str, Any]:
         return {k: x for k, x in v.workload.to_dict().items() if k != "stages"}
 
-    return a.preset == b.preset and sizes(a) == sizes(b)
+    shared = set(a.workload.stages) & set(b.workload.stages)
+    return a.preset == b.preset and sizes(a) == sizes(b) and bool(shared)
 
 
 def references(m: mf.Manifest, variants: Sequence[Variant]) -> tuple[Variant, ...]:

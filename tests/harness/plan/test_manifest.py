@@ -177,7 +177,23 @@ overrides = { "workload.stages" = ["guided_step"], "workload.steps" = 3, "transf
 [[variants]]
 name = "bigger"
 overrides = { "workload.height" = 128 }
+[[variants]]
+name = "text-only"
+overrides = { "workload.stages" = ["text_encode"], "workload.steps" = 3 }
 """
     )
     refs = {v.name: v.reference for v in load_sweep(_write(tmp_path, text)).variants}
-    assert refs == {"first": None, "ref": None, "knob": "ref", "other": "first", "declared": "knob", "bigger": None}
+    assert refs == {
+        "first": None,
+        "ref": None,
+        "knob": "ref",
+        "other": "first",
+        "declared": "knob",
+        "bigger": None,
+        "text-only": None,  # the same sizes, but no stage in common with any variant before it
+    }
+    # and a variant that runs only the text stage is nobody's reference (it came first in nightly.toml)
+    text_first = '[[variants]]\nname = "text"\noverrides = { "workload.stages" = ["text_encode"] }\n'
+    first = text.replace('[[variants]]\nname = "first"\n', text_first + '[[variants]]\nname = "first"\n', 1)
+    refs = {v.name: v.reference for v in load_sweep(_write(tmp_path, first)).variants}
+    assert refs["text"] is None and refs["first"] is None and refs["other"] == "first"
