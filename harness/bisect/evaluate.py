@@ -9,8 +9,6 @@ record through :func:`harness.results.compare.value_of`, the same flattening the
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import subprocess
 import sys
@@ -22,6 +20,7 @@ from typing import Any
 
 from harness import catalogue
 from harness.bisect.search import Measurement
+from harness.plan.toml import toml_key, toml_value
 from harness.results import store
 from harness.results.compare import value_of
 from harness.revision import Worktrees
@@ -53,29 +52,13 @@ class Metric:
         return f"{self.variant} / {self.stage} / {self.metric}"
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
 def to_toml(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
     """TOML text of parsed TOML data (tables as ``[a.b]`` sections, tables in arrays inline)."""
-    lines = [f"{json.dumps(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, Mapping)]
+    lines = [f"{toml_key(k)} = {toml_value(v)}" for k, v in data.items() if not isinstance(v, Mapping)]
     for k, v in data.items():
         if isinstance(v, Mapping):
             path = (*prefix, k)
-            lines += ["", "[" + ".".join(json.dumps(p) for p in path) + "]", to_toml(v, path).strip("\n")]
+            lines += ["", "[" + ".".join(toml_key(p) for p in path) + "]", to_toml(v, path).strip("\n")]
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""Reading values out of parsed TOML tables, and finding the line a key was written on.
+"""Reading values out of parsed TOML tables, finding the line a key was written on, and writing values
+back (:func:`toml_value`, :func:`toml_key`: the search's winners manifest, bisect's cut manifest).
 
 Every value a manifest gives is read through :func:`get` (one kind check per key, numbers
 included), so a rule about numbers or strings is added in one place. Numbers are also checked
@@ -287,3 +288,26 @@ def locate(text: str, path: KeyPath) -> int | None:
                 best = n
                 break
     return best
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value (strings, booleans, numbers, ``nan`` / ``inf`` included, arrays, inline tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML form for {type(value).__name__} ({value!r})")
+
+
+def toml_key(key: str) -> str:
+    """A key as written: bare where TOML allows it (ASCII letters, digits, ``_``, ``-``), else quoted."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.agreement import spearman
 from harness.plan.manifest import Manifest
+from harness.plan.toml import toml_key, toml_value
 from harness.results.uncertain import Uncertain, ordering
 from harness.search.space import Candidate
 from harness.search.strategy import SearchResult
@@ -91,25 +92,6 @@ def rank_agreement(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- winners manifest
-
-
-def toml_value(value: Any) -> str:
-    """A TOML value (strings, booleans, numbers, arrays, inline tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"no TOML form for {type(value).__name__} ({value!r})")
-
-
-def toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
 
 
 def _table(name: str, table: Mapping[str, Any]) -> list[str]:

@@ -10,9 +10,10 @@ from harness import cli
 from harness.expansion import load_sweep
 from harness.model import build_config, rules_of
 from harness.plan.manifest import load_manifest
+from harness.plan.toml import toml_value
 from harness.report.search import console_table
 from harness.report.search import write as write_page
-from harness.search.output import mark_ties, rank_agreement, rows, toml_value, write_outputs
+from harness.search.output import mark_ties, rank_agreement, rows, write_outputs
 from harness.search.strategy import search
 from tests.harness.search.test_search_manifest import HEAD
 from tests.harness.search.test_space import MESH, tiny_facts
