@@ -51,6 +51,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "harness.commands.calibrate",
     "profile": "harness.commands.profile",
     "run-variant": "harness.commands.run_variant",
+    "ab": "harness.commands.ab",
 }
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
 EXIT_USER, EXIT_INTERNAL = 2, 4
