@@ -2,8 +2,8 @@
 
 The reference is the commit of the newest record in the baseline (``--baseline``, default the
 nightly gate's), or ``--against REV``. It is checked out in a temporary git worktree; the
-manifest's variant (one stage) is built by two long-lived workers, one per tree, and called in
-pairs, the order in each pair drawn by a seeded coin (:mod:`harness.run.ab`). The verdict is an
+manifest's variant (one stage) is built by ``--workers`` long-lived processes per tree and called in
+pairs, rotating through them, the order in each pair drawn by a seeded coin (:mod:`harness.run.ab`). The verdict is an
 exact sign test on the pairs' ratios with a minimum effect (:mod:`harness.results.sign_test`): a
 regression when significantly more than half of the pairs have this tree slower than
 ``1 + --min-effect``; the test's false-alarm rate is printed, computed from the binomial tail.
@@ -42,6 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BASELINE = Path("reports/baselines/nightly.jsonl")
 PAIRS = 150
 CALLS = 3
+WORKERS = 2
 MIN_EFFECT = 0.03
 ALPHA = 0.001
 CANNOT = 2
@@ -65,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--calls", type=int, default=CALLS, help=f"calls a side per pair, fastest kept (default {CALLS})"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help=f"processes a side, pairs rotate through them (default {WORKERS})"
     )
     parser.add_argument("--warmup", type=int, default=5, help="calls per side before the pairs (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="the coin's seed (default 0)")
@@ -181,18 +185,18 @@ def compare(args: argparse.Namespace) -> tuple[int, Path]:
     )
     load_before = os.getloadavg()[0]
     with revision.checkout(REPO_ROOT, reference) as tree:
-        base, head, setup_s = ab.start_both(tree, REPO_ROOT, spec, devices)
+        bases, heads, setup_s = ab.start_both(tree, REPO_ROOT, spec, devices, args.workers, args.seed)
         print(
             f"  both sides built and warmed in {setup_s:.1f} s; {args.pairs} pairs, order by coin (seed {args.seed})",
             file=sys.stderr,
         )
         try:
             pairs = ab.measure_pairs(
-                base, head, args.pairs, args.seed, args.calls, progress(args.pairs, args.min_effect)
+                bases, heads, args.pairs, args.seed, args.calls, progress(args.pairs, args.min_effect)
             )
         finally:
-            base.close()
-            head.close()
+            for worker in [*bases, *heads]:
+                worker.close()
     test = sign_test([p.ratio for p in pairs], args.min_effect, args.alpha)
     out = args.reports / f"{args.manifest.stem}-ab"
     out.mkdir(parents=True, exist_ok=True)
@@ -209,6 +213,8 @@ def compare(args: argparse.Namespace) -> tuple[int, Path]:
         "setup_s": setup_s,
         "seed": args.seed,
         "calls": args.calls,
+        "workers": args.workers,
+        "pads": [w.pad for w in [*bases, *heads]],
         "test": dataclasses.asdict(test) | {"regressed": test.regressed},
         "pairs": [dataclasses.asdict(p) for p in pairs],
     }

@@ -15,7 +15,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -44,9 +44,12 @@ class Pair:
         return self.head_s / self.base_s
 
 
-def worker_env(tree: Path, devices: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The same environment for both sides but the tree first on the path: CPU, ``devices`` simulated."""
+def worker_env(tree: Path, devices: int, pad: int = 0, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The same environment for both sides but the tree first on the path: CPU, ``devices`` simulated,
+    and ``pad`` bytes of an unused variable (``HARNESS_AB_PAD``: the environment's size moves the
+    stack's alignment, :func:`start_both`)."""
     env = dict(os.environ if base is None else base)
+    env["HARNESS_AB_PAD"] = "x" * pad
     flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
     env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
     env["JAX_PLATFORMS"] = "cpu"
@@ -58,12 +61,12 @@ def worker_env(tree: Path, devices: int, base: Mapping[str, str] | None = None) 
 class Worker:
     """One side's process: started on ``tree`` with ``spec``; :meth:`call` times one call."""
 
-    def __init__(self, side: str, tree: Path, spec: Mapping[str, Any], devices: int):
-        self.side, self.tree = side, tree
+    def __init__(self, side: str, tree: Path, spec: Mapping[str, Any], devices: int, pad: int = 0):
+        self.side, self.tree, self.pad = side, tree, pad
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER)],
             cwd=tree,
-            env=worker_env(tree, devices),
+            env=worker_env(tree, devices, pad),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -113,20 +116,23 @@ class Worker:
 
 
 def measure_pairs(
-    base: Worker,
-    head: Worker,
+    bases: Sequence[Worker],
+    heads: Sequence[Worker],
     pairs: int,
     seed: int,
     calls: int = 1,
     progress: Callable[[int, list[Pair]], None] | None = None,
 ) -> list[Pair]:
     """``pairs`` pairs of ``calls`` calls a side, alternating (ABAB... or BABA...: which side starts is
-    drawn by ``random.Random(seed)`` per pair)."""
-    if calls < 1:
-        raise ValueError(f"calls must be >= 1, got {calls}")
+    drawn by ``random.Random(seed)`` per pair); pair ``i`` calls each side's worker ``i mod k``."""
+    if calls < 1 or not bases or len(bases) != len(heads):
+        raise ValueError(
+            f"calls must be >= 1 ({calls}) and both sides need as many workers ({len(bases)}, {len(heads)})"
+        )
     coin = random.Random(seed)
     out: list[Pair] = []
     for i in range(pairs):
+        base, head = bases[i % len(bases)], heads[i % len(heads)]
         head_first = coin.random() < 0.5
         order = (head, base) if head_first else (base, head)
         times: dict[str, list[float]] = {"base": [], "head": []}
@@ -140,17 +146,29 @@ def measure_pairs(
     return out
 
 
-def start_both(base_tree: Path, head_tree: Path, spec: Mapping[str, Any], devices: int) -> tuple[Worker, Worker, float]:
-    """Both workers started together and ready (their stage built, compiled and warmed); the wall
-    seconds that took. A failure stops both."""
+def start_both(
+    base_tree: Path, head_tree: Path, spec: Mapping[str, Any], devices: int, per_side: int = 1, seed: int = 0
+) -> tuple[list[Worker], list[Worker], float]:
+    """``per_side`` workers a side, all started together and ready (their stage built, compiled and
+    warmed); the wall seconds that took. A failure stops them all.
+
+    Two processes of the same code can run at different speeds for reasons that are no property of
+    the code (where the stack, heap and code land; Mytkowicz et al., "Producing wrong data without
+    doing anything obviously wrong!", ASPLOS 2009, moved a program by up to ~10 % through the
+    environment's size alone). Each worker gets a random environment size (seeded) and the pairs
+    rotate through a side's workers, so one lucky or unlucky layout is averaged with others
+    instead of becoming a side's speed."""
+    if per_side < 1:
+        raise ValueError(f"per_side must be >= 1, got {per_side}")
     start = time.perf_counter()
-    base = Worker("base", base_tree, spec, devices)
-    head = Worker("head", head_tree, spec, devices)
+    pads = random.Random(seed + 1).sample(range(4096), 2 * per_side)
+    bases = [Worker("base", base_tree, spec, devices, pads[2 * i]) for i in range(per_side)]
+    heads = [Worker("head", head_tree, spec, devices, pads[2 * i + 1]) for i in range(per_side)]
     try:
-        base.ready()
-        head.ready()
+        for worker in [*bases, *heads]:
+            worker.ready()
     except BaseException:
-        base.close()
-        head.close()
+        for worker in [*bases, *heads]:
+            worker.close()
         raise
-    return base, head, time.perf_counter() - start
+    return bases, heads, time.perf_counter() - start

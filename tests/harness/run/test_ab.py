@@ -70,13 +70,15 @@ def _repo(root: Path) -> Path:
 
 
 def _pairs(base: Path, head: Path, pairs: int) -> list[ab.Pair]:
-    b, h, setup_s = ab.start_both(base, head, {**SPEC, "warmup": 1}, devices=1)
+    bases, heads, setup_s = ab.start_both(base, head, {**SPEC, "warmup": 1}, devices=1, per_side=2, seed=7)
     try:
-        assert setup_s > 0 and b.setup_s is not None and h.setup_s is not None
-        return ab.measure_pairs(b, h, pairs, seed=7, calls=3)
+        workers = [*bases, *heads]
+        assert setup_s > 0 and all(w.setup_s is not None for w in workers) and len(workers) == 4
+        assert len({w.pad for w in workers}) == 4  # each its own environment size
+        return ab.measure_pairs(bases, heads, pairs, seed=7, calls=3)
     finally:
-        b.close()
-        h.close()
+        for worker in workers:
+            worker.close()
 
 
 def test_a_slower_commit_is_caught_and_the_same_commit_is_not(tmp_path: Path) -> None:
