@@ -34,15 +34,12 @@ def build(spec: dict[str, Any]) -> Any:
     """The compiled, warmed stage: a zero-argument function that runs one call and blocks."""
     import jax
 
-    import harness.model
-    import ltx2
-    from harness.model import build_config  # the tree's own
-    from ltx2 import Workload, build_mesh, build_stage
-
     tree = Path.cwd().resolve()
-    for module in (harness.model, ltx2):  # not an installed copy found because the tree lacks it
-        if tree not in Path(module.__file__ or "").resolve().parents:
-            raise ImportError(f"{module.__name__} came from {module.__file__}, not from this tree ({tree})")
+    for path in ("harness/model.py", "ltx2/__init__.py", "ltx2/stages/__init__.py"):
+        if not (tree / path).is_file():
+            raise ImportError(f"this tree has no {path}: it predates the stage API that harness ab drives")
+    from harness.model import build_config  # the tree's own (first on the path); checked above that
+    from ltx2 import Workload, build_mesh, build_stage  # they exist, or an installed copy would answer
 
     cfg = build_config(spec["preset"], spec["config_overrides"])
     n = 1

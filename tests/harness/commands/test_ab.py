@@ -63,3 +63,18 @@ def test_cannot_compare_is_exit_2_naming_why(tmp_path: Path, capsys: pytest.Capt
     assert code == 2 and "cannot compare: git rev-parse" in err
     code, err = _run([manifest, "--variant", "nope"], capsys)
     assert code == 2 and "no variant 'nope' (known: step-1dev)" in err
+
+
+@pytest.mark.slow
+def test_the_real_stage_against_this_commit_is_not_slower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A/A on experiments/ab.toml's real step (4 workers compile it: ~40 s on 2 cores). Fails with
+    probability at most P(Binomial(20, 1/2) >= 18) = 0.0002 while the two sides' processes differ
+    by under the 3 % minimum effect (A/A runs: docs/gates.md)."""
+    manifest = str(ROOT / "experiments" / "ab.toml")
+    code = cli.main(["ab", manifest, "--against", "HEAD", "--pairs", "20", "--reports", str(tmp_path)])
+    out = capsys.readouterr().out
+    record = json.loads((tmp_path / "ab-ab" / "ab.json").read_text())
+    assert code == 0 and out.startswith("ok  step-1dev denoise_step seconds per call:"), out
+    assert record["base"]["commit"] == revision.resolve(ROOT, "HEAD") and record["test"]["critical"] == 18
+    assert len(record["pairs"]) == 20 and all(len(p["base_calls"]) == 3 for p in record["pairs"])
+    assert record["workers"] == 2 and len(set(record["pads"])) == 4
