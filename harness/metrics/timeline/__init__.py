@@ -186,8 +186,9 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
     the links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.
     metrics.timeline.links`), the host link's likewise (``host_link_sharing:fair`` or ``:fifo``,
     where the program copies to or from host memory); each TensorCore its own ICI ports
-    (``core_links:own``, where a chip holds several devices); scalar ops without the per-op
-    overhead (``scalar_ops:bytes``, where the program runs one: :attr:`Op.scalar`); and offloaded
+    (``core_links:own``, where a chip holds several devices); the other reading of the scalar-op
+    measurement (``scalar_ops:with_launch``, where the program runs one, :attr:`Op.scalar`, and the
+    spec measures one, ``scalar_op_s``: TPU); and offloaded
     copies (SparseCore, DMA) at their assumed rate's bounds
     (``offload_bytes_per_s:*``, a constant like the others). ``assumed``: the names of the points
     that move an assumption rather than a measured or published constant.
@@ -236,7 +237,8 @@ def copies_host(program: Program) -> bool:
 
 
 def runs_scalar(program: Program) -> bool:
-    """Whether ``program`` runs a scalar op (``Op.scalar``): only then does ``scalar_ops`` move its step."""
+    """Whether ``program`` runs a scalar op (``Op.scalar``): only then (and on a spec with ``scalar_op_s``)
+    does ``scalar_ops`` move its step."""
     return any(op.scalar for ops in program.ops.values() for op in ops)
 
 
@@ -245,8 +247,9 @@ def bound_specs(spec: TimelineSpec, host_copies: bool = True, scalars: bool = Tr
     rate and time constant and every TPU / GPU efficiency curve at its bound together), the other
     link-sharing policy (``link_sharing:<policy>``), the host link's other one
     (``host_link_sharing:<policy>``, where ``host_copies``: :func:`copies_host`), the other use of a
-    chip's ports by its cores (``core_links:<use>``, where a chip holds several devices), scalar ops
-    priced the other way (``scalar_ops:<price>``, where ``scalars``: :func:`runs_scalar`) and, where
+    chip's ports by its cores (``core_links:<use>``, where a chip holds several devices), the scalar-op
+    measurement's other reading (``scalar_ops:<reading>``, where ``scalars``, :func:`runs_scalar`, and
+    the spec has ``scalar_op_s``: a GPU's or CPU's scalar op is priced as any op) and, where
     a curve is carried from another generation, the datasheet rates (``curves:datasheet``). What the
     XProf shares' interval is read at."""
     fast, slow = spec, spec
@@ -268,7 +271,7 @@ def bound_specs(spec: TimelineSpec, host_copies: bool = True, scalars: bool = Tr
     if spec.topology.kind == "torus" and spec.topology.devices_per_chip > 1:
         for use in (u for u in CORE_LINKS if u != spec.core_links):
             out[f"core_links:{use}"] = dataclasses.replace(spec, core_links=use)
-    if scalars:
+    if scalars and "scalar_op_s" in spec.constants:
         for price in (p for p in SCALAR_OPS if p != spec.scalar_ops):
             out[f"scalar_ops:{price}"] = dataclasses.replace(spec, scalar_ops=price)
     return out

@@ -193,11 +193,22 @@ def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> f
     return seconds + max(flops - known, 0.0) / (peak * best_efficiency(spec))
 
 
+def scalar_seconds(spec: TimelineSpec) -> float | None:
+    """A scalar op's fixed cost where the spec measures one (``scalar_op_s``, TPU), else None (the op
+    pays ``op_overhead_s`` like any other: on a GPU or CPU a scalar op is a kernel launch or a call).
+    ``scalar_ops = "with_launch"`` adds ``program_launch_s`` (the measurement's other reading)."""
+    if "scalar_op_s" not in spec.constants:
+        return None
+    extra = spec.value("program_launch_s") if spec.scalar_ops == "with_launch" else 0.0
+    return spec.value("scalar_op_s") + extra
+
+
 def compute_seconds(
     flops: float, bytes_: float, mms: Sequence[Matmul], spec: TimelineSpec, *, scalar: bool = False
 ) -> float:
     """One compute op: ``max(matmul time, bytes / HBM bandwidth at its size) + op overhead``; a
-    scalar op (``Op.scalar``) without the overhead where the spec's ``scalar_ops`` is ``bytes``."""
+    scalar op (``Op.scalar``) pays :func:`scalar_seconds` instead of the overhead where the spec has it."""
     hbm = hbm_bytes_per_s(bytes_, spec) if bytes_ > 0 else spec.value("hbm_bytes_per_s")
-    overhead = 0.0 if scalar and spec.scalar_ops == "bytes" else spec.value("op_overhead_s")
+    fixed = scalar_seconds(spec) if scalar else None
+    overhead = spec.value("op_overhead_s") if fixed is None else fixed
     return max(matmul_seconds(flops, mms, spec), bytes_ / hbm) + overhead

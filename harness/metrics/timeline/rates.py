@@ -24,6 +24,11 @@ pricing` reads them):
   bandwidth a collective reaches then rises with its size as ``wire / (latency + wire / (link x
   efficiency))``. Replica groups enter through the route (:mod:`~harness.metrics.timeline.groups`).
 
+tpu7x's tables time each op on the device, so a row's time holds the op's fixed cost, which the
+simulator adds on its own (``op_overhead_s``): their rows are stored net of it (:func:`net_of_fixed`),
+and a row is priced at its measured time. XLA's GPU GEMM rows are kept as they are (the GPU's
+``op_overhead_s`` is assumed to be a launch, outside the kernel time; not checked against their generator).
+
 Transfer to a generation without its own table (v6e from tpu7x; h200 from h100) keeps the
 measured generation's efficiency at each size and applies it to the other's datasheet peaks; the
 constants say ``assumed:`` (so they are priced wide), and :func:`harness.metrics.timeline.
@@ -34,7 +39,7 @@ The tables, and the constants built from them; pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,6 +218,28 @@ def cubic_tile_efficiency(n: int, tile: tuple[int, int, int]) -> float:
     return n**3 / padded
 
 
+def net_of_fixed(rows: Sequence[Row], fixed_s: float, work: Callable[[float], float]) -> tuple[Row, ...]:
+    """Each row's rate with ``fixed_s`` of its time taken out: the per-op fixed cost the simulator adds
+    on its own (``op_overhead_s``), which a table that times each op on the device already holds. A
+    row's time is ``work(size) / value``; ValueError where the fixed cost is not below it."""
+    out = []
+    for r in rows:
+        seconds = work(r.size) / r.value
+        if seconds <= fixed_s:
+            raise ValueError(f"rates: {r.row} takes {seconds:.3g} s, not above the fixed cost {fixed_s:.3g} s")
+        out.append(Row(r.size, work(r.size) / (seconds - fixed_s), f"{r.row}, less {fixed_s * 1e9:g} ns per op"))
+    return tuple(out)
+
+
+def gemm_flops(n: float) -> float:
+    """FLOPs of an n x n x n GEMM row."""
+    return 2 * n**3
+
+
+def _bytes(size: float) -> float:
+    return size
+
+
 def _curve(
     prefix: str,
     rows: Sequence[Row],
@@ -225,7 +252,9 @@ def _curve(
     rows were measured on, when they are applied to another (an assumption, said first). ``tile``: a
     GEMM row's efficiency is stored net of its own padding on the matrix unit's tile (the simulator
     multiplies the tile's efficiency back in), so the row is priced at its measured rate exactly;
-    only tpu7x's 128 row is padded (to 256 on n and k)."""
+    only tpu7x's 128 row is padded (to 256 on n and k). Rows timed per op on the device come net of
+    the op's fixed cost (:func:`net_of_fixed`), so a row is priced at its measured time, overhead
+    included, not that plus the overhead again."""
     out: dict[str, Entry] = {}
     for size, eff, row in efficiencies(rows, peak):
         pad = cubic_tile_efficiency(int(size), tile)
@@ -274,15 +303,23 @@ def tpu7x_collectives(carried: str = "") -> dict[str, Entry]:
     }
 
 
+def tpu7x_fixed_s() -> float:
+    """The fixed cost per op in tpu7x's tables: they time each op on the device (accelerator-
+    microbenchmarks 9706b0e, ``multiple_iteration_timeit_from_trace``: the op's ``device_duration_ps``),
+    so each row holds the op's fill/drain, which the simulator adds as tpu7x's ``op_overhead_s``."""
+    return targets.SPECS["tpu7x"].constants["op_overhead_s"].value
+
+
 def tpu(measured_here: bool) -> dict[str, Entry]:
     """A TPU generation's curves: tpu7x's own tables (``measured_here``), else tpu7x's efficiencies
     (fractions of tpu7x's datasheet peaks, ``harness.targets.SPECS``) carried to this generation's
     peaks (assumed)."""
     t = targets.SPECS["tpu7x"]
     carried = "" if measured_here else "tpu7x"
+    gemm, hbm = (net_of_fixed(rows, tpu7x_fixed_s(), w) for rows, w in ((TPU7X_GEMM, gemm_flops), (TPU7X_HBM, _bytes)))
     return {
-        **_curve(MATMUL_PREFIX, TPU7X_GEMM, t.peak_bf16_flops, TPU7X_GEMM_TABLE, carried, t.tile),
-        **_curve(HBM_PREFIX, TPU7X_HBM, t.hbm_bytes_per_s, TPU7X_HBM_TABLE, carried),
+        **_curve(MATMUL_PREFIX, gemm, t.peak_bf16_flops, TPU7X_GEMM_TABLE, carried, t.tile),
+        **_curve(HBM_PREFIX, hbm, t.hbm_bytes_per_s, TPU7X_HBM_TABLE, carried),
         **tpu7x_collectives(carried),
     }
 
@@ -310,7 +347,13 @@ def gpu(measured_here: bool) -> dict[str, Entry]:
     pre = f"assumed: {carried}'s measured value carried (no table of its own); " if carried else ""
     return {
         **_curve(MATMUL_PREFIX, H100_GEMM, t.peak_bf16_flops, XLA_GEMM_TABLE, carried, t.tile),
-        **_curve(HBM_PREFIX, TPU7X_HBM, tpu7x.hbm_bytes_per_s, f"{TPU7X_HBM_TABLE}; {GPU_HBM_NOTE}", "tpu7x"),
+        **_curve(
+            HBM_PREFIX,
+            net_of_fixed(TPU7X_HBM, tpu7x_fixed_s(), _bytes),
+            tpu7x.hbm_bytes_per_s,
+            f"{TPU7X_HBM_TABLE}; {GPU_HBM_NOTE}",
+            "tpu7x",
+        ),
         "collective_latency_s": (latency, "s", pre + where, None if carried else lat_miss),
         LINK_EFFICIENCY: (min(eff, 1.0), "fraction", pre + where + route, None if carried else bw_miss),
     }

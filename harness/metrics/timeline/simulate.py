@@ -1,6 +1,7 @@
 """Walk a scheduled program on one device and lay out its timeline.
 
-One compute stream runs the instructions in schedule order; its clock advances by each compute
+One compute stream runs the instructions in schedule order from the program's launch
+(``program_launch_s``, where the spec has one: TPU); its clock advances by each compute
 op's time, ``max(matmul time, bytes / HBM bandwidth) + op overhead``, each dot at its shape's
 efficiency (:mod:`~harness.metrics.timeline.pricing`). A collective's transfer
 takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.timeline.groups`):
@@ -61,6 +62,7 @@ from harness.metrics.timeline.specs import TimelineSpec
 from harness.metrics.timeline.unpriced import HOST_RATE
 
 NS = 1e9
+LAUNCH = "(program launch)"
 _MATMUL_MODULES = 1  # modules whose dots stay cached: the program being predicted (a parsed step is large)
 _MATMULS: dict[int, tuple[Any, dict[str, list[pricing.Matmul]]]] = {}
 
@@ -163,11 +165,14 @@ class Simulator:
         self.program, self.spec, self.record = program, spec, record
         self.scope_of = scope_of
         self.latency_ns = spec.value("collective_latency_s") * NS
-        self.state = State(links=Links(policy=spec.link_sharing, host_policy=spec.host_link_sharing))
+        launch = spec.value("program_launch_s") * NS if "program_launch_s" in spec.constants else 0.0
+        self.state = State(t=launch, links=Links(policy=spec.link_sharing, host_policy=spec.host_link_sharing))
         self._shapes: dict[str, str] | None = None
         self._cost: dict[int, float] = {}
         self._route: dict[int, tuple[Route, float]] = {}
         self._scope: dict[str, str] = {}
+        if launch > 0:  # on the critical path (the stream's first wait), under no scope; no event (none in a trace)
+            self._on_path(LAUNCH, COMPUTE, launch)
 
     # ------------------------------------------------------------------ costs
 

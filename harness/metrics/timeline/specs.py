@@ -7,6 +7,8 @@ it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants
   generation: its published ones, ports, wrap rule and assumed constants);
 * ``hbm_bytes_per_s``: HBM bandwidth;
 * ``op_overhead_s``: fixed cost added to every instruction that runs (fill/drain, launch);
+* ``program_launch_s``, ``scalar_op_s`` (TPU): a program's start before its first op, and a scalar op's
+  cost in place of ``op_overhead_s`` (measured on a real v6e profile, :mod:`harness.hardware`);
 * ``collective_latency_s``: fixed cost of every collective (synchronisation, first hop);
 * ``link_bytes_per_s``: one ICI link, one direction (TPU); the NVLink bandwidth of one GPU, one
   direction (GPU: NVSwitch gives every group the GPU's full NVLink bandwidth); copy bandwidth (CPU);
@@ -107,7 +109,7 @@ class Topology:
 
 LINK_SHARING = ("fair", "fifo")
 CORE_LINKS = ("shared", "own", "per_core")
-SCALAR_OPS = ("overhead", "bytes")
+SCALAR_OPS = ("after_launch", "with_launch")
 
 
 @dataclass(frozen=True)
@@ -140,13 +142,13 @@ class TimelineSpec:
     ``per_core`` (each core half of them whatever the groups: ports owned per die and a ring that
     leaves a chip from one die only; the rule before SIMULATOR_VERSION 4). Assumed either way (no
     published figure per core); the interval covers the other two where a chip holds several devices."""
-    scalar_ops: str = "overhead"
-    """What a scalar op (:attr:`~harness.metrics.timeline.program.Op.scalar`: not a fusion or kernel,
-    every operand and its result rank 0) costs beyond its bytes: ``overhead`` (``op_overhead_s``,
-    like every op) or ``bytes`` (nothing: XLA's own approximate cost model, openxla/xla
-    ``xla/service/latency_hiding_scheduler.cc`` ``ApproximateLatencyEstimator::NodeCost``, prices any
-    op that is not a fusion or convolution at ``kLowCost`` = 1 against a loop fusion's 1000). Assumed
-    either way (no measured scalar op); the interval covers ``bytes`` where a program has one."""
+    scalar_ops: str = "after_launch"
+    """How the measurement behind ``scalar_op_s`` is read (a spec without it prices a scalar op, :attr:`~harness.
+    metrics.timeline.program.Op.scalar`, at ``op_overhead_s`` like any op): the profile's one scalar copy ran
+    between a program's start and its first kernel, and the launch before it is measured in another program.
+    ``after_launch``: the copy ran after the launch (it costs the gap less the launch, ``scalar_op_s``);
+    ``with_launch``: its DMA filled the whole gap (``scalar_op_s + program_launch_s``). Either reading is
+    assumed; the interval covers the other where a program runs a scalar op on such a spec."""
 
     def __post_init__(self) -> None:
         for what, policy, allowed in (
@@ -382,7 +384,7 @@ def spec_from_dict(raw: Mapping[str, Any], where: str = "spec") -> TimelineSpec:
             str(raw.get("link_sharing", "fair")),
             str(raw.get("host_link_sharing", "fifo")),
             str(raw.get("core_links", "shared")),
-            str(raw.get("scalar_ops", "overhead")),
+            str(raw.get("scalar_ops", "after_launch")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: not a timeline spec ({type(e).__name__}: {e})") from None

@@ -42,12 +42,14 @@ def test_result_per_module_and_op(out):
     assert modules["jit__psum"]["num_partitions"] == 8 and modules["jit__psum"]["measured_runs"] == 12
     for name in ("jit__psum", "jit_broadcast_in_dim"):
         assert modules[name]["inside"] and 0.8 <= modules[name]["ratio"] <= 1.2, name
-    # The known miss: a 1-us module of two scalar copies, priced at the assumed 1 us per op (2.08x);
-    # inside its interval only through the point that prices scalar ops at their bytes (13 ns).
+    # The known miss: a 1-us module of two scalar copies, priced at the launch and two scalar ops measured
+    # on the profile's other modules (0.73x, was two kernels' 1 us each, 2.08x); inside its interval only
+    # through the measurement's other reading, each copy's DMA the whole gap before the broadcast kernel.
     convert = modules["jit_convert_element_type"]
-    assert convert["ratio"] > 1.5 and convert["inside"] and "scalar_ops:bytes" in convert["assumed"]
-    assert convert["interval_ms"][0] < 1e-4 and convert["interval_ms"][1] == pytest.approx(3e-3, rel=1e-3)
-    assert "scalar_ops:bytes" not in f["assumed"] and "core_links:own" not in f["assumed"]  # v6e: one core
+    assert 0.72 < convert["ratio"] < 0.74 and convert["inside"] and "scalar_ops:with_launch" in convert["assumed"]
+    lo, hi = convert["interval_ms"]
+    assert hi == pytest.approx(1.3398e-3, rel=1e-3) and lo < convert["measured_ms"] * 0.7 < convert["measured_ms"] < hi
+    assert "scalar_ops:with_launch" not in f["assumed"] and "core_links:own" not in f["assumed"]  # v6e: one core
     ops = {(o["module"], o["op"]): o for o in result["ops"]}
     assert len(ops) == 17 and ops[("jit_f", "copy-done")]["host_offload"]
     assert all(o["predicted_ms"] is not None for o in ops.values())  # every measured op has a prediction by name

@@ -1,6 +1,6 @@
 """The interval's points for two modelling choices that are assumed: a chip's ICI ports shared by its
-TensorCores or each core's own (``core_links``), and scalar ops with or without the per-op overhead
-(``scalar_ops``). Known answers on small programs."""
+TensorCores or each core's own (``core_links``), and how the measured scalar op is read (``scalar_ops``,
+TPU only). Known answers on small programs."""
 
 from __future__ import annotations
 
@@ -50,28 +50,48 @@ def test_scalar_ops_are_the_non_fusion_ops_on_rank_0_values():
     assert not ops["fusion"].scalar and not ops["add"].scalar and ops["fusion"].cls == "compute"
 
 
-def test_scalar_ops_priced_at_their_bytes_drop_only_their_overhead():
+def test_a_tpu_scalar_op_costs_the_measured_scalar_op_not_a_kernels_overhead():
     spec = timeline.spec_for("v6e:2x4", "tpu")
-    overhead = spec.value("op_overhead_s") * 1e9
+    scalar, launch = spec.value("scalar_op_s") * 1e9, spec.value("program_launch_s") * 1e9
+    assert (scalar, launch) == pytest.approx((190.0, 319.922))
     base = timeline.predict(parse(SCALARS), spec)
-    free = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="bytes"))
     ns = {e.name: e.end_ns - e.start_ns for e in base.events}
-    free_ns = {e.name: e.end_ns - e.start_ns for e in free.events}
-    for name in ("copy.1", "copy"):
-        assert free_ns[name] == pytest.approx(ns[name] - overhead, rel=1e-9) and 0 < free_ns[name] < 10
-    assert free_ns["fusion"] == pytest.approx(ns["fusion"], rel=1e-12) and free_ns["add"] == pytest.approx(
-        ns["add"], rel=1e-12
-    )
-    assert base.step_ns - free.step_ns == pytest.approx(2 * overhead, rel=1e-9)
+    for name in ("copy.1", "copy"):  # 4 bytes each: the fixed cost and under 0.01 ns of bandwidth
+        assert scalar < ns[name] < scalar + 0.01
+    assert ns["fusion"] > spec.value("op_overhead_s") * 1e9 and ns["add"] > spec.value("op_overhead_s") * 1e9
+    assert min(e.start_ns for e in base.events) == pytest.approx(launch)  # the program's launch first
+    other = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="with_launch"))
+    assert other.step_ns - base.step_ns == pytest.approx(2 * launch, rel=1e-9)
 
 
-def test_the_interval_has_the_scalar_point_only_where_a_program_runs_a_scalar_op():
+def test_a_gpu_or_cpu_scalar_op_is_priced_as_any_op_and_no_program_launch_is_added():
+    h100 = timeline.spec_for("h100:1x1x8", "gpu")
+    ns = {e.name: (e.start_ns, e.end_ns) for e in timeline.predict(parse(SCALARS), h100).events}
+    overhead = h100.value("op_overhead_s") * 1e9
+    assert ns["copy.1"][0] == 0.0 and ns["copy.1"][1] == pytest.approx(overhead, rel=1e-6)
+
+
+def test_the_interval_has_the_scalar_point_only_where_a_tpu_program_runs_a_scalar_op():
     spec = timeline.spec_for("v6e:2x4", "tpu")
     u = timeline.uncertainty(parse(SCALARS), spec)
-    assert u["scalar_ops"] == "overhead" and "scalar_ops:bytes" in u["assumed"]
-    free = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="bytes")).step_ns / 1e9
-    assert u["points_s"]["scalar_ops:bytes"] == pytest.approx(free) and u["interval_s"][0] <= free
-    assert "scalar_ops:bytes" not in timeline.uncertainty(parse(GATHER), spec)["points_s"]
+    assert u["scalar_ops"] == "after_launch" and "scalar_ops:with_launch" in u["assumed"]
+    other = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="with_launch")).step_ns / 1e9
+    assert u["points_s"]["scalar_ops:with_launch"] == pytest.approx(other) and other <= u["interval_s"][1]
+    assert not any(k.startswith("scalar_ops") for k in timeline.uncertainty(parse(GATHER), spec)["points_s"])
+
+
+def test_a_gpu_or_cpu_program_with_a_scalar_op_gets_no_scalar_point():
+    """A GPU's (and a CPU's) scalar op is a kernel launch or a call like any other op: no reading of a
+    TPU measurement to vary (the point used to be added on every platform)."""
+    for other_spec in (timeline.spec_for("h100:1x1x8", "gpu"), _cpu()):
+        points = timeline.uncertainty(parse(SCALARS), other_spec)["points_s"]
+        assert not any(k.startswith("scalar_ops") for k in points), other_spec.name
+
+
+def _cpu() -> timeline.TimelineSpec:
+    from harness.metrics.timeline.specs import cpu_spec
+
+    return cpu_spec(1e11, 1e10, 2e-6, "measured: test")
 
 
 def test_each_core_its_own_ports_doubles_a_cross_chip_route_on_tpu7x_only():
@@ -87,12 +107,12 @@ def test_each_core_its_own_ports_doubles_a_cross_chip_route_on_tpu7x_only():
 
 
 def test_the_new_choices_round_trip_through_a_spec_file_and_a_bad_one_is_refused():
-    spec = dataclasses.replace(timeline.spec_for("tpu7x:2x2x1", "tpu"), core_links="own", scalar_ops="bytes")
+    spec = dataclasses.replace(timeline.spec_for("tpu7x:2x2x1", "tpu"), core_links="own", scalar_ops="with_launch")
     back = spec_from_dict(spec.to_dict())
-    assert (back.core_links, back.scalar_ops) == ("own", "bytes")
+    assert (back.core_links, back.scalar_ops) == ("own", "with_launch")
     raw = spec.to_dict()
     del raw["core_links"], raw["scalar_ops"]  # a spec file written before the fields: the defaults
-    assert (spec_from_dict(raw).core_links, spec_from_dict(raw).scalar_ops) == ("shared", "overhead")
+    assert (spec_from_dict(raw).core_links, spec_from_dict(raw).scalar_ops) == ("shared", "after_launch")
     with pytest.raises(ValueError, match="core_links 'half'"):
         spec_from_dict({**raw, "core_links": "half"}, "cal.json")
     with pytest.raises(ValueError, match="scalar_ops 'free'"):

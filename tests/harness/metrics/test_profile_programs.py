@@ -4,7 +4,9 @@ simulator cannot price is named in the notes. About 2 s (jaxlib prints four smal
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import statistics
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,38 @@ def test_host_copies_cross_the_host_link(programs):
     assert [path[f"copy-start{n}"] for n in ("", ".2", ".4")] == pytest.approx([one] * 3, rel=1e-6)
     note = next(n for n in fifo.notes if n.startswith("host-offload copies (6, 32.2 GB"))
     assert "host_bytes_per_s = 32 GB/s" in note and "scaling-book" in note
+
+
+def _first_op_gaps_ns(plane, module: str) -> list[float]:
+    """Per execution of ``module`` on ``plane``: from its start to its first XLA op, in ns."""
+    lines = {line.name: line for line in plane.lines}
+    starts = sorted(e.offset_ps for e in lines["XLA Ops"].events)
+    out = []
+    for e in lines["XLA Modules"].events:
+        if plane.event_metadata[e.metadata_id].name.startswith(f"{module}("):
+            out.append((starts[bisect.bisect_left(starts, e.offset_ps)] - e.offset_ps) / 1e3)
+    return out
+
+
+def test_the_launch_and_scalar_op_are_measured_on_the_other_modules(planes):
+    """The constants' source, recomputed: jit_f's start to its first op (400 executions, 4 devices) and
+    jit_broadcast_in_dim's start to its broadcast kernel, its one scalar copy ran between (1 execution)."""
+    devices = [p for p in planes if p.name.startswith("/device:TPU:")]
+    launch = statistics.median(g for p in devices for g in _first_op_gaps_ns(p, "jit_f"))
+    (gap,) = [g for p in devices for g in _first_op_gaps_ns(p, "jit_broadcast_in_dim")]
+    spec = spec_for("v6e:2x4", "tpu")
+    assert len([g for p in devices for g in _first_op_gaps_ns(p, "jit_f")]) == 400
+    assert spec.value("program_launch_s") * 1e9 == pytest.approx(launch, abs=1e-3)
+    assert spec.value("scalar_op_s") * 1e9 == pytest.approx(gap - launch, abs=1e-3)
+
+
+def test_the_scalar_copies_module_is_its_launch_and_two_scalar_ops_not_two_kernels(programs):
+    """jit_convert_element_type (two f32[] copies, no XLA Ops event of its own in the profile): a
+    launch and two scalar ops, 700 ns against 961 measured; was two kernels' overhead, 2 us."""
+    spec = spec_for("v6e:2x4", "tpu")
+    step = predict(parse(programs["jit_convert_element_type"].text), spec).step_ns
+    fixed = spec.value("program_launch_s") + 2 * spec.value("scalar_op_s")
+    assert step == pytest.approx(fixed * 1e9, abs=0.01) and 699 < step < 701
 
 
 def test_what_cannot_be_priced_is_named(programs):
