@@ -89,7 +89,8 @@ def reference_of(baseline: Path) -> tuple[str, str]:
     if newest.dirty:
         raise CannotCompare(
             f"{what} was measured from a dirty tree at {newest.commit[:12]}: its code is not that commit's; "
-            "re-baseline from a clean checkout (or give --against)"
+            "re-baseline from a clean checkout, or compare with the commit that committed the baseline: "
+            f"--against $(git log -1 --format=%H -- {baseline})"
         )
     return newest.commit, what
 
