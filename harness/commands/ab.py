@@ -14,7 +14,7 @@ commits, the load average). Exits
     1  this tree is slower: the stage, the metric (seconds per call), the median ratio and the counts
     2  cannot compare, naming why: no baseline or no commit in it, a reference record from a
        dirty tree, a commit this clone lacks, other run-time dependency pins than this tree's,
-       a reference tree without the stage API, a worker that failed, too few pairs for alpha
+       a reference tree without the stage API, a shallow clone, a worker that failed, too few pairs
 """
 
 from __future__ import annotations
@@ -177,6 +177,8 @@ def compare(args: argparse.Namespace) -> tuple[int, Path]:
             reference = revision.resolve(REPO_ROOT, commit)
         except revision.GitError as e:
             raise CannotCompare(f"{what}: commit {commit[:12]} is not in this clone (fetch it, or re-baseline)") from e
+    if revision.git(REPO_ROOT, "rev-parse", "--is-shallow-repository") == "true":
+        raise CannotCompare("this clone is shallow: a commit's history is cut, the reference may not be what it names")
     check_pins(reference)
     head_git = git_info(REPO_ROOT)
     print(

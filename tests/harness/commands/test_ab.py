@@ -80,3 +80,10 @@ def test_the_real_stage_against_this_commit_is_not_slower(tmp_path: Path, capsys
     assert record["base"]["commit"] == revision.resolve(ROOT, "HEAD") and record["test"]["critical"] == 18
     assert len(record["pairs"]) == 20 and all(len(p["base_calls"]) == 3 for p in record["pairs"])
     assert record["workers"] == 2 and len(set(record["pads"])) == 4
+
+
+def test_a_shallow_clone_cannot_compare(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    real = revision.git
+    monkeypatch.setattr(revision, "git", lambda repo, *a: "true" if "--is-shallow-repository" in a else real(repo, *a))
+    code, err = _run([str(ROOT / "experiments" / "ab.toml"), "--against", "HEAD"], capsys)
+    assert code == 2 and "cannot compare: this clone is shallow" in err
