@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _console(result: dict) -> str:
+    from harness.fmt import fmt_time
     from harness.report.profile import policies
 
     label = result["label"]
@@ -37,10 +38,10 @@ def _console(result: dict) -> str:
     for m in result["modules"]:
         lo, hi = m["interval_ms"]
         ratio = f"{m['ratio']:.2f}x" if m["ratio"] is not None else "-"
-        interval = f"{lo:.3f}-{hi:.3f}"
+        interval = f"{fmt_time(lo / 1e3)}-{fmt_time(hi / 1e3)}"
+        measured, predicted = fmt_time(m["measured_ms"] / 1e3), fmt_time(m["predicted_ms"] / 1e3)
         lines.append(
-            f"{m['module']:<28}{m['measured_ms']:>10.3f}ms{m['predicted_ms']:>10.3f}ms{interval:>22}ms"
-            f"{ratio:>8}  {'yes' if m['inside'] else 'no'}"
+            f"{m['module']:<28}{measured:>12}{predicted:>12}{interval:>24}{ratio:>8}  {'yes' if m['inside'] else 'no'}"
         )
     s = result["score"]
     median = "inf" if s["median_abs_log_ratio"] is None else f"{s['median_abs_log_ratio']:.3f}"

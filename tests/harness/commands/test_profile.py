@@ -59,6 +59,14 @@ def test_result_per_module_and_op(out):
         assert not covered["predicted_zero"] and covered["median_abs_log_ratio"] <= 0.2, key
 
 
+def test_the_console_writes_each_module_in_its_own_unit(out):
+    from harness.commands.profile import _console
+
+    rows = {line.split()[0]: line.split()[1:] for line in _console(load(out)).splitlines()[2:6]}
+    assert rows["jit_convert_element_type"][:4] == ["0.961", "us", "0.7", "us"]  # was "0.001ms 0.001ms"
+    assert rows["jit_f"][:4] == ["784", "ms", "679", "ms"] and rows["jit_f"][-2:] == ["0.87x", "yes"]
+
+
 def test_page_and_xspaces(out):
     page = (out / "profile.html").read_text()
     assert "Real profile: predicted against measured" in page and "predicted, tpu7x curves" in page
