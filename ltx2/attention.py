@@ -115,6 +115,8 @@ class Attention(nnx.Module):
     ``strategy`` (a sharding strategy name) choose the score/value kernel (:func:`dot_product_attention`),
     for sequences of at least ``min_tokens`` queries and keys (shorter ones: the XLA path).
     ``partials``: where the projections round their products (:data:`ltx2.layers.LINEAR_PARTIALS`).
+    ``qk_float32``: the Q/K norms return float32, so RoPE and the score kernel take float32 queries and
+    keys (``TransformerConfig.qk_dtype``); the output is rounded to the values' dtype before ``to_out``.
     """
 
     def __init__(
@@ -135,20 +137,26 @@ class Attention(nnx.Module):
         min_tokens: int = 1,
         param_dtype: jnp.dtype = jnp.float32,
         partials: str = "float32",
+        qk_float32: bool = False,
         rngs: nnx.Rngs,
     ):
         if heads <= 0 or head_dim <= 0:
             raise ValueError(f"Attention needs positive heads and head_dim, got {heads=}, {head_dim=}")
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+        if qk_float32 and impl == "splash_input":
+            raise ValueError(
+                "qk_dtype='float32' with attention_impl='splash_input': the exchange projects its keys"
+                " in the activation dtype"
+            )
         inner = heads * head_dim
         kw: dict[str, Any] = dict(dtype=param_dtype, partials=partials, rngs=rngs)
         self.to_q = Linear(query_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_k = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_v = Linear(context_dim, inner, axes=("qkv_in", "heads"), use_bias=bias, **kw)
         self.to_out = Linear(inner, query_dim, axes=("heads", "attn_out"), use_bias=out_bias, **kw)
-        self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads")
-        self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads")
+        self.norm_q = RMSNorm(inner, eps=eps, axis_name="heads", out_float32=qk_float32)
+        self.norm_k = RMSNorm(inner, eps=eps, axis_name="heads", out_float32=qk_float32)
         self.to_gate_logits = Linear(query_dim, heads, axes=("embed", None), **kw) if gated else None
         self.heads, self.head_dim, self.rope_type, self.impl, self.strategy = heads, head_dim, rope_type, impl, strategy
         self.rope_form = rope_form
@@ -227,7 +235,7 @@ class Attention(nnx.Module):
             out = dot_product_attention(
                 heads(q), heads(k), heads(v), bias, impl=self.impl, strategy=self.strategy, min_tokens=self.min_tokens
             )
-        out = out.reshape(*out.shape[:-2], -1)
+        out = out.reshape(*out.shape[:-2], -1).astype(v.dtype)  # qk_float32: float32 out, rounded as the values
         if keep is not None:
             keep = keep.astype(out.dtype)
             out = jnp.where(keep == 1, out, v + keep * (out - v))

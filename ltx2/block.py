@@ -149,6 +149,7 @@ class Block(nnx.Module):
                 strategy=cfg.sharding,
                 param_dtype=pd,
                 partials=cfg.linear_partials,
+                qk_float32=cfg.qk_dtype == "float32",
                 rngs=rngs,
             )
 

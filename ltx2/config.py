@@ -3,7 +3,7 @@
 ``TransformerConfig`` mirrors the constructor of diffusers' ``LTX2VideoTransformer3DModel``
 (same field names, same defaults) plus our performance knobs (``scan_layers``, ``sharding``,
 ``attention_impl``, ``attention_impl_min_tokens``, ``dtype``, ``param_dtype``, ``linear_partials``,
-``rope_form``, ``token_chunks``, ``pipeline_stages``).
+``rope_form``, ``token_chunks``, ``pipeline_stages``, ``qk_dtype``).
 Derived sizes are properties.
 """
 
@@ -21,6 +21,7 @@ ROPE_TYPES = ("interleaved", "split")
 ROPE_FORMS = ("concat", "fused")  # how a split RoPE is written (ltx2.rope): the same float32 arithmetic
 ATTENTION_IMPLS = ("auto", "xla", "blocked", "cudnn", "splash", "splash_ring", "splash_input")
 DTYPES = ("float32", "bfloat16")
+QK_DTYPES = ("activation", "float32")  # what the Q/K norms return (TransformerConfig.qk_dtype)
 TIMESTEP_EMBED_DIM = 256  # sinusoidal timestep features (diffusers PixArtAlphaCombinedTimestepSizeEmbeddings)
 FF_MULT = 4
 
@@ -43,6 +44,7 @@ KNOBS = (
     "rope_form",
     "token_chunks",
     "pipeline_stages",
+    "qk_dtype",
 )
 
 
@@ -125,6 +127,12 @@ class TransformerConfig:
     # stage s holds layers s, s + S, ... (stored stage-major), the batch rows split into S microbatches
     # that pass from stage to stage layer by layer. 1: every device runs every layer.
     pipeline_stages: int = 1
+    # The dtype the attentions' Q/K RMSNorms return, so the queries and keys RoPE rotates and the
+    # attention kernel (and a sequence-parallel key gather) takes: "activation" as diffusers (the
+    # projection's dtype); "float32" as MaxDiffusion's LTX-2 (nnx.RMSNorm(dtype=float32) at b224fd25,
+    # attention_ltx2.py: q and k stay float32 into the flash kernel, values in the activation dtype).
+    # The attention's output is rounded to the activation dtype before the output projection.
+    qk_dtype: str = "activation"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vae_scale_factors", tuple(self.vae_scale_factors))
@@ -151,6 +159,7 @@ class TransformerConfig:
             ("param_dtype", DTYPES),
             ("linear_partials", LINEAR_PARTIALS),
             ("rope_form", ROPE_FORMS),
+            ("qk_dtype", QK_DTYPES),
         ):
             if getattr(self, name) not in allowed:
                 raise _fail(name, getattr(self, name), f"must be one of {allowed}")

@@ -111,13 +111,17 @@ def join_chunks(parts: list[jax.Array]) -> jax.Array:
 class RMSNorm(nnx.Module):
     """RMSNorm with an optional learned scale (``weight`` in diffusers)."""
 
-    def __init__(self, dim: int, *, eps: float, affine: bool = True, axis_name: str = "norm"):
-        self.eps = eps
+    def __init__(
+        self, dim: int, *, eps: float, affine: bool = True, axis_name: str = "norm", out_float32: bool = False
+    ):
+        self.eps, self.out_float32 = eps, out_float32
         self.scale = param(jnp.ones((dim,), jnp.float32), (axis_name,)) if affine else None
 
     @scopes.module_scope
     def __call__(self, x: jax.Array) -> jax.Array:
-        return rms_norm(x, self.eps, None if self.scale is None else self.scale[...])
+        """``x`` normalised, in ``x``'s dtype (``out_float32``: in float32, the norm's own precision)."""
+        scale = None if self.scale is None else self.scale[...]
+        return rms_norm(x.astype(jnp.float32) if self.out_float32 else x, self.eps, scale)
 
 
 def gelu_tanh(x: jax.Array) -> jax.Array:

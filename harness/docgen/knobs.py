@@ -55,6 +55,11 @@ KNOB_DOCS: dict[str, tuple[str, tuple[Any, ...]]] = {
         "one elementwise rotation); the same float32 arithmetic.",
         ("concat", "fused"),
     ),
+    "transformer.qk_dtype": (
+        "The dtype the attentions' Q/K norms return: `activation` as diffusers, or `float32` as MaxDiffusion's "
+        "LTX-2 (queries and keys float32 through RoPE into the kernel, a sequence-parallel key gather float32).",
+        ("activation", "float32"),
+    ),
     "transformer.token_chunks": (
         "The video stream's per-token work after the self-attention's core runs on this many strided token "
         "chunks, so one chunk's output-projection all-reduce can run under another's matmuls. 1: all at once.",
