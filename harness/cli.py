@@ -2,7 +2,7 @@
 
 Each command module has the same small interface: a docstring (its description),
 ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> exit code``.
-Adding a verb is one line in :data:`COMMANDS`.
+Adding a verb is its name in :data:`VERBS` (its module: ``harness/commands/<verb>.py``, ``-`` as ``_``).
 
 Every way a verb can end is one exit status and, on failure, one line on stderr (no traceback;
 ``--debug`` adds it):
@@ -36,23 +36,10 @@ from harness.results.storage import EXIT_STORAGE, StorageError
 from harness.results.store import InvalidRecordWarning, RecordError, SweepIdError
 from harness.run.interrupt import Interrupted, exit_on_signals
 
-COMMANDS: dict[str, str] = {
-    "sweep": "harness.commands.sweep",
-    "inspect": "harness.commands.inspect",
-    "report": "harness.commands.report",
-    "gate": "harness.commands.gate",
-    "baseline": "harness.commands.baseline",
-    "diff": "harness.commands.diff",
-    "collect": "harness.commands.collect",
-    "search": "harness.commands.search",
-    "bisect": "harness.commands.bisect",
-    "gate-power": "harness.commands.gate_power",
-    "history": "harness.commands.history",
-    "calibrate": "harness.commands.calibrate",
-    "profile": "harness.commands.profile",
-    "run-variant": "harness.commands.run_variant",
-    "ab": "harness.commands.ab",
-}
+VERBS = (
+    "sweep inspect report gate baseline diff collect search bisect gate-power history calibrate profile run-variant ab"
+)
+COMMANDS: dict[str, str] = {verb: f"harness.commands.{verb.replace('-', '_')}" for verb in VERBS.split()}
 USER_ERRORS = (ManifestError, RecordError, SweepIdError, SweepLocked)
 EXIT_USER, EXIT_INTERNAL = 2, 4
 DEBUG_HELP = "on an error, print its traceback too"
