@@ -92,6 +92,11 @@ def dot_product_attention(
 
 
 def _xla_attention(q_blnk: jax.Array, k_bsnk: jax.Array, v_bsnk: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """Normalised after the value matmul, as torch's CPU attention and the flash kernels do: the
+    unnormalised weights ``exp(s - max)`` (the largest exactly 1) go to the value dtype for the
+    matmul, their float32 row sum divides its float32 accumulator, one rounding at the end.
+    Rounding the normalised probabilities instead made the bf16 DiT worse than diffusers' bf16
+    (benchmarks/results/bf16-softmax-order-2026-11-29.md)."""
     scale = 1.0 / math.sqrt(q_blnk.shape[-1])
     # Heads-major operands: with batch dims leading, XLA:CPU emits a batched GEMM; the same
     # einsum on [B, L, N, K] operands ran ~3.5x slower (1024 tokens, 4 heads).
@@ -99,10 +104,11 @@ def _xla_attention(q_blnk: jax.Array, k_bsnk: jax.Array, v_bsnk: jax.Array, bias
     logits_bnls = jnp.einsum("bnlk,bnsk->bnls", q_bnlk, k_bnsk, preferred_element_type=jnp.float32) * scale
     if bias is not None:
         logits_bnls = logits_bnls + bias.astype(jnp.float32)
-    probs_bnls = jax.nn.softmax(logits_bnls, axis=-1)
+    weights_bnls = jnp.exp(logits_bnls - jax.lax.stop_gradient(logits_bnls.max(-1, keepdims=True)))
     out_bnlk = jnp.einsum(
-        "bnls,bnsk->bnlk", probs_bnls.astype(v_bnsk.dtype), v_bnsk, preferred_element_type=jnp.float32
+        "bnls,bnsk->bnlk", weights_bnls.astype(v_bnsk.dtype), v_bnsk, preferred_element_type=jnp.float32
     )
+    out_bnlk = out_bnlk / weights_bnls.sum(-1, keepdims=True)
     return jnp.swapaxes(out_bnlk, 1, 2).astype(q_blnk.dtype)
 
 

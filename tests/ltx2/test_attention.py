@@ -96,6 +96,20 @@ def test_blocked_bfloat16_tracks_float32() -> None:
     assert _err(got, want) < BF16_KERNEL and _err(xla_bf, want) < BF16_KERNEL
 
 
+def test_xla_path_normalises_after_the_value_matmul() -> None:
+    """Equal logits over 3 keys: the weights are exactly 1, the value sum is exact in float32 and one
+    float32 division by 3 rounds once to bfloat16, so the output is the mean of v rounded once (as
+    torch's CPU attention computes it). Rounding the probabilities 1/3 to bfloat16 first (the old
+    order) misses that mean on 264 of 768 elements here."""
+    rng = np.random.default_rng(11)
+    v = rng.normal(size=(2, 3, 4, 32)).astype(jnp.bfloat16)
+    q = jnp.zeros((2, 3, 4, 32), jnp.bfloat16)
+    got = np.asarray(dot_product_attention(q, q, jnp.asarray(v), impl="xla"))
+    mean = (v.astype(np.float32).sum(1, keepdims=True) / np.float32(3)).astype(jnp.bfloat16)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(got.astype(np.float32), np.broadcast_to(mean, got.shape).astype(np.float32))
+
+
 # (B, L, S, N, K, bias kind, block): ragged sequences (padded to 128-token tiles), head dims below
 # the 128 lanes (zero-padded), text key masks, several query and key tiles (block 128).
 SPLASH_CASES = {
