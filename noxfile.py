@@ -113,6 +113,16 @@ def gate(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def ab(session: nox.Session) -> None:
+    """This tree's measured step timed against another commit's code, interleaved in one run
+    (default experiments/ab.toml against the baseline's commit; `-- experiments/ab.toml --against REV`).
+    Exit 1: this tree is slower; 2: cannot compare (docs/gates.md, "A same-run A/B")."""
+    _install(session)
+    args = session.posargs or ["experiments/ab.toml"]
+    session.run("python", "-m", "harness", "ab", *args, env={**CPU_ENV, **dict(os.environ)})
+
+
+@nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ with ``mkdocs build --strict``: any warning fails it, and
     mkdocs.yml's ``validation`` makes every link and anchor that does not resolve a warning. The
