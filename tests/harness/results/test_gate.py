@@ -335,22 +335,6 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report():
     assert upload["with"]["path"] == "reports/"
 
 
-def test_ci_runs_the_readme_tests_and_both_deterministic_gates():
-    """.ci/run: the README's test command, then nightly.toml's deterministic gate, nightly-tpu.toml's and
-    the A/B of the step against the baseline's code, each under a ceiling; nothing else (the README's
-    main job runs at night: CI stays under 40 min)."""
-    lines = (REPO / ".ci" / "run").read_text().splitlines()
-    steps = [shlex.split(line.strip(), posix=False) for line in lines if line.strip().startswith("step ")]
-    assert [" ".join(step[3:]) for step in steps[1:]] == [
-        "python3 -m nox -s tests",
-        "python3 -m nox -s gate -- experiments/nightly.toml --timings off",
-        "python3 -m nox -s gate -- experiments/nightly-tpu.toml",
-        'python3 -m nox -s ab -- experiments/ab.toml --against "$ab_ref"',  # the baseline's commit
-    ]
-    assert "nox -s tests" in (REPO / "README.md").read_text()  # the README's test command, as CI runs it
-    assert sum(int(step[2]) for step in steps) <= 90 * 60  # hang ceilings together within CI's 90 min
-
-
 # --------------------------------------------------------------------------- interleaved re-measurement
 
 
