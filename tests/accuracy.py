@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.results import sign_test
+
 ALPHA = 1e-3  # each test's false-failure budget, split over its comparisons
 METRICS = ("max_abs", "rel_l2")
 
@@ -49,8 +51,8 @@ def deviation(x: np.ndarray, ref: np.ndarray) -> Deviation:
 
 
 def binomial_tail(n: int, k: int) -> float:
-    """P(Bin(n, 1/2) >= k), exactly."""
-    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2.0**n
+    """P(Bin(n, 1/2) >= k), exactly (:func:`harness.results.sign_test.binomial_tail`)."""
+    return float(sign_test.binomial_tail(n, k))
 
 
 def sign_test_limit(n: int, alpha: float) -> int:

@@ -36,6 +36,7 @@ from harness.results import store
 from harness.results.provenance import git_info, machine_info, now
 from harness.results.record import Record
 from harness.results.sign_test import min_pairs, sign_test
+from harness.results.storage import write_atomic
 
 HELP = "time a stage against the baseline's code, interleaved in one run; exit 0 clean, 1 slower, 2 cannot compare"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +222,7 @@ def compare(args: argparse.Namespace) -> tuple[int, Path]:
         "test": dataclasses.asdict(test) | {"regressed": test.regressed},
         "pairs": [dataclasses.asdict(p) for p in pairs],
     }
-    (out / "ab.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_atomic(out / "ab.json", json.dumps(record, indent=1) + "\n")
     verdict = "SLOWER" if test.regressed else "ok"
     print(f"{verdict}  {variant} {stage} seconds per call: {test.line()}")
     print(f"record: {out / 'ab.json'}")
