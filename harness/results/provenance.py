@@ -53,8 +53,36 @@ def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None
     return out
 
 
+# Tracked paths a run never reads: the documentation, the tests, dated results, the gate's committed
+# baselines and the CI's own files. A change confined to them leaves the measured code the commit's.
+NOT_RUN = ("docs/", "tests/", "benchmarks/results/", "reports/", ".github/", ".ci/")
+
+
+def runs_from(path: str) -> bool:
+    """Whether a tracked file at ``path`` (relative to the checkout) can change what a run does: anything
+    but markdown and the folders of :data:`NOT_RUN`."""
+    return not (path.endswith(".md") or path.startswith(NOT_RUN))
+
+
+def changed_paths(porcelain_z: str) -> list[str]:
+    """The paths of ``git status --porcelain=v1 -z`` output (both sides of a rename or copy)."""
+    tokens, paths = porcelain_z.split("\0"), []
+    while tokens:
+        entry = tokens.pop(0)
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if "R" in entry[:2] or "C" in entry[:2]:
+                paths.append(tokens.pop(0))
+    return paths
+
+
 def git_info(repo: str | Path) -> dict[str, Any]:
-    """Commit and dirty flag of the checkout the harness runs from (nulls outside git)."""
+    """Commit and dirty flag of the checkout the harness runs from (nulls outside git).
+
+    Dirty means the code a run executes is not its commit's: a tracked file that :func:`runs_from`
+    changed, staged or not. Untracked files never count (nothing committed imports them), nor do
+    changes confined to documentation, tests, results or baselines: re-baselining beside an edited
+    doc still records a clean commit, which ``harness ab`` and ``harness bisect baseline`` need."""
 
     def git(*args: str) -> str | None:
         try:
@@ -64,8 +92,8 @@ def git_info(repo: str | Path) -> dict[str, Any]:
         return done.stdout if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain=v1", "-z", "--untracked-files=no")
     return {
         "commit": commit.strip() if commit else None,
-        "dirty": None if status is None else bool(status.strip()),
+        "dirty": None if status is None else any(runs_from(p) for p in changed_paths(status)),
     }
