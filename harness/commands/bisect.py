@@ -3,7 +3,8 @@
 Each commit of GOOD..BAD (BAD's first-parent line) is checked out in a temporary git worktree and
 measured by its own harness, running only the variant and the stage the metric needs, with only the
 metric's family (static or measured). GOOD may be ``baseline``: the commit the manifest's gate
-baseline was recorded at.
+baseline was recorded at, or the commit that committed the baseline file where that one is not on
+BAD's line or its records came from a dirty tree (:func:`resolve_good`).
 
 Deterministic metrics (collectives, memory, FLOPs, recompiles): binary search, at most
 ceil(log2 N) + 1 runs for N commits; a commit is bad when its value regressed from GOOD's beyond
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -89,16 +91,34 @@ def pick_metric(
     return Metric(variant, stage, metric)
 
 
-def resolve_good(good: str, manifest: Manifest) -> str:
+def resolve_good(good: str, bad: str, manifest: Manifest, repo: Path) -> str:
+    """GOOD as given; ``baseline``: the commit the manifest's gate baseline was recorded at, when its
+    records name one commit, none from a dirty tree, and it is an ancestor of BAD in this clone. Else
+    (a baseline recorded on a branch that was rebased before it landed, or from an edited tree) the
+    commit that last committed the baseline file: its tree holds the code the baseline was accepted
+    with, the reference ``.ci/run`` gives ``harness ab`` too."""
     if good != "baseline":
         return good
     from harness.results import baseline as bl
 
     path = bl.path_for(manifest)
-    commit = bl.load(path).commit
-    if not commit:
-        raise BisectInputError(f"the baseline {path} records no commit: give GOOD as a revision")
-    return str(commit)
+    records = bl.load(path).records
+    commits = sorted({r.commit or "" for r in records})
+    recorded = commits[0] if len(commits) == 1 else ""
+    if recorded and not any(r.dirty for r in records):
+        known = subprocess.run(["git", "merge-base", "--is-ancestor", recorded, bad], cwd=repo, capture_output=True)
+        if known.returncode == 0:
+            return recorded
+        why = f"recorded at {recorded[:12]}, which is not an ancestor of {bad} in this clone"
+    elif recorded:
+        why = f"recorded from a dirty tree at {recorded[:12]}"
+    else:
+        why = f"recorded at {len(commits)} commits" if len(commits) > 1 else "naming no commit"
+    committed = git(repo, "log", "-1", "--format=%H", "--", str(path.resolve()))
+    if not committed:
+        raise BisectInputError(f"the baseline {path} ({why}) was never committed: give GOOD as a revision")
+    _say(f"GOOD: {committed[:12]}, the commit that last committed {path} (its records were {why})")
+    return committed
 
 
 def _show(result: Any, metric: Metric, repo: Path) -> list[str]:
@@ -140,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         plan = TimingPlan(args.alpha, args.min_ratio, args.max_rounds, args.budget)
         tolerance = tolerance_for(manifest.gate, metric.stage, metric.metric)
-        request = Request(repo, resolve_good(args.good, manifest), args.bad, metric, tolerance, plan)
+        request = Request(repo, resolve_good(args.good, args.bad, manifest, repo), args.bad, metric, tolerance, plan)
         reports = args.reports / f"bisect-{manifest.name}"
 
         def make_measure(trees: Worktrees, trace: bool) -> Measure:

@@ -265,3 +265,39 @@ def test_the_command_bisects_a_real_harness_history(tmp_path, capsys):
     assert code == 0 and got["status"] == FOUND and got["culprit"] == commits[3]
     assert got["after"] / got["before"] == pytest.approx(3.0, rel=0.3)
     assert "culprit: " in capsys.readouterr().out
+
+
+def test_good_baseline_is_its_commit_or_the_commit_that_committed_it(tmp_path, monkeypatch, capsys):
+    """GOOD ``baseline``: the baseline records' commit when clean and on BAD's line; recorded from a
+    dirty tree or at a commit this clone lacks (a branch rebased before it landed, as both committed
+    baselines were), the commit that committed the baseline file, which CI's clone holds."""
+    from harness.plan.manifest import load_manifest
+    from tests.harness.fixtures import synthetic
+
+    repo = tmp_path / "repo"
+    monkeypatch.chdir(tmp_path)
+    manifest_path = tmp_path / "m.toml"
+    manifest_path.write_text(AA_MANIFEST.replace("[[variants]]", '[gate]\nbaseline = "repo/b.jsonl"\n[[variants]]'))
+    manifest = load_manifest(manifest_path)
+    commits = make_repo(repo, None)
+
+    def commit_baseline(recorded: str, dirty: bool) -> str:
+        raw = synthetic.minimal("only", git={"commit": recorded, "dirty": dirty})
+        (repo / "b.jsonl").write_text(json.dumps(raw) + "\n")
+        subprocess.run(["git", "add", "b.jsonl"], cwd=repo, check=True, env=ENV)
+        subprocess.run(["git", "commit", "-q", "-m", "baseline"], cwd=repo, check=True, env=ENV)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+    committed = commit_baseline(commits[5], dirty=False)
+    assert command.resolve_good("baseline", "HEAD", manifest, repo) == commits[5]
+    assert command.resolve_good(commits[2], "HEAD", manifest, repo) == commits[2]
+    committed = commit_baseline(commits[5], dirty=True)
+    assert command.resolve_good("baseline", "HEAD", manifest, repo) == committed
+    assert f"recorded from a dirty tree at {commits[5][:12]}" in capsys.readouterr().err
+    committed = commit_baseline("f" * 40, dirty=False)
+    assert command.resolve_good("baseline", "HEAD", manifest, repo) == committed
+    assert "not an ancestor of HEAD in this clone" in capsys.readouterr().err
+    (repo / "never.jsonl").write_text(json.dumps(synthetic.minimal("only")) + "\n")  # names no commit
+    manifest_path.write_text(manifest_path.read_text().replace("repo/b.jsonl", "repo/never.jsonl"))
+    with pytest.raises(command.BisectInputError, match=r"\(naming no commit\) was never committed"):
+        command.resolve_good("baseline", "HEAD", load_manifest(manifest_path), repo)
