@@ -186,17 +186,30 @@ def test_cli_appends_a_run_and_refuses_it_twice(folder, capsys):
 
 
 def test_nightly_workflow_keeps_the_history_and_bisects_change_points():
+    """After both gates, each gate's compared run is appended and the branch pushed, also when a bisect
+    the history ran could not name a commit (its exit comes after the push); the artifact holds the
+    trend pages with what they link to, not the compile caches."""
     yaml = pytest.importorskip("yaml")
     repo = Path(__file__).resolve().parents[3]
     wf = yaml.safe_load((repo / ".github" / "workflows" / "nightly.yml").read_text())
     assert wf["permissions"]["contents"] == "write"  # the push to perf-history
-    (keep,) = [s for s in wf["jobs"]["gate"]["steps"] if "harness history" in (s.get("run") or "")]
+    steps = wf["jobs"]["gate"]["steps"]
+    (keep,) = [s for s in steps if "harness history" in (s.get("run") or "")]
+    order = [s.get("id") for s in steps]
+    assert order.index("gate") < order.index("gate_tpu") < steps.index(keep)
     assert "steps.gate.outputs.exit_code == '0' || steps.gate.outputs.exit_code == '1'" in keep["if"]
+    assert "steps.gate_tpu.outputs.exit_code == '3'" in keep["if"]
     run = keep["run"]
-    assert "git fetch --quiet origin perf-history" in run and "git -C history push origin perf-history" in run
+    assert "git fetch --quiet origin perf-history" in run
     assert (
-        "--append reports/nightly-gate/results.jsonl --bisect" in run and "--manifest experiments/nightly.toml" in run
+        "--manifest experiments/nightly.toml" in run and "--append reports/nightly-gate/results.jsonl --bisect" in run
     )
+    assert "--manifest experiments/nightly-tpu.toml" in run and "--append reports/nightly-tpu-gate/results.jsonl" in run
+    assert run.count("|| code=$?") == 2
+    assert run.index("git -C history push origin perf-history") < run.index("exit $code")
+    (upload,) = [s for s in steps if "upload-artifact" in s.get("uses", "")]
+    paths = upload["with"]["path"].split()
+    assert {"reports/", "!reports/jax-cache/**", "!reports/aot-cache/**", "history/*.html"} <= set(paths)
 
 
 @pytest.mark.slow  # 45 runs x 2 series x 6 floors x 4 shifts x 30 places, night by night: ~25 CPU-s
