@@ -396,12 +396,17 @@ overrides = { "test.run_s" = 0.002 }
 
 
 def test_cli_against_a_revision_interleaves_rounds(tmp_path, capsys):
-    """--against HEAD: the committed tree and this one run alternately; samples pool per side."""
+    """--against HEAD: the committed tree and this one run alternately; samples pool per side. Timings
+    are not judged (``--timings off``): an A/A verdict on 6 calls a round of a 2 ms sleep has no false-
+    failure rate that can be computed on a loaded machine (a burst on both of one side's rounds fires
+    it), so the exit code rests on the deterministic metrics alone; the timing test is tested on seeded
+    samples above."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs a git checkout")
     manifest = tmp_path / "aa.toml"
     manifest.write_text(INTERLEAVED_MANIFEST)
-    code = cli.main(["gate", str(manifest), "--against", "HEAD", "--rounds", "2", "--reports", str(tmp_path / "r")])
+    args = ["--against", "HEAD", "--rounds", "2", "--timings", "off", "--reports", str(tmp_path / "r")]
+    code = cli.main(["gate", str(manifest), *args])
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     assert "round 1/2 base: sleep" in captured.err and "round 2/2 head: sleep" in captured.err
