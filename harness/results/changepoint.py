@@ -1,32 +1,23 @@
 """Change points in a noisy series: E-divisive means, each split tested as Hunter (Otava) tests it.
 
-Candidates come from E-divisive means (Matteson & James, "A Nonparametric Approach for Multiple
-Change Point Analysis of Multivariate Data", JASA 109(505), 2014; the energy statistic with exponent
-1), as MongoDB runs it over its nightly results (Daly et al., ICPE 2020). Their significance is
-judged as DataStax's Hunter, now Apache Otava, judges it (Fleming et al., "Hunter: Using Change
-Point Detection to Hunt for Performance Regressions", ICPE 2023, section 4): the permutation test,
-whose p-value moves with its seed and cannot go below ``1 / (1 + permutations)``, is replaced by
-Student's two-sample t-test between the two segments a split leaves, and a change point must also
-move the series by a minimum relative magnitude:
+Candidates come from E-divisive means (Matteson & James, JASA 109(505), 2014; energy statistic with
+exponent 1); each is judged as Apache Otava (formerly Hunter; Fleming et al., ICPE 2023, section 4)
+judges it, by Student's t-test between its two segments instead of a seeded permutation test, plus a
+minimum relative magnitude (the whole method and why: docs/gates.md, "History and change points"):
 
 * a segment ``X[0:n]`` split at ``t`` into ``A = X[:t]`` and ``B = X[t:]`` scores
   ``Q(t) = t (n - t) / n * (2 E|a - b| - E|a - a'| - E|b - b'|)``; the best split of every current
   segment is found and the largest taken;
-* **split**: it is kept while Student's t-test between its two sides (within its segment) gives
-  ``p <= 10 * alpha``, and the search goes on in the pieces (Hunter splits at ten times its level,
-  then merges);
-* **merge**: bottom-up, each change point is re-tested against its neighbouring change points'
-  segments; the weakest (largest ``p``) is dropped while ``p >= alpha``, then the smallest
-  magnitude while it is under ``min_magnitude``, and its neighbours re-tested;
-* the magnitude of a split is ``max(|r - 1|, |1/r - 1|)`` with ``r`` the ratio of the two segments'
-  medians (Hunter uses means; a median is not moved by one slow run at a segment's edge);
+* **split**: kept while the t-test gives ``p <= 10 * alpha``, and the search goes on in the pieces;
+* **merge**: bottom-up, each change point re-tested against its neighbours' segments; the weakest
+  (largest ``p``) dropped while ``p >= alpha``, then the smallest magnitude while under
+  ``min_magnitude``, its neighbours re-tested;
+* the magnitude of a split is ``max(|r - 1|, |1/r - 1|)``, ``r`` the ratio of the segments' medians
+  (Hunter uses means; a median is not moved by one slow run at a segment's edge);
 * splits leave at least ``min_size`` values on each side.
 
-``ALPHA`` is Otava's default ``max_pvalue`` (0.001). ``MIN_MAGNITUDE`` (25 %) was chosen on a split
-of recorded A/A runs, one timing series chosen on and the other reported on (the rule and both
-folds: ``benchmarks/results/changepoints-2026-11-29.md``): on the 2-core runner class the fastest
-call of a run moved by up to 18 % between runs of the same program, so a smaller floor reports the
-machine as a change. The values handed in are logs (a change is a ratio).
+``ALPHA`` is Otava's default ``max_pvalue``; ``MIN_MAGNITUDE`` was chosen on held-out A/A runs
+(benchmarks/results/changepoints-2026-11-29.md). The values handed in are logs (a change is a ratio).
 """
 
 from __future__ import annotations

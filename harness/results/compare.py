@@ -1,24 +1,16 @@
 """Flatten result records into per-(variant, stage, metric) values and compare two sets.
 
-A record (:class:`~harness.results.record.Record`) nests its numbers per stage under ``static``,
-``measured``, ``trace`` and ``predicted``. :func:`flatten_stage` turns one stage into a flat map of
-dotted metric names (``time``, ``collectives.all-gather.count``, ``memory.bound_bytes``, ...) ->
-:class:`MetricValue`: every metric of :data:`harness.catalogue.METRICS` with a ``path`` is read from
-it, the few without one (timed samples, collectives by kind, trace means over devices, the fit)
-are computed here. The catalogue says for each name how it is compared (its ``rule``: timing,
-exact, relative, monotonic, info) and with what default tolerance.
-
-Per-scope metrics (``scope.<scope>.*`` from the static attribution, ``predicted.scope.<scope>.time_s``
-from the predicted critical path) name the model scope, so a failure says where; a scope or a
-collective kind a stage lacks on one side counts 0 there (:func:`_implied_zero`). Predicted metrics
-are gated only where both sides were priced by the same fixed model (:func:`model_of`): a spec
-measured for the sweep (CPU) is shown, never gated; another model (the spec's numbers or the
-simulator's version changed, or the same program priced differently) is reported apart as a model
-change (``Comparison.model_changed``), never as a regression and never silently passed.
-
-:func:`compare_records` matches variants by name and yields one
-:class:`Comparison` per metric present on either side. Reports and the gate both
-use it, so they can never disagree.
+:func:`flatten_stage` turns one stage into dotted metric names (``time``,
+``collectives.all-gather.count``, ``memory.bound_bytes``, ...) -> :class:`MetricValue`: every metric of
+:data:`harness.catalogue.METRICS` with a ``path`` is read from its family, the few without one (timed
+samples, collectives by kind, trace means over devices, the fit) are computed here; the catalogue
+says how each is compared (``rule``) and with what default tolerance. Per-scope metrics name the model
+scope, so a failure says where; a scope or collective kind a stage lacks on one side counts 0 there
+(:func:`_implied_zero`). Predicted metrics are gated only where both sides were priced by the same
+fixed model (:func:`model_of`): a spec measured for the sweep (CPU) is shown, never gated; another
+model is a model change (``Comparison.model_changed``), never a regression, never silently passed.
+:func:`compare_records` matches variants by name and yields one :class:`Comparison` per metric
+present on either side; reports and the gate both use it, so they cannot disagree.
 """
 
 from __future__ import annotations

@@ -1,26 +1,21 @@
 """What changed between a variant and its reference, by model scope and by time category.
 
-From the per-step samples a trace stores (``trace.step_samples``: each traced call's window, its
-time by category and its ops' self time by scope, means over devices, in ns), per stage:
+From the per-step samples a trace stores (``trace.step_samples``: each traced call's window, its time
+by category and its ops' self time by scope, means over devices, in ns), per stage:
 
-* the step's time (its window), per category (``compute``, each collective kind's exposed time,
-  ``idle``: they sum to the window) and per scope: the mean per step of each side, the delta
-  (head - base) with an interval of the difference of means from batches of consecutive calls
-  (:func:`harness.results.stats.mean_diff_ci`: calls on a shared machine are autocorrelated and
-  drift, so a call is not an independent sample; means, not medians, so the parts still sum to
-  the whole), and the delta's share of the step's delta;
-* a delta is *significant* when its interval excludes 0. A stage's diff tests many parts at once
-  (the step, categories, tens of scopes), so the intervals are simultaneous: Bonferroni, each at
-  ``1 - 0.05 / m`` for the ``m`` parts of the stage's diff, so that all of an A/A diff's intervals
-  hold 0 with >= 95 % probability, not each one. That holds the noise of each side's run; the
-  machine's drift between the two runs is not in it (under load it is large: A/A rates within one
-  trace and between two, benchmarks/results/aa-intervals-2026-11-29.md);
-* from the static attribution (``static.attribution.by_scope``): collective count and bytes
-  deltas by scope and kind (deterministic: no interval).
+* the step's time, per category (``compute``, each collective kind's exposed time, ``idle``: they sum
+  to the window) and per scope: each side's mean per step, the delta (head - base) with an interval
+  of the difference of means over batches of consecutive calls (:func:`harness.results.stats.mean_diff_ci`;
+  means, so the parts still sum to the whole), and the delta's share of the step's delta;
+* a delta is *significant* when its interval excludes 0; the intervals are simultaneous over the
+  stage's ``m`` parts (Bonferroni, each at ``1 - 0.05 / m``), so an A/A diff's intervals all hold 0
+  with >= 95 % probability. Drift between the two runs is not in them (docs/gates.md, "Calls are not
+  independent samples");
+* from the static attribution (``static.attribution.by_scope``): collective count and bytes deltas by
+  scope and kind (deterministic: no interval).
 
-A speedup (base median / head median of the timed samples) is given only when the two ran the
-same model on the same workload sizes; otherwise it is ``n/a (different workload)``.
-Pure Python over records (no JAX): the report and ``python -m harness diff`` both use it.
+A speedup (base median / head median) is given only when both ran the same model on the same workload
+sizes, else ``n/a (different workload)``. Pure Python over records: the report and ``harness diff`` use it.
 """
 
 from __future__ import annotations

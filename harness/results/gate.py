@@ -1,39 +1,19 @@
 """The perf gate: a run's records against a baseline's, as an exit code and one line per failure.
 
-Exit codes, never confused:
+Exit codes (the table with what to do: docs/gates.md): 0 clean; 1 a gated metric regressed; 2 the
+gate could not run completely (bad manifest, missing or mismatched baseline, a failed or missing
+variant, changed settings, a gated metric that disappeared, too few timing samples for the test to
+fire), also when it found regressions: a partial answer is not a clean bill of health; 3 nothing
+regressed but predicted metrics were priced by another model than the baseline's (another spec or
+simulator version, or the same program priced differently): re-baseline on purpose, saying why. A
+regression wins over a changed model (exit 1, the model change printed too).
 
-    0  clean        every gated metric of every variant is within its limits
-    1  regression   at least one gated metric regressed (and the gate could run)
-    2  could not run  bad manifest, missing/unreadable/mismatched baseline, a failed
-                    variant, a baseline variant the run lacks, changed variant settings,
-                    a gated metric that disappeared, or too few timing samples for the
-                    significance test to be able to fire
-    3  model changed  no regression in what could be compared, but predicted metrics were
-                    priced by another model than the baseline's (the timeline spec's
-                    constants or the simulator's version changed, or the same program is
-                    priced differently): not a regression, not a pass; re-baseline on
-                    purpose and say why in the commit (docs/gates.md)
-
-If the gate could not run completely it exits 2 even when it also found regressions
-(they are still printed): a partial answer is not a clean bill of health, and a
-broken run is not a performance regression. A regression wins over a changed model
-(exit 1, the model change printed too): what was comparable regressed.
-
-Rules per metric (see :mod:`harness.results.compare` for the catalog and :mod:`harness.results.stats`):
-deterministic metrics (collective counts and bytes, memory, FLOPs) must stay within
-the manifest's ``[gate] tolerances`` (counts exact by default); any increase in
-recompiles fails; a stage that fit the device's memory in the baseline and does not now
-(``does-not-fit``) fails (its measured metrics, not taken, are not "missing"); a timing
-fails only with a median ratio above ``timing_ratio``
-*and* a Mann-Whitney p-value (on pairs of consecutive calls) below ``alpha``. Timings are gated only when both runs
-come from the same kind of machine (CPU model, device kind and count), since a
-committed baseline's timings say nothing about a different machine's speed. So are a CPU
-program's memory, traffic and cost metrics (:func:`harness.catalogue.host_codegen`):
-XLA:CPU compiles for the host's instruction set, so another machine class compiles another
-program. A baseline may hold a variant's record per machine class (:func:`for_class` picks the
-run's); against another class's record they are shown as "other machine class, not gated".
-Every other deterministic metric (collectives, recompiles, shapes, analytic FLOPs; all of a TPU
-or GPU target's) is gated everywhere.
+Per metric the rule is its catalogue entry's (:mod:`harness.results.compare`); a timing fails only
+with a median ratio above ``timing_ratio`` *and* a Mann-Whitney p-value (pairs of consecutive calls)
+below ``alpha`` (:mod:`harness.results.stats`). Timings, and a CPU program's memory, traffic and
+cost metrics (:func:`harness.catalogue.host_codegen`: XLA:CPU compiles for the host), are gated only
+against a baseline record of the run's machine class (:func:`for_class`); every other deterministic
+metric is gated everywhere.
 """
 
 from __future__ import annotations

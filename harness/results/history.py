@@ -1,21 +1,13 @@
 """A history of nightly runs, one gated metric's series over it, and the change points in each.
 
-Where it lives: a folder of run files, ``<history>/<manifest>/<UTC start>-<commit12>.jsonl``, one
-per nightly run, holding that run's records exactly as the sweep wrote them. In CI the folder is
-the ``perf-history`` branch (docs/gates.md says why a branch: as github-action-benchmark and asv
-publish). Runs are ordered by their records' earliest ``started_at``.
-
-Per (variant, stage, gated metric) a :class:`Series` holds one value per run: a timing's median
-and its fastest call (runs, not calls, are the unit: the calls of one run share its machine's
-state), a deterministic metric's value. :func:`analyse` finds a measured time's change points with
-E-divisive means tested as Hunter tests them (:mod:`harness.results.changepoint`) on the logs of
-each run's fastest call: other work on the machine only adds time to a call, so the fastest call is
-the run's least disturbed summary (Chen & Revels, "Robust benchmarking in noisy environments",
-2016, the estimator of Julia's BenchmarkTools), and a slower program moves it as much as its
-median. A change that only lengthens some calls (a recompile, a stall) does not move it: the
-gate's deterministic counts (recompiles, transfers) are what see those. A deterministic metric
-changes wherever its value does. Fewer runs than a change point needs on both sides is "too little data", said so.
-Pure Python over records: the command and the trend page both read it.
+A folder of run files, ``<history>/<manifest>/<UTC start>-<commit12>.jsonl`` (one per nightly run, its
+records as the sweep wrote them; in CI the ``perf-history`` branch), ordered by their records' earliest
+``started_at``. Per (variant, stage, gated metric) a :class:`Series` holds one value per run (a
+timing's median and fastest call; a deterministic metric's value). :func:`analyse` finds a measured
+time's change points (:mod:`harness.results.changepoint`) in the logs of each run's fastest call, the
+run's least disturbed summary; a deterministic metric changes wherever its value does; fewer runs
+than a change point needs on both sides is "too little data". Why each choice: docs/gates.md,
+"History and change points". Pure Python over records: the command and the trend page both read it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """An exact sign test on paired timing ratios with a minimum effect (``harness ab``'s verdict).
 
-Each pair is one call of the reference (base) and one of this tree (head), taken back to back in
-an order drawn by a fair coin; its ratio is ``head / base`` (> 1: head slower). The null hypothesis
-is "head is at most ``min_effect`` slower": the median ratio is at most ``1 + min_effect``, so each
-pair's ratio exceeds ``1 + min_effect`` with probability at most 1/2, and ``slower``, the count of
-such pairs, is at most Binomial(n, 1/2) in distribution (Dixon & Mood, "The statistical sign test",
-JASA 1946; Conover, *Practical Nonparametric Statistics*, 3rd ed., section 3.4). The test rejects when
-``slower >= critical``, the smallest count whose binomial tail is at most ``alpha``: its false-alarm
-rate is that tail, computed exactly (:attr:`SignTest.false_alarm`), whatever the shape of the noise.
-
-Why it holds on a loaded machine: the coin decides which side runs first in each pair, so a burst
-of other work, drift, or a first/second-call effect lands on either side with probability 1/2 given
-everything before it; the tail bound needs only that each pair's sign is at most a fair coin given
-the past, not that calls are independent. What the coin cannot symmetrise (two processes of the same
-code laid out differently in memory) is what ``min_effect`` absorbs, and A/A runs measure.
+Each pair is one call of the reference (base) and one of this tree (head), back to back in an order
+drawn by a fair coin; its ratio is ``head / base``. Under "head is at most ``min_effect`` slower" a
+pair exceeds ``1 + min_effect`` with probability at most 1/2 given the past (the coin puts a burst
+of load or a drift on either side alike), so ``slower``, the count of such pairs, is at most
+Binomial(n, 1/2) (Dixon & Mood, JASA 1946; Conover, *Practical Nonparametric Statistics*, 3rd ed.,
+3.4). The test rejects when ``slower >= critical``, the smallest count whose tail is at most
+``alpha``: its false-alarm rate is that tail, exact (:attr:`SignTest.false_alarm`), whatever the
+noise. Why it holds on a loaded machine and what ``min_effect`` absorbs: docs/gates.md, "A same-run
+A/B against the baseline's code".
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """All the statistics that the worker, reports and gates use, in one place.
 
-A worker summarises its timed samples with :func:`summarize` (stored in the record); every
-comparison works from the raw samples:
-
-* the *ratio* is ``median(head) / median(base)`` (> 1 is slower);
-* its uncertainty is a percentile moving-block bootstrap interval of that ratio;
-* *significance* is a two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``) on the means
-  of pairs of consecutive calls (:func:`batch_means`: calls on a shared machine are not
-  independent), which assumes nothing about the shape of the noise (timings are skewed, with
-  a long slow tail) and is insensitive to a few outliers.
-
-A timing regresses only if the ratio is beyond the manifest's threshold *and* the
-difference is significant at ``alpha``: significance alone fires on
-tiny, real but irrelevant shifts; the ratio alone fires on noise. With few samples
-the exact test cannot reach ``alpha`` at all (6 vs 6 calls, 3 pairs: p >= 0.1), so every
-verdict says whether its test *could* have fired (:func:`min_p_value`).
-
-Deterministic values (collective counts, bytes, memory, FLOPs) have no noise: they
-are compared against a relative tolerance (:func:`compare_values`). All metrics
-here are lower-is-better.
+A worker summarises its timed samples with :func:`summarize` (stored in the record); every comparison
+works from the raw samples: the *ratio* is ``median(head) / median(base)`` (> 1 is slower), its
+uncertainty a moving-block bootstrap interval, its *significance* a two-sided Mann-Whitney U test on
+the means of pairs of consecutive calls (:func:`batch_means`: calls on a shared machine are not
+independent; docs/gates.md). A timing regresses only if the ratio is beyond the manifest's threshold
+*and* the difference is significant at ``alpha``: significance alone fires on tiny real shifts, the
+ratio alone on noise. With few samples the test cannot reach ``alpha`` at all, so every verdict says
+whether it *could* have fired (:func:`min_p_value`). Deterministic values have no noise: they are
+compared against a relative tolerance (:func:`compare_values`). All metrics here are lower-is-better.
 """
 
 from __future__ import annotations

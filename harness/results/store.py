@@ -178,8 +178,3 @@ def load_records(path: str | Path) -> list[Record]:
 def latest_by_variant(records: Iterable[Record]) -> dict[str, Record]:
     """variant id -> its most recent record (later lines win)."""
     return {r.variant.id: r for r in records}
-
-
-def finished_ids(records: Iterable[Record]) -> set[str]:
-    """Ids of variants with at least one ok record: a resumed sweep skips them."""
-    return {r.variant.id for r in records if r.ok}
