@@ -4,21 +4,12 @@ Each command module has the same small interface: a docstring (its description),
 ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> exit code``.
 Adding a verb is its name in :data:`VERBS` (its module: ``harness/commands/<verb>.py``, ``-`` as ``_``).
 
-Every way a verb can end is one exit status and, on failure, one line on stderr (no traceback;
-``--debug`` adds it):
-
-* 0 done; 1 the verb's own verdict (a variant failed, a gate found a regression);
-* 2 a problem with what the user gave (a manifest, a results file, a sweep id, a sweep already
-  running): one ``error:`` line;
-* 3 the machine's storage refused a read or write (disk full, read-only, a folder vanished, a
-  file where a folder should be): one ``error:`` line with the cause and the path
-  (:class:`~harness.results.storage.StorageError`); what was written before stays whole, and the same
-  command run again once the fault is cleared goes on from there;
-* 4 a bug in the harness: one ``error: internal error`` line (``--debug`` for the traceback);
-* 130 / 143 SIGINT / SIGTERM: the verb ends cleanly, its worker stopped and its temporary files
-  removed (:mod:`harness.run.interrupt`).
-
-The harness's own warnings are ``warning:`` lines.
+Every way a verb can end is one exit status and, on failure, one ``error:`` line on stderr, no
+traceback unless ``--debug`` (the table: docs/faults.md): 0 done; 1 the verb's own verdict; 2 what
+the user gave (:data:`USER_ERRORS`); 3 the machine's storage refused a read or write
+(:class:`~harness.results.storage.StorageError`: what was written stays whole, the same command
+goes on once the fault is cleared); 4 a bug in the harness; 130 / 143 SIGINT / SIGTERM, the worker
+stopped and its temporary files removed (:mod:`harness.run.interrupt`). Warnings are ``warning:`` lines.
 """
 
 from __future__ import annotations

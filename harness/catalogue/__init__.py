@@ -4,20 +4,11 @@ A :class:`Metric` says what one flat, dotted metric name (``time``, ``memory.pea
 ``collectives.all-gather.count``, ``predicted.step_s``) is: its record family, unit, kind, which
 way is better, how the gate compares it and with what default tolerance, a short label, a one-line
 definition, and where its value sits in its typed family (``path``: a chain of fields of
-:mod:`harness.families`). Everything that lists or describes metrics derives from
-:data:`METRICS`: the flattening (:func:`harness.results.compare.flatten_stage`), the gate's rules
-and tolerances, the manifest's tolerance keys, the CSV's columns, the page's labels and tooltips,
-the CLI's tables and the docs' metric reference. A leaf: imports only :mod:`harness.vocabulary`.
-
-API: :data:`METRICS` (table order), :data:`NAMES`; :func:`get` (an uncatalogued name reads as
-:data:`UNKNOWN`: shown, never gated), :func:`rank`, :func:`of_family`; :func:`tolerance_forms`,
-:func:`tolerance_names`, :func:`split_tolerance_key` (the ``[gate] tolerances`` keys: a metric, a
-dotted prefix, or a collective metric without its kind, optionally after its family and a stage).
-
+:mod:`harness.families`). The flattener, the gate's rules and tolerances, the manifest's tolerance
+keys (:func:`split_tolerance_key`), the CSV's columns, the page's labels, the CLI's tables and the
+docs' metric reference all derive from :data:`METRICS`. A leaf: imports only :mod:`harness.vocabulary`.
 Adding a metric is one entry in :mod:`harness.catalogue.entries` plus the producer that fills its
-field: with a ``path`` nothing else changes; a metric with ``path=None`` is computed by the
-flattener (its definition says how). :mod:`harness.catalogue.metric` holds the :class:`Metric`
-record and the names other modules build metric names from.
+field; a metric with ``path=None`` is computed by the flattener (its definition says how).
 
 Fields: ``kind``: ``deterministic`` (a function of the compiled program and the spec), ``timing``
 (measured on this machine: gated only against the same kind of machine) or ``info`` (never gated).

@@ -1,19 +1,12 @@
 """The metric families of a record's stage as typed, frozen objects: their JSON form, read and written.
 
 A stage's ``static``, ``measured``, ``trace`` and ``predicted`` (and the objects inside them) are
-read into :class:`Static`, :class:`Measured`, :class:`Trace` and :class:`Predicted` by
-:meth:`harness.results.record.StageEntry.from_dict`, so readers ask attributes
-(``entry.predicted.step_s``, ``static.compile_cache.first.hit``) instead of digging with strings.
-These modules (the base :mod:`harness.families.base`, the static family's parts in
-:mod:`harness.families.static`, imported from here) and :mod:`harness.results.record` are the
-only code that knows the JSON form.
-
-A family is built one of two ways: read from its JSON object (:meth:`Family.from_dict`), keeping
-that object (``raw``) so every record written before writes back the same, keys this harness does
-not know included; or filled by its producer (``Measured(samples_s=..., recompiles=Recompiles(...))``),
-its JSON object then made from its fields (None left out). :meth:`Family.to_dict` gives that object;
-a family is also a read-only ``Mapping`` of it. A family grows by a field here and its producer;
-records without the key read it as None.
+read into :class:`Static`, :class:`Measured`, :class:`Trace` and :class:`Predicted`
+(:meth:`harness.results.record.StageEntry.from_dict`), so readers ask attributes
+(``entry.predicted.step_s``) instead of digging with strings. A family read from JSON keeps that
+object (``raw``) and writes it back unchanged; one filled by its producer makes its JSON object from
+its fields (:class:`~harness.families.base.Family`). A family grows by a field here and its
+producer; records without the key read it as None.
 """
 
 from __future__ import annotations

@@ -2,17 +2,11 @@
 
 A manifest says what to run (target, model preset + config overrides, workload),
 how to measure it (``[run]``), how to gate it (``[gate]``), how to report it (``[report]``) and
-which variants to run (``[[variants]]`` and/or a ``[matrix]`` of named axes).
-
-Each variant is compared in reports with a *reference* variant: its own ``reference = "<name>"``,
-else ``[report] reference`` when that variant runs the same preset and workload sizes, else the
-first variant declared before it that does (:func:`harness.expansion.expand` resolves and
-checks the names); a variant with none is a reference itself. This module checks what
-the TOML alone can say (keys, types, ranges, the mesh against the device count);
-:mod:`harness.expansion` expands the variants and asks the model about the rest
-(preset, stage names, config overrides, workload sizes). Each problem is a
-:class:`ManifestError` naming the file, the dotted key path and, when it can be found
-in the text, the line.
+which variants to run (``[[variants]]`` and/or a ``[matrix]`` of named axes). This module checks
+what the TOML alone can say (keys, types, ranges, the mesh against the device count);
+:mod:`harness.expansion` expands the variants, resolves their references and asks the model about
+the rest. Each problem is a :class:`ManifestError` naming the file, the dotted key path and, when
+it can be found in the text, the line.
 
 Override keys (``[model] overrides``, ``[[variants]] overrides``, ``[matrix]`` axes)
 are dotted paths. ``model.preset``, ``target.<field>`` and ``workload.<field>``

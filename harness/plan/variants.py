@@ -1,23 +1,20 @@
 """Variants: what expansion (:mod:`harness.expansion`) makes of a manifest, model-free.
 
-A matrix is a cartesian product of named axes minus the points that match any
-``exclude`` entry (a partial assignment). Explicit variants and matrix points are
-listed together (explicit first); a manifest with neither runs one ``base`` variant.
-
-:class:`Variant` (one runnable point), :class:`Sweep` (a manifest and its variants), the stable
-ids, the matrix's points, references and selection. Expanding a manifest asks the model, so it sits
-above :mod:`harness.model` in :mod:`harness.expansion`; nothing here imports the model.
+A matrix is a cartesian product of named axes minus the points that match any ``exclude`` entry (a
+partial assignment). Explicit variants and matrix points are listed together (explicit first); a
+manifest with neither runs one ``base`` variant. Expanding asks the model, so it sits above
+:mod:`harness.model` in :mod:`harness.expansion`; nothing here imports the model.
 
 Each variant gets its reference (the variant reports compare it with): its own ``reference``,
 else ``[report] reference`` if that one runs the same preset and workload sizes and a stage in
-common, else the first variant before it that does, else none; a name that is no variant is an error naming the key.
+common, else the first variant before it that does, else none; a name that is no variant is an
+error naming the key.
 
-Each variant gets a stable id: a short sha256 of the canonical JSON of its resolved
-settings (preset, merged config overrides, target with the mesh resolved and its compiler
-options, workload).
-Names, declaration order, key order and the manifest file do not enter the id, so
-the same settings have the same id in any manifest; ``target.mode`` and ``[run]``
-don't either (they change how a variant is measured, not what it is).
+Each variant gets a stable id: a short sha256 of the canonical JSON of its resolved settings
+(preset, merged config overrides, target with the mesh resolved and its compiler options,
+workload). Names, order, key order, the manifest file, ``target.mode`` and ``[run]`` do not enter
+it (they change how a variant is measured, not what it is), so the same settings have the same id
+in any manifest.
 """
 
 from __future__ import annotations

@@ -4,20 +4,12 @@
     df = pd.read_csv("reports/cpu/results.csv")
     df[df.metric == "time"].pivot(index="variant", columns="stage", values="median")
 
-Each metric row says what the metric is, from its catalogue entry (:mod:`harness.catalogue`):
-``family`` (static, measured, trace, predicted), ``kind`` (deterministic, timing, info), ``rule``
-(how the gate compares it: timing, exact, relative, monotonic, info) and ``unit``.
-Timing rows carry the sample summary (n, median, q1, q3, min, max); every row has
-``value``. With a baseline, rows also carry baseline, delta, ratio, verdict and
-gated. A variant or stage that failed without producing metrics gets one row with
-an empty metric, so failures are visible in the table too.
-
-:func:`step_row`: a compile-only variant as one markdown row of the manifests' comment tables
-(``benchmarks/step_table.py`` prints them).
-
-Text cells that a spreadsheet would read as a formula (starting with ``=``, ``+``, ``-``, ``@``,
-a tab or a carriage return: a variant named ``=HYPERLINK(...)``, an error message) are written
-with a leading ``'``, which spreadsheets show as text; numbers are written as they are.
+Each metric row says what the metric is from its catalogue entry (``family``, ``kind``, ``rule``,
+``unit``); timing rows carry the sample summary; with a baseline, rows also carry its comparison
+(:data:`COMPARE_COLUMNS`). A variant or stage that failed without metrics gets one row with an empty
+metric, so failures show in the table too. Text a spreadsheet would read as a formula (starting
+with one of :data:`FORMULA_STARTS`: a variant named ``=HYPERLINK(...)``) is written with a leading
+``'``. :func:`step_row`: a compile-only variant as one markdown row of the manifests' comment tables.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """XProf's numbers in the report, beside ours, and a manifest's published ``[reference]`` table
 beside our predictions.
 
-Every stage record may carry XProf's op-profile numbers (written by the metrics; the definitions
-travel with them, ``definitions``): in ``predicted.xprof`` (the simulated step) and in
-``trace.xprof`` (a measured trace; ``converter``: xprof's own op_profile tool on the same trace).
-They sit here beside our own shares, each labelled with what it means:
+A stage record may carry XProf's op-profile numbers with their definitions: ``predicted.xprof`` (the
+simulated step) and ``trace.xprof`` (a measured trace; ``converter``: xprof's own op_profile tool on
+it). They sit here beside our own shares, each labelled with what it means (:data:`LABELS`).
 
-* **XProf AG wasted**: the all-gather category's Wasted % in XProf's op profile, all-gather op
-  time (sync ops, async starts and the waits of their dones) over all op time, idle excluded,
-  times one minus its best utilisation;
-* **our exposed AG**: all-gather time not overlapped by compute, over the step's window;
-* **our wasted**: exposed collective time plus idle, over the window.
-
-The ladder (:func:`ladder_rows`): for records of a manifest with ``[reference]`` (the table
-travels in each record, ``manifest.reference``, so the page is a function of the records alone;
-records written before it did show no ladder), per rung the published numbers beside ours, and for
-each rung after the first, how the step changed from the rung before: published and predicted, and
-what our prediction says moved most (the critical path's scope and category with the largest
-change per video, and XProf's category with the largest change in op time). Pure Python over
-records: no JAX, no metrics import.
+The ladder (:func:`ladder_rows`): for records of a manifest with ``[reference]`` (the table travels
+in each record, ``manifest.reference``), per rung the published numbers beside ours, and for each
+rung after the first how the step changed from the rung before, published and predicted, and what
+our prediction says moved most (the critical path's scope and category with the largest change per
+video, XProf's category with the largest change in op time). Pure Python over records.
 """
 
 from __future__ import annotations

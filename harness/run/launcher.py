@@ -1,22 +1,17 @@
 """Launchers: how a worker process is started, watched and ended. :class:`LocalLauncher` today.
 
 A launcher takes a :class:`~harness.run.spec.WorkerSpec` and returns an :class:`Outcome`: the
-worker's own result (``out.json``) and, when it did not finish by itself, how it died. The
-local launcher runs ``python -m harness.run.worker`` in its own process group, with the
-environment the variant needs set before JAX starts (``XLA_FLAGS`` simulated device count on
-CPU, ``JAX_PLATFORMS``, a measured variant's compiler options as backend flags); a worker that
-raises, exits non-zero, dies from a signal (the OOM killer) or runs past ``run.timeout_s`` (its
-whole process group is killed) becomes a failed outcome carrying the error text. A launcher for
-a cluster (one job per variant, several processes per job) implements the same :class:`Launcher`
-protocol.
+worker's own result (``out.json``) and, when it did not finish by itself, how it died. The local
+launcher runs ``python -m harness.run.worker`` in its own process group, with the environment the
+variant needs set before JAX starts (simulated device count, ``JAX_PLATFORMS``, a measured variant's
+compiler options as backend flags); a worker that raises, exits non-zero, dies from a signal (the
+OOM killer) or runs past ``run.timeout_s`` (its group is killed) becomes a failed outcome carrying
+the error text. A cluster launcher implements the same :class:`Launcher` protocol.
 
-Nothing outlives the launcher: if it is interrupted (SIGINT / SIGTERM become
-:class:`~harness.run.interrupt.Interrupted`, or any other exception) while a worker runs, it kills
-the worker's process group before the exception goes on, and the worker's temporary folder is
-removed on the way out; if it is killed outright, the worker notices and cleans up itself
-(:mod:`harness.run.lifeline`: the spec carries the launcher's pid and the folder). The worker's
-stdout and stderr go to ``log_path``, between a line saying how it was started and one saying how
-it ended.
+Nothing outlives the launcher: interrupted while a worker runs, it kills the worker's group before
+the exception goes on and removes the worker's temporary folder; killed outright, the worker cleans
+up itself (:mod:`harness.run.lifeline`). The worker's output goes to ``log_path``, between a line
+saying how it was started and one saying how it ended.
 """
 
 from __future__ import annotations

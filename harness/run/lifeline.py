@@ -2,22 +2,14 @@
 removes its scratch folder and ends its own process group, so no worker keeps the CPU, memory or an
 accelerator, and no ``harness-*`` folder is left behind.
 
-The launcher starts each worker in a session of its own (so a Ctrl-C at the terminal reaches the
-launcher, which stops the worker itself), which also means the worker would outlive a launcher that
-is killed outright. Two mechanisms notice that, both ending in :func:`orphaned`:
-
-* Linux: ``prctl(PR_SET_PDEATHSIG, SIGHUP)`` asks the kernel to send SIGHUP when the parent dies;
-  the worker checks right after asking whether the parent is already gone (it may have died
-  before the request was made);
-* everywhere: a daemon thread polls ``os.getppid()`` every :data:`POLL_S` seconds. It also
-  covers a main thread stuck in a long native call (an XLA compile), where a Python signal
-  handler would have to wait for the call to return.
-
-A worker whose work ends while its launcher is being killed can exit before either fires; on its
-way out it removes the folder itself when the launcher is gone or dying (:func:`leaving`).
-
-The launcher's own ways of stopping a worker (SIGTERM, then SIGKILL, to its process group) keep
-their default effect, immediate death; the launcher then removes the scratch folder itself.
+The launcher starts each worker in a session of its own (a Ctrl-C reaches the launcher, which stops
+the worker itself), so the worker would outlive a launcher killed outright. Two mechanisms notice,
+both ending in :func:`orphaned`: on Linux ``prctl(PR_SET_PDEATHSIG, SIGHUP)`` (checked right after
+asking, the parent may already be gone); everywhere a daemon thread polling ``os.getppid()`` every
+:data:`POLL_S` seconds, which also covers a main thread stuck in a long native call (an XLA compile)
+where a Python signal handler would wait. A worker whose work ends while its launcher is being
+killed removes the folder on its way out (:func:`leaving`). The launcher's own SIGTERM / SIGKILL to
+the worker's group keep their default effect; the launcher then removes the folder itself.
 """
 
 from __future__ import annotations

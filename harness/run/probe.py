@@ -1,29 +1,24 @@
 """The accuracy probe of a compile-only variant: its numerics knobs run on CPU at a small config.
 
-A TPU or GPU variant compiled here never runs, so its output cannot be compared. What its knobs do
-to the arithmetic can: the probe builds the variant's stage with the variant's own overrides (dtype,
-``linear_partials``, RoPE form, attention path -- splash runs on CPU in interpret mode --, sharding
-rules and mesh, so the partial sums, pipeline stages and context ring are the variant's; its attention path on every
-attention, as ``attention_impl_min_tokens`` is dropped: the probe's sequences are short) on
-:data:`PROBE_PRESET`, a small LTX-2.0 transformer, on 8 simulated CPU devices (as many as the mesh
-needs where it needs more), and measures, per seed:
+A TPU or GPU variant compiled here never runs, so its output cannot be compared; what its knobs do
+to the arithmetic can. The probe builds the variant's stage with the variant's own overrides (dtype,
+``linear_partials``, RoPE form, attention path -- splash in interpret mode, on every attention --,
+sharding rules and mesh) on :data:`PROBE_PRESET`, a small LTX-2.0 transformer, on 8 simulated CPU
+devices (more where the mesh needs them), and measures per seed the step's update (:func:`update`:
+each output minus the latents it updates) of:
 
-* the **float32 reference**: the same config with every numerics knob at its default (float32,
-  replicated, XLA attention, float32 partial sums, one pipeline stage, one token chunk) and the
-  guidance passes run one by one as diffusers does (``sequential``, no STG fork, no text K/V cache);
-* **plain bfloat16**: that reference in bfloat16 (weights and activations): the rounding the
-  variant's knobs are judged against (itself measured no further from diffusers' float32 than
-  diffusers' own bfloat16, ``tests/ltx2/test_bf16_accuracy.py``);
-* **the variant**.
+* the **float32 reference**: every numerics knob at its default, the guidance passes run one by
+  one as diffusers does;
+* **plain bfloat16**: that reference in bfloat16, the rounding the knobs are judged against
+  (``tests/ltx2/test_bf16_accuracy.py``: no further from diffusers' float32 than diffusers' bf16);
+* **the variant**;
 
-What is compared is the step's update (:func:`update`: each output minus the latents it updates).
-All three run on the reference's seeded weights and inputs (cast to each one's dtype and layout,
-:func:`harness.run.accuracy.like`). The record's ``static.accuracy_probe``: the medians over seeds
-of the variant's and plain bfloat16's relative L2 from the reference, the median per-seed ratio
-variant / plain bfloat16, how many seeds were worse, and where it was measured (never the target:
-CPU, a small config). ``python -m harness.run.probe <in.json> <out.json>`` runs it in a process of
-its own, with 8 CPU devices (or as many as the mesh needs), for a worker that compiles for another
-platform. Variants that share a reference share its runs (:class:`Baseline`, ``probe(baselines=)``).
+all on the reference's seeded weights and inputs (:func:`harness.run.accuracy.like`). The record's
+``static.accuracy_probe``: medians over seeds of the variant's and plain bfloat16's relative L2
+from the reference, the median ratio of the two, how many seeds were worse, and where it was
+measured (CPU, a small config). ``python -m harness.run.probe <in.json> <out.json>`` runs it in a
+process of its own for a worker that compiles for another platform; variants that share a reference
+share its runs (:class:`Baseline`).
 """
 
 from __future__ import annotations
