@@ -1,17 +1,20 @@
 """Revisions: the one helper that checks out a commit of this repository and runs the harness at it.
 
 :class:`Worktrees` gives a temporary, detached git worktree per commit (all removed afterwards),
-:func:`checkout` one of them; :func:`history` the commits between GOOD and BAD, :func:`resolve` a
-revision's hash. Used by ``harness bisect`` (a tree per commit measured), ``harness gate --against
-REV`` (the baseline re-measured from REV's tree) and ``benchmarks/reprediction.py --old REV`` (the
-older prediction code). A leaf: git through ``subprocess``, nothing of the harness.
+:func:`checkout` one of them, :func:`sweep_at` a manifest's variant run with a tree's own harness and
+model; :func:`history` the commits between GOOD and BAD, :func:`resolve` a revision's hash. Used by
+``harness bisect`` (a tree per commit measured), ``harness gate --against REV`` and ``harness diff
+--against REV`` (the base re-measured from REV's tree), ``harness ab`` and ``benchmarks/reprediction.py
+--old REV`` (the older prediction code). A leaf: git and the harness through ``subprocess``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,3 +92,15 @@ def checkout(repo: Path, rev: str) -> Iterator[Path]:
     cannot check it out."""
     with Worktrees(repo) as trees:
         yield trees.get(resolve(repo, rev))
+
+
+def sweep_at(
+    tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: str, *flags: str, capture: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``python -m harness sweep`` of one ``variant`` (re-run where it has a record) with the harness and
+    model code of ``tree`` (cwd, first on ``PYTHONPATH``); ``flags``: more of the sweep's flags."""
+    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "harness", "sweep", str(manifest), "--reports", str(reports)]
+    command += ["--sweep-id", sweep_id, "--rerun", "--variant", variant, *flags]
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run(command, cwd=tree, env=env, capture_output=capture, text=True, check=False)

@@ -9,9 +9,6 @@ record through :func:`harness.results.compare.value_of`, the same flattening the
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +20,7 @@ from harness.bisect.search import Measurement
 from harness.plan.toml import toml_key, toml_value
 from harness.results import store
 from harness.results.compare import value_of
-from harness.revision import Worktrees
+from harness.revision import Worktrees, sweep_at
 
 WAIT_KEYS = ("max_load", "max_load_wait_s")  # the bisection's runs do not wait for a quiet machine
 
@@ -112,11 +109,8 @@ class HarnessMeasure:
         tree = self.trees.get(commit)
         self.runs += 1
         sweep_id = store.check_sweep_id(f"{self.reports.name}-{commit[:12]}-{self.runs}")
-        path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)
-        command = [sys.executable, "-m", "harness", "sweep", str(self.manifest), "--reports", str(self.reports)]
-        command += ["--sweep-id", sweep_id, "--rerun", "--no-report", "--variant", self.metric.variant]
         self.log(f"{commit[:12]}: python -m harness sweep ... --sweep-id {sweep_id} (in {tree})")
-        done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
+        done = sweep_at(tree, self.manifest, self.reports, sweep_id, self.metric.variant, "--no-report", capture=True)
         log_path = self.reports / f"{sweep_id}.log"
         log_path.write_text(done.stdout + done.stderr)
         try:

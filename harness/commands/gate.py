@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -115,30 +113,6 @@ def missing_baseline(args: argparse.Namespace, path: Path) -> str:
     )
 
 
-def _sweep(tree: Path, manifest: Path, reports: Path, sweep_id: str, variant: str) -> None:
-    """Run one variant with ``python -m harness sweep`` using the harness and model code of ``tree``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "sweep",
-            str(manifest),
-            "--reports",
-            str(reports),
-            "--sweep-id",
-            sweep_id,
-            "--rerun",
-            "--variant",
-            variant,
-        ],
-        cwd=tree,
-        env=env,
-        check=False,
-    )
-
-
 def _latest(reports: Path, sweep_id: str) -> list[Record]:
     return list(rec.latest_by_variant(rec.load_records(rec.results_path(reports, sweep_id))).values())
 
@@ -163,7 +137,7 @@ def interleaved(
             sides = [("base", base_tree), ("head", head_tree)]
             for side, tree in sides if i % 2 == 0 else sides[::-1]:
                 print(f"round {i + 1}/{rounds} {side}: {name}", file=sys.stderr, flush=True)
-                _sweep(tree, path, reports, f"{sweep_id}-{side}-{i + 1}", name)
+                revision.sweep_at(tree, path, reports, f"{sweep_id}-{side}-{i + 1}", name)
     base = pool_rounds([_latest(reports, f"{sweep_id}-base-{i + 1}") for i in range(rounds)])
     head = pool_rounds([_latest(reports, f"{sweep_id}-head-{i + 1}") for i in range(rounds)])
     out = reports / sweep_id
