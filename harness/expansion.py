@@ -1,14 +1,11 @@
 """Expansion: a manifest's variants resolved and checked against the model, the one place the plan
 meets :mod:`harness.model` (above both in the import order: ``plan < model < expansion``).
 
-The explicit ``[[variants]]`` plus every point of the ``[matrix]`` (:func:`~harness.plan.variants.
-matrix_points`), listed together (explicit first); a manifest with neither runs one ``base`` variant.
-Expansion is where the model is asked what the TOML alone cannot say: the preset and stage names
-exist, every config override is a valid field value (alone and together), the mesh axes are ones
-the sharding strategies know, and the workload fits the latent grid and divides over the mesh
-(:func:`ltx2.check_workload`). Importing the plan and reading a manifest load neither the model nor
-JAX; importing this module loads the model. :func:`load_sweep` reads a manifest and expands it
-once; everything downstream takes the :class:`~harness.plan.variants.Sweep`.
+The variants (:mod:`harness.plan.variants`) are where the model is asked what the TOML alone cannot
+say: the preset and stage names exist, every config override is a valid field value (alone and
+together), the mesh axes are ones the sharding strategies know, and the workload fits the latent
+grid and divides over the mesh (:func:`ltx2.check_workload`). :func:`load_sweep` reads a manifest
+and expands it once; everything downstream takes the :class:`~harness.plan.variants.Sweep`.
 """
 
 from __future__ import annotations

@@ -3,20 +3,15 @@
 A :class:`Point` is one (variant, stage) whose record has both a predicted step
 (``predicted.step_s``) and measured samples. What is compared is one measured call of the stage:
 one call of its compiled program, or, for a stage whose call is a host loop around its program
-(``predicted.host_loop``: the Python denoising loop, the text encoder on the host), the loop's
-program calls (``step_s x calls_per_video``: one call of such a stage runs a whole video's). What the
-host does between those calls (Python dispatch, PyTorch on the host) is in no compiled program, so
-it is not predicted and counts against the prediction. A point is *gated* (scored) when its prediction models its device
-count: one device, or a CPU spec measured with as many simulated devices sharing the host's cores
-(``predicted.calibration.devices``); other multi-device points (records from before the CPU spec
-modelled shared cores) are shown, not scored.
+(``predicted.host_loop``), the loop's program calls (``step_s x calls_per_video``); what the host
+does between those calls is in no compiled program, so it counts against the prediction. A point
+is *gated* (scored) when its prediction models its device count: one device, or a CPU spec measured
+with as many simulated devices sharing the host's cores (``predicted.calibration.devices``); other
+multi-device points are shown, not scored.
 
-:func:`summarize` scores the gated points: Spearman rank correlation and
-``median |ln(predicted / measured)|`` and the worst ``|ln(predicted / measured)|``
-(:mod:`harness.results.stats`), against the documented bars: Spearman >= :data:`TARGET_SPEARMAN` (0.9),
-median within 1.5x (:data:`TARGET_LOG_RATIO`), worst within 3x (:data:`TARGET_WORST_LOG_RATIO`); the
-same bars ``benchmarks/timeline_calibration.py`` holds the held-out sweep to. The CPU constants are
-measured, never fitted to these numbers.
+:func:`summarize` scores the gated points (Spearman rank correlation, median and worst
+``|ln(predicted / measured)|``) against the bars :data:`TARGET_SPEARMAN`, :data:`TARGET_LOG_RATIO`
+and :data:`TARGET_WORST_LOG_RATIO`. The CPU constants are measured, never fitted to these numbers.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """JAX's persistent compilation cache for measured runs: a warm start, and the compile seconds it saves.
 
 A measuring worker points JAX's persistent cache at ``<reports>/jax-cache/`` (beside the compile-only
-``aot-cache/`` the runner hands it), before anything compiles, so a second sweep from any checkout
-with the same reports folder (or a CI cache of it) compiles from disk. Each JAX stage then records,
-under its static metrics' ``compile_cache``:
-
-* ``first``: its first compile (the static metrics' own), lowering and compiling seconds and
-  persistent-cache hits / misses: a miss
-  is a cold compile (``cold_s``), a hit a warm start;
-* ``warm``: the same program compiled again after JAX's in-memory caches are cleared, which must be
-  served from the persistent cache: its seconds (``warm_s``) and misses (``warm_misses``, an
-  unexpected cache miss when above 0, which the gate fails on).
+``aot-cache/``) before anything compiles, so a second sweep with the same reports folder (or a CI
+cache of it) compiles from disk. Each JAX stage records its ``compile_cache``
+(:class:`~harness.families.CompileCache`): its first compile (a miss is a cold compile, ``cold_s``)
+and the same program compiled again with JAX's in-memory caches cleared, which must come from disk
+(``warm_s``; ``warm_misses`` above 0 is an unexpected miss, which the gate fails on).
 """
 
 from __future__ import annotations
