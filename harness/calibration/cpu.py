@@ -32,7 +32,6 @@ import functools
 import json
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics.timeline.specs import Constant, TimelineSpec, cpu_spec
+from harness.results.storage import write_atomic
 
 MATMUL_N = 1024
 COPY_BYTES = 64 * 2**20
@@ -336,10 +336,5 @@ def load_or_measure(path: str | Path | None, devices: int = 1) -> tuple[CpuCalib
             pass  # unreadable: measure again and replace it
     cal = measure(devices=devices)
     if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(cal.to_dict(), f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(cal.to_dict()))
     return cal, True

@@ -22,20 +22,13 @@ A :class:`Record` is what a run leaves behind (``record_version`` 2)::
     notes           [...]
     artifacts       {log, traces: {<stage>: dir}}
 
-Every key above is written, null where it has no value. The metric families of a stage are
-read into frozen typed objects (:mod:`harness.families`) and written back from them; this
-module and that one are the only code that knows the JSON form. Keys a reader does not know are kept
-(``extra``), so reading and writing a record loses nothing.
-
-Versions: 1 left out the keys added after it (``predicted``, ``phases_s``, the references,
-``compiler_options``) where they had no value; 2 writes every key. :data:`UPGRADES` holds one step
-per version, so every record written before reads as the current version.
-
-Reading always goes through :func:`parse`: a record older than :data:`RECORD_VERSION` is
-brought up to date by :func:`upgrade` (one step per version in :data:`UPGRADES`), a newer one
-is a :class:`NewerRecordError`; then its shape is checked (:func:`check_shape`: the keys above
-with their JSON types, statuses from :data:`STATUSES` / :data:`STAGE_STATUSES`), so a JSON object
-that only looks like a record is a :class:`RecordError` here, not a ``KeyError`` downstream.
+Every key above is written, null where it has no value; keys a reader does not know are kept
+(``extra``), so reading and writing a record loses nothing. This module and :mod:`harness.families`
+are the only code that knows the JSON form. Reading always goes through :func:`parse`: an older
+record is brought up to date by :func:`upgrade` (one step per version in :data:`UPGRADES`; 1 left out
+the keys added after it where they had no value), a newer one is a :class:`NewerRecordError`; then
+:func:`check_shape` checks the keys above with their JSON types and statuses, so a JSON object that
+only looks like a record is a :class:`RecordError` here, not a ``KeyError`` downstream.
 """
 
 from __future__ import annotations
