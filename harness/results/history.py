@@ -17,6 +17,7 @@ import math
 import re
 import shlex
 import shutil
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,14 +151,8 @@ def series(runs: Sequence[Run]) -> list[Series]:
 # --------------------------------------------------------------------------- change points
 
 
-def _median(xs: Sequence[float]) -> float:
-    ys = sorted(xs)
-    n = len(ys)
-    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
-
-
 def _ratio(before: Sequence[float], after: Sequence[float]) -> float:
-    b, a = _median(before), _median(after)
+    b, a = statistics.median(before), statistics.median(after)
     return a / b if b else (1.0 if a == b else math.inf)
 
 
