@@ -1,11 +1,6 @@
-"""What a calibration reads: the spec a fit starts from, and a compiled program's instructions
-matched to the ops of its measured trace (for ``python -m harness calibrate`` and
-``benchmarks/calibrate_held_out.py``, which drive it).
-
-``--base``: a compile-only target (``v6e:2x4``, ``tpu7x:2x2x1``, ``h100:1x1x8``), a CPU calibration
-(``<sweep>/traces/cpu-calibration-<N>dev.json``) or an earlier spec file. Every traced op is
-matched by name to the program's instructions (median duration over its executions, one device);
-a trace whose ops are not the program's is refused.
+"""What a calibration reads: the spec a fit starts from (``--base``: a target, a CPU calibration or a
+spec file) and a compiled program's instructions matched by name to the ops of its measured trace,
+for ``python -m harness calibrate`` (whose help says each rule) and ``benchmarks/calibrate_held_out.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""One stage's static metrics as text tables within :data:`~harness.report.console.WIDTH` columns
-(``python -m harness inspect``): compile time, cost, memory, tokens, the on-target analysis, collectives
-by kind, the top scopes by FLOPs / bytes / collective bytes, and the top collective sites with the
-cause the attribution found for each."""
+"""One stage's static metrics as text tables within :data:`~harness.report.console.WIDTH` columns:
+the tables ``python -m harness inspect`` prints (its help lists them)."""
 
 from __future__ import annotations
 
