@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 from harness import targets, testing
@@ -85,23 +85,12 @@ class WorkerSpec:
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec_version": self.spec_version,
+            **{f.name: getattr(self, f.name) for f in _plain_fields()},
             "variant": {"name": self.variant_name, "id": self.variant_id},
-            "preset": self.preset,
             "config_overrides": dict(self.config_overrides),
             "target": {**self.target.to_dict(), "mesh": [[a, n] for a, n in self.target.mesh]},  # order is layout
-            "mode": self.mode,
             "workload": self.workload.to_dict(),
             "run": self.run.to_dict(),
-            "trace_dir": self.trace_dir,
-            "status_path": self.status_path,
-            "cache_dir": self.cache_dir,
-            "seed": self.seed,
-            "parent_pid": self.parent_pid,
-            "scratch_dir": self.scratch_dir,
-            "process_id": self.process_id,
-            "coordinator": self.coordinator,
-            "outputs_dir": self.outputs_dir,
-            "save_output": self.save_output,
             "reference": None if self.reference is None else dict(self.reference),
         }
 
@@ -115,27 +104,24 @@ class WorkerSpec:
                 f"worker spec version {d.get('spec_version')!r} is not readable here (reads {SPEC_VERSION})"
             )
         return cls(
+            **{f.name: d[f.name] if f.default is MISSING else d.get(f.name, f.default) for f in _plain_fields()},
             variant_name=d["variant"]["name"],
             variant_id=d["variant"]["id"],
-            preset=d["preset"],
             config_overrides=dict(d["config_overrides"]),
-            mode=d["mode"],
             target=Target.from_dict({**d["target"], "mesh": {a: n for a, n in d["target"]["mesh"]}}),
             workload=Workload.from_dict(d["workload"]),
             run=Run.from_dict(d["run"]),
-            trace_dir=d["trace_dir"],
-            status_path=d.get("status_path"),
-            cache_dir=d.get("cache_dir"),
-            seed=int(d.get("seed", 0)),
-            parent_pid=d.get("parent_pid"),
-            scratch_dir=d.get("scratch_dir"),
-            process_id=int(d.get("process_id", 0)),
-            coordinator=d.get("coordinator"),
-            outputs_dir=d.get("outputs_dir"),
-            save_output=bool(d.get("save_output", False)),
             reference=d.get("reference"),
         )
 
     @classmethod
     def from_json(cls, text: str) -> WorkerSpec:
         return cls.from_dict(json.loads(text))
+
+
+_TYPED = {"variant_name", "variant_id", "config_overrides", "target", "workload", "run", "reference", "spec_version"}
+
+
+def _plain_fields() -> list[Field[Any]]:
+    """The spec's fields written to JSON as they are (every one but those :data:`_TYPED` converts)."""
+    return [f for f in fields(WorkerSpec) if f.name not in _TYPED]
