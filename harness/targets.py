@@ -1,40 +1,23 @@
-"""Target accelerators: a small spec table, compile-only devices, and a roofline estimate.
+"""Target accelerators: a topology parsed once, compile-only devices, and a roofline estimate.
 
-A manifest's ``[target]`` names a platform and, for compile-only analysis, a topology
-(``v6e:2x4``, ``tpu7x:2x2x1``, ``h100:1x1x8``). This module turns that into:
+A manifest's ``[target]`` names a platform and, for compile-only analysis, a topology (``v6e:2x4``,
+``tpu7x:2x2x1``, ``h100:1x1x8``): :func:`check_topology` parses it into a :class:`Slice` with its
+generation's record (:mod:`harness.hardware`: the vendors' per-chip figures, divided among the
+devices JAX exposes per chip); :func:`compile_devices` gives devices XLA can compile for without
+the hardware (libtpu's topology descriptions, the CUDA PJRT plugin's target config; a missing
+optional extra is a :class:`MissingExtra` naming it); :func:`roofline` a lower bound on step time
+from FLOPs, HBM bytes and interconnect bytes.
 
-* :func:`spec_for` -- per-device peak numbers (below), to say whether a program fits in
-  HBM and how long a step would take at best;
-* :func:`compile_devices` -- device objects XLA can compile for without the hardware:
-  TPU through libtpu's topology descriptions, GPU through the CUDA PJRT plugin's target
-  config. Both come from optional extras; a missing one raises :class:`MissingExtra`
-  naming the extra to install;
-* :func:`roofline` -- a lower bound on step time from FLOPs, HBM bytes and
-  interconnect bytes.
+The roofline's assumptions travel with every result (:data:`ROOFLINE_ASSUMPTIONS`): peak is dense
+bf16 matmul throughput (elementwise work and attention inefficiencies ignored, so real steps are
+slower); HBM bytes are the top-level ops' reads and writes with loop bodies times their trip counts
+(:func:`harness.metrics.hlo.memory_traffic_bytes`; XLA's ``bytes accessed`` counts a loop body once
+and re-reads inside fusions); interconnect time is each device's ring wire bytes over its share of
+all the chip's links, as if every collective used every link at full speed (ring collectives on a
+torus get close, small latency-bound ones do not); ``step_s`` assumes perfect overlap,
+``step_serial_s`` none, and a real step lies in between.
 
-Spec numbers are the vendors' published per-chip figures, divided among the devices
-JAX exposes per chip (a v7x chip is two devices, one per TensorCore). Assumptions the
-estimate rests on (also stored with every result, see :data:`ROOFLINE_ASSUMPTIONS`):
-
-* peak is dense bf16 matmul throughput; elementwise work, softmax and attention
-  inefficiencies are ignored, so real steps are slower;
-* FLOPs are the matmul FLOPs of the partitioned HLO, loop bodies times their trip counts;
-* HBM time is the bytes the top-level ops (fusions, collectives) read and write, loop
-  bodies times their trip counts (:func:`harness.metrics.hlo.memory_traffic_bytes`; XLA's
-  own `bytes accessed` counts a loop body once, and on the small model it is ~1.4x ours
-  because it also counts re-reads inside fusions), at least the argument + output bytes,
-  over peak HBM bandwidth;
-* interconnect time is the bytes each device puts on the wire for its collectives (ring
-  algorithms: all-gather result - shard, reduce-scatter operand - shard, all-reduce
-  2 x operand) over its share of the chip's total ICI / NVLink bandwidth (all links, one
-  direction), i.e. as if every collective used every link at full speed: ring collectives
-  on a torus get close, small latency-bound ones do not;
-* ``step_s`` assumes compute, memory and communication overlap perfectly (the max of the
-  three); ``step_serial_s`` assumes none does (their sum). A real step lies in between,
-  nearer the max when XLA's async collectives hide behind compute.
-
-This module imports neither JAX nor the model at import time: manifests use it to count
-devices per chip.
+Imports neither JAX nor the model at import time: manifests use it to count devices per chip.
 """
 
 from __future__ import annotations
@@ -254,16 +237,22 @@ def fits(spec: TargetSpec, needed_bytes: float | None) -> bool | None:
     return None if needed_bytes is None else needed_bytes <= spec.hbm_bytes
 
 
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory available to new processes (Linux ``MemAvailable``), None where unknown."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def host_memory_per_device(devices: int) -> tuple[int | None, str]:
     """(bytes, where the number comes from): the host memory available now, shared by ``devices``
     simulated CPU devices (they all allocate from it). None where the host does not say."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-                return available // max(devices, 1), f"host MemAvailable / {devices} devices"
-    except (OSError, ValueError):
-        pass
+    if (available := available_memory()) is not None:
+        return available // max(devices, 1), f"host MemAvailable / {devices} devices"
     try:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):

@@ -11,24 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from harness.results.record import Record
 
 GiB = 2**30
 UNKNOWN_PEAK_BYTES = 6 * GiB  # a full-size compile-only worker's peak is 2-5 GiB; more than that is safe
 HEADROOM = 1.25  # memory per worker: its recorded peak times this
-
-
-def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """Bytes of memory available to new processes (Linux ``MemAvailable``), None where unknown."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def cores() -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness import targets
 from harness.plan.manifest import Run
 from harness.plan.variants import Sweep, Variant, comparable, select
 from harness.report.console import summary_table
@@ -233,7 +234,7 @@ def _jobs(
         return max(1, min(asked, len(compile_only)))
     ids = {v.id for _, v in compile_only}
     peak = parallel.peak_bytes(r for r in previous if r.variant.id in ids) or parallel.peak_bytes(previous)
-    cpus, memory = parallel.cores(), parallel.available_memory()
+    cpus, memory = parallel.cores(), targets.available_memory()
     jobs = parallel.default_jobs(len(compile_only), peak, cpus, memory)
     out.write(parallel.describe(jobs, peak, cpus, memory) + "; --jobs N to choose\n")
     return jobs
