@@ -29,15 +29,8 @@ from harness.metrics.hlo.text import without_provenance
 from harness.metrics.timeline.specs import TimelineSpec
 
 SIMULATOR_VERSION = 5
-"""Bump when the simulator (this package) prices the same program on the same spec differently.
-2: the host link's copies served by ``host_link_sharing`` (``fifo``) instead of ``link_sharing``,
-and an offloaded copy's wait shared on the critical path among the copies served during it.
-3: a collective's wait shared likewise among the transfers on its links (critical path, exposed
-time by kind); the spec names ``core_links`` and ``scalar_ops`` (the interval's new points).
-4: a collective's chip ports divided among its groups on the chip, not the chip's devices
-(:mod:`~harness.metrics.timeline.groups`).
-5: a program starts after its launch (``program_launch_s``) and a scalar op costs ``scalar_op_s`` where the
-spec has them (TPU), not ``op_overhead_s``; ``scalar_ops`` reads that measurement two ways."""
+"""Bump when the simulator (this package) prices the same program on the same spec differently; what
+each version changed: benchmarks/results/docstring-findings-2026-11-29.md, "Simulator versions"."""
 
 _PROSE = frozenset({"source", "notes", "name"})
 
