@@ -4,7 +4,7 @@ plane's stats and event metadata with *their* stats (libtpu writes an op's compi
 ``/host:metadata`` plane, whose event metadata carry the programs' ``Hlo Proto``.
 
 The protobuf wire format is decoded by hand, field numbers from
-``xla/tsl/profiler/protobuf/xplane.proto`` (the same as :mod:`harness.metrics.xprof.xplane_write`):
+``xla/tsl/profiler/protobuf/xplane.proto`` (:mod:`harness.metrics.xprof.xplane_write` writes with them):
 XSpace.planes=1; XPlane id=1 name=2 lines=3 event_metadata=4 (map: key=1, value=2)
 stat_metadata=5 (map) stats=6; XLine id=1 display_id=10 name=2 timestamp_ns=3 events=4; XEvent
 metadata_id=1 offset_ps=2 duration_ps=3 stats=4; XStat metadata_id=1 double_value=2

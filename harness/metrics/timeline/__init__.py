@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.metrics.hlo.model import HloModule
 from harness.metrics.timeline import rates
-from harness.metrics.timeline.prediction import LANES, Prediction, chrome_trace, device_dict, op_events
+from harness.metrics.timeline.prediction import Prediction, device_dict
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
 from harness.metrics.timeline.specs import (
@@ -30,7 +30,6 @@ from harness.metrics.timeline.specs import (
     SCALAR_OPS,
     Constant,
     TimelineSpec,
-    Topology,
     cpu_spec,
     spec_for,
 )
@@ -177,24 +176,15 @@ def _faster(constant: Constant) -> float:
 
 def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, Any]:
     """The step's interval from its constants' stated uncertainty (:attr:`Constant.rel_uncertainty`)
-    and the modelling choices that are assumed: the step with every rate and time constant at its
-    fast bound together (``fast``), at its slow bound (``slow``), each one alone at either bound
-    (``<constant>:fast`` / ``:slow``); each measured efficiency curve of a TPU / GPU spec
+    and the modelling choices that are assumed: the step at each of :func:`bound_specs`' points (every
+    bound together, ``fast`` / ``slow``; each other policy or reading, where it moves the program),
+    each rate and time constant alone at either bound (``<constant>:fast`` / ``:slow``; offloaded
+    copies' assumed rate among them), and each measured efficiency curve of a TPU / GPU spec
     (:mod:`~harness.metrics.timeline.rates`) moved by its points' uncertainty, capped at 1
-    (``<family>:fast`` / ``:slow``, and in ``fast`` / ``slow``), and, where a curve is carried from
-    another generation (its source says ``assumed``), the datasheet rates (``curves:datasheet``);
-    the links shared by the other policy (``link_sharing:fifo`` or ``:fair``, :mod:`~harness.
-    metrics.timeline.links`), the host link's likewise (``host_link_sharing:fair`` or ``:fifo``,
-    where the program copies to or from host memory); each TensorCore its own ICI ports
-    (``core_links:own``, where a chip holds several devices); the other reading of the scalar-op
-    measurement (``scalar_ops:with_launch``, where the program runs one, :attr:`Op.scalar`, and the
-    spec measures one, ``scalar_op_s``: TPU); and offloaded
-    copies (SparseCore, DMA) at their assumed rate's bounds
-    (``offload_bytes_per_s:*``, a constant like the others). ``assumed``: the names of the points
-    that move an assumption rather than a measured or published constant.
-    ``interval_s``: the lowest and highest of them; ``points_s``: every evaluation, so two
-    predictions on the same spec can be compared point by point (:func:`harness.results.uncertain.
-    ordering`: an order that flips at some point is a tie). JSON-able."""
+    (``<family>:fast`` / ``:slow``). ``assumed``: the names of the points that move an assumption
+    rather than a measured or published constant. ``interval_s``: the lowest and highest of them;
+    ``points_s``: every evaluation, so two predictions on the same spec can be compared point by point
+    (:func:`harness.results.uncertain.ordering`: an order that flips at some point is a tie). JSON-able."""
     program = build_program(module) if isinstance(module, HloModule) else module
     points = {"base": step_ns(program, spec)}
     assumed: list[str] = []
@@ -320,21 +310,14 @@ def _curve_uncertainty(spec: TimelineSpec) -> dict[str, tuple[float, bool]]:
 
 
 __all__ = [
-    "LANES",
     "Constant",
-    "Event",
     "Prediction",
-    "Program",
     "TimelineSpec",
-    "Topology",
     "bound_specs",
     "share_bound_specs",
     "build_program",
-    "chrome_trace",
     "copies_host",
     "cpu_spec",
-    "device_dict",
-    "op_events",
     "predict",
     "runs_scalar",
     "sensitivity",

@@ -1,9 +1,7 @@
 """Which devices a collective spans, and which physical links carry it.
 
 The device groups are read once, with the module (``Instruction.groups``, every printed form:
-:mod:`harness.metrics.hlo.replica_groups`; ids are the program's device-assignment indices,
-``use_global_device_ids=true`` under SPMD); empty or absent groups mean all devices in one group,
-and a collective-permute's ``source_target_pairs`` are each a transfer.
+:mod:`harness.metrics.hlo.replica_groups`); a collective-permute's pairs are each a transfer.
 
 Links: on a TPU torus a group uses the ICI dimensions along which its devices' chip coordinates
 differ. A dimension whose group covers the whole ring and which wraps around carries a

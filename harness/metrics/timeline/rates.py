@@ -7,16 +7,12 @@ and prices an op at the peak times an *efficiency* read off a curve of the table
 pricing` reads them):
 
 * **Dots**: ``matmul_eff_n<N>`` = the table's measured TFLOP/s of an N x N x N bf16 GEMM over the
-  datasheet peak. A dot ``[m, k] x [k, n]`` (per product of a batched one) runs at the curve's
-  efficiency at its effective size ``(m n k)^(1/3)``, interpolated in log size and clamped to the
-  table's range, times its tile efficiency (the matrix unit's padding, which the table's sizes,
-  all multiples of 256, never show). A kernel whose dots are opaque (the splash kernel) runs at the
-  curve's best point: the achievable rate.
+  datasheet peak (how a dot reads the curve, times its tile efficiency, which the table's sizes,
+  all multiples of 256, never show: :mod:`~harness.metrics.timeline.pricing`).
 * **HBM**: ``hbm_eff_b<B>`` = the measured copy bandwidth of a copy that accesses ``B`` bytes over
   the datasheet bandwidth per device. The table's "matrix size" is the tensor copied; a copy reads
   and writes it and the table's bandwidth counts both (8192 MiB in 5.3523 ms is 3209.8 GB/s only
-  as read + write), so a row of size S is the point ``B = 2 S``, and an op is looked up by the bytes
-  it reads and writes (``Instruction.traffic``), log-interpolated, clamped.
+  as read + write), so a row of size S is the point ``B = 2 S``.
 * **Collectives**: ``collective_latency_s`` and ``link_efficiency`` from a least-squares fit of the
   all-gather table's times, ``time = latency + wire / bandwidth``, where ``wire`` is the bytes the
   simulator's ring model sends per device ((n - 1) / n of the output). The fitted bandwidth over

@@ -19,12 +19,9 @@ takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.t
   transfer has ended (the wait is exposed time). A TPU async collective fusion is the same: its
   start fusion issues, the continuation fusions between are compute (the transfer runs beside
   them: libtpu advances it in steps inside them, which this model does not split), its done waits;
-* transfers share the links (:mod:`~harness.metrics.timeline.links`): each link set (a torus
-  dimension, the chip's cores, NVLink, the host's memcpy) is shared equally by the transfers on it,
-  so a transfer starts when it is issued and goes at its share while others run beside it.
-  Collectives on disjoint dimensions run side by side at full speed; a small synchronous one
-  issued beside a large asynchronous one ends after about twice its own time (a queue would make
-  it wait for the whole large one), and the pair ends when it would one after the other.
+* transfers share the links as :mod:`~harness.metrics.timeline.links` says: a transfer starts when
+  it is issued and goes at its share while others run beside it; collectives on disjoint dimensions
+  run side by side at full speed.
 
 A ``while`` body runs trip-count times (once, with a note, where the count is unknown); the async
 values carried through the loop tuple keep their transfers in flight across iterations, so a

@@ -15,13 +15,9 @@ it is stored with every prediction (``Prediction.to_dict()["spec"]``). Constants
 * ``on_chip_bytes_per_s`` (tpu7x only): between the two TensorCores of one chip;
 * ``host_bytes_per_s`` (v6e): the host link (PCIe), one direction, per chip: what a copy to or
   from host memory (``S(5)``, host offload) moves at;
-* ``tile_m``, ``tile_n``, ``tile_k`` (TPU, GPU): the matrix unit's tile a matmul is padded to
-  (:mod:`~harness.metrics.timeline.pricing`); ``matmul_eff_n<N>``: the measured efficiency of an
-  N x N x N matmul (CPU: over the largest one measured here; TPU / GPU: a published GEMM table's
-  rate over the datasheet peak, :mod:`~harness.metrics.timeline.rates`);
-* ``hbm_eff_b<B>`` (TPU): a published copy table's bandwidth, for a copy accessing B bytes, over the
-  datasheet's; ``link_efficiency`` (TPU, GPU): the bandwidth a published collective table's large
-  messages reach over their route's datasheet bandwidth; ``offload_bytes_per_s`` (TPU): an
+* ``tile_m``, ``tile_n``, ``tile_k``, ``matmul_eff_n<N>`` (a matmul's tile and efficiency curve:
+  :mod:`~harness.metrics.timeline.pricing`), ``hbm_eff_b<B>`` and ``link_efficiency`` (read off
+  published tables: :mod:`~harness.metrics.timeline.rates`); ``offload_bytes_per_s`` (TPU): an
   offloaded copy's (SparseCore / DMA) rate. The datasheet peaks stay, as the upper bound:
   :meth:`TimelineSpec.datasheet` is the same spec without the curves ("predicted, datasheet rates").
 

@@ -19,12 +19,9 @@ Ops with other lanes (a collective's transfer, running beside the stream) go on 
 named ``Async <kind>`` here, which xprof's op-metrics readers skip (only op lines count) and its
 trace viewer shows.
 
-The protobuf wire format is written here by hand (``xla/tsl/profiler/protobuf/xplane.proto``:
-XSpace.planes=1; XPlane id=1 name=2 lines=3 event_metadata=4 stat_metadata=5 stats=6; XLine
-id=1 name=2 timestamp_ns=3 events=4; XEvent metadata_id=1 offset_ps=2 duration_ps=3 stats=4;
-XStat metadata_id=1 double_value=2 int64_value=4 str_value=5 bytes_value=6; XEventMetadata id=1
-name=2 display_name=4 stats=5; XStatMetadata id=1 name=2): no installed package ships the
-generated classes. ``tests/harness/metrics/test_xplane_write.py`` reads the file back through
+The protobuf wire format is written here by hand, with the field numbers
+:mod:`harness.metrics.measured.xplane_read` lists (no installed package ships the generated
+classes). ``tests/harness/metrics/test_xplane_write.py`` reads the file back through
 ``jax.profiler.ProfileData`` and xprof's own converters. Pure Python (no JAX).
 """
 
