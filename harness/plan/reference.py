@@ -26,7 +26,8 @@ from harness.plan.toml import Invalid, check_keys, get, type_name
 
 # What a rung may state: the published number and what it means.
 METRICS: dict[str, str] = {
-    "all_gather_wasted_fraction": "XProf op profile: the all-gather category's wasted share of op time",
+    "all_gather_wasted_fraction": "XProf op profile: the all-gathers' wasted share of op time (their "
+    "categories and the SparseCore-offloaded async ops named all-gather.*)",
     "video_s": "seconds per video, end to end",
     "diffusion_s": "seconds per video in the denoising loop",
     "text_encode_s": "seconds per video in text encoding",

@@ -29,7 +29,7 @@ e = html.escape
 SCOPE_DEPTH = 3  # scope levels a critical-path change is grouped by
 
 LABELS: dict[str, str] = {
-    "xprof_ag": "XProf AG wasted: the all-gather category's Wasted % in XProf's op profile "
+    "xprof_ag": "XProf AG wasted: the summed Wasted % in XProf's op profile of its all-gather nodes "
     "(AG op time / all op time, idle excluded, x (1 - max(FLOPs util, HBM util)))",
     "xprof_flops": "XProf FLOPs util: all ops' FLOPs / (op time x peak FLOP/s)",
     "xprof_hbm": "XProf HBM util: all ops' HBM bytes / (op time x peak HBM B/s), capped at 1",
@@ -325,7 +325,7 @@ def console(records: Sequence[Record]) -> str:
                 out.append(f"    moved most from the rung before: {row.why}")
     rows = xprof_rows(records)
     if rows:
-        out.append("XProf's op-profile numbers (AG wasted: the all-gather category's Wasted %):")
+        out.append("XProf's op-profile numbers (AG wasted: the Wasted % of its all-gather nodes):")
         for r in rows:
             c = xprof_cells(r)
             out.append(

@@ -20,8 +20,20 @@ Definitions, from xprof's source (openxla/xprof):
   ``frontend/app/components/op_profile/op_table/op_table.ng.html`` reads "RuntimeFraction * (1 -
   max(FlopsUtilization, MemoryBandwidthUtilization))"). A category's is computed from its ops'
   summed time, FLOPs and bytes (``OpProfileBuilder`` aggregates child metrics, then populates).
-  So "% of wasted time in all-gathers" is the all-gather category's Wasted %: all-gather op time
-  as a share of all op time (the collectives do no FLOPs, so nearly all of it is wasted).
+* **the all-gather share** ("% of wasted time in all-gathers") is the summed Wasted % of the
+  op-profile nodes XProf attributes to all-gathers: its all-gather categories (``all-gather``,
+  ``all-gather-start``, ``all-gather-done``, ``all-gather fusion``: ``IsCollective`` in
+  ``xprof/convert/smart_suggestion/signal_provider.h``), each a node of its ops together, and each
+  ``async-start`` / ``async-done`` op named for an all-gather (the first dot-separated part of its
+  name is ``all-gather``: the rule ``GetAsyncDoneOpPercent`` in the same file applies to
+  SparseCore-offloaded collectives), a node of its own. libtpu files a SparseCore-offloaded
+  collective's ``call-start`` / ``call-done`` under ``async-start`` / ``async-done``, not under its
+  kind (xprof's ``TensorCoreDeviceOpMetricsDbFindsSparseCoreOffload`` test writes such a
+  ``call-start`` with category ``async-start``): on tpu7x, where libtpu 0.0.42.1 offloads every
+  all-gather, the literal ``all-gather`` category is empty, and no XProf node holds a gather's start
+  (which carries its HBM bytes) with its done (the wait), so the done's wait counts as wasted whole
+  (benchmarks/results/ag-share-definition-2026-11-29.md). The collectives do no FLOPs, so nearly all
+  of their time is wasted.
 * **root FLOPs / HBM utilisation**: the same two ratios for the root node (all ops), what the op
   profile's summary at the top quotes.
 
@@ -58,8 +70,18 @@ DEFINITIONS: dict[str, str] = {
     "flops_utilization": "(FLOPs / op time) / peak FLOP/s (xprof utils.ts flopsUtilization)",
     "hbm_bw_utilization": "(HBM bytes / op time) / peak HBM B/s, capped at 1 (op_profile_builder.cc)",
     "wasted_fraction": "time fraction x (1 - max(FLOPs util, HBM util)) (xprof op_profile Wasted %)",
-    "all_gather_wasted_fraction": "the all-gather category's Wasted % in xprof's op profile",
+    "all_gather_wasted_fraction": "summed Wasted % of xprof's all-gather nodes: its all-gather categories "
+    "and each async-start/-done op named all-gather.* (SparseCore-offloaded)",
 }
+# XProf's categories of TensorCore all-gathers (signal_provider.h IsCollective), and the categories
+# libtpu gives an op offloaded to another core (a SparseCore call-start / call-done).
+ALL_GATHER_CATEGORIES = frozenset({ALL_GATHER, "all-gather-start", "all-gather-done", "all-gather fusion"})
+ASYNC_CATEGORIES = frozenset({"async-start", "async-done"})
+
+
+def is_all_gather(op: str, category: str) -> bool:
+    """Whether XProf attributes the op ``op`` of category ``category`` to all-gathers (module docstring)."""
+    return category in ALL_GATHER_CATEGORIES or (category in ASYNC_CATEGORIES and op.split(".")[0] == ALL_GATHER)
 
 
 @dataclass(frozen=True)
@@ -131,11 +153,13 @@ def op_profile(
         acc[2] += o.bytes
     categories = {c: node(t, f, b) for c, (t, f, b) in sums.items()}
     rows = [node(o.time_ns, o.flops, o.bytes, o.op, o.category) for o in ops]
+    offloaded = [r for r in rows if r.category in ASYNC_CATEGORIES and is_all_gather(r.op or "", r.category)]
+    gathers = [n for c, n in categories.items() if c in ALL_GATHER_CATEGORIES] + offloaded
     return XprofProfile(
         root=node(root_ns, sum(o.flops for o in ops), sum(o.bytes for o in ops)),
         categories=dict(sorted(categories.items(), key=lambda kv: (_wasted_first(kv[1]), kv[0]))),
         top_wasted_ops=tuple(sorted(rows, key=lambda n: (_wasted_first(n), n.op or ""))[:top]),
-        all_gather_wasted_fraction=categories[ALL_GATHER].wasted_fraction if ALL_GATHER in categories else 0.0,
+        all_gather_wasted_fraction=sum(n.wasted_fraction or 0.0 for n in gathers),
         peak_flops_per_s=peak_flops_per_s,
         hbm_bytes_per_s=hbm_bytes_per_s,
         definitions=DEFINITIONS,
@@ -192,11 +216,13 @@ def from_xprof_op_profile(profile: Mapping[str, Any], top: int = 10) -> XprofPro
     for cat in nodes:
         categories[cat["name"]] = read(cat)
         ops += [read(o, o["name"], cat["name"]) for o in cat.get("children", [])]
+    gathers = [n for c, n in categories.items() if c in ALL_GATHER_CATEGORIES]
+    gathers += [o for o in ops if o.category in ASYNC_CATEGORIES and is_all_gather(o.op or "", o.category or "")]
     return XprofProfile(
         root=read(root),
         categories=dict(sorted(categories.items(), key=lambda kv: (_wasted_first(kv[1]), kv[0]))),
         top_wasted_ops=tuple(sorted(ops, key=lambda n: (_wasted_first(n), n.op or ""))[:top]),
-        all_gather_wasted_fraction=categories[ALL_GATHER].wasted_fraction if ALL_GATHER in categories else 0.0,
+        all_gather_wasted_fraction=sum(n.wasted_fraction or 0.0 for n in gathers),
         definitions=DEFINITIONS,
     )
 

@@ -7,7 +7,11 @@ category, start_ns, end_ns, scope); each op's FLOPs and HBM bytes of one executi
 program it simulated (:class:`harness.metrics.timeline.program.Program`), and the peaks from the
 spec it was priced with (``peak_flops_per_s``, ``hbm_bytes_per_s``). A compute op's xprof
 category is its HLO opcode (``fusion``, ``convolution``, ``copy``...: libtpu writes finer ones,
-e.g. ``loop fusion``, which we cannot know from the text); a collective's is its kind. Pure Python.
+e.g. ``loop fusion``, which we cannot know from the text); a collective's is its kind; an op
+offloaded to another core (a ``call-start`` / ``call-done``: a SparseCore collective or copy) is
+``async-start`` / ``async-done``, the categories libtpu gives them (HLO's ``kAsyncStart`` /
+``kAsyncDone``; xprof's own SparseCore-offload test writes a ``call-start`` so), whatever it runs.
+Pure Python.
 """
 
 from __future__ import annotations
@@ -44,7 +48,13 @@ def program_costs(
     return costs, opcodes
 
 
+_OFFLOADED = {"call-start": "async-start", "call-done": "async-done"}  # opcode -> libtpu's category
+
+
 def _category(event: Any, opcodes: Mapping[str, str]) -> str:
+    opcode = opcodes.get(event.name, "")
+    if opcode in _OFFLOADED:
+        return _OFFLOADED[opcode]
     return opcodes.get(event.name, event.category) if event.category == COMPUTE else event.category
 
 

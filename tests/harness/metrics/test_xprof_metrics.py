@@ -164,3 +164,59 @@ def test_a_tpu_trace_is_cross_checked_against_xprofs_converter(tmp_path) -> None
     assert set(xprof["categories"]) == {"fusion", "convolution", "all-gather"}
     for cat, node in xprof["categories"].items():
         assert xprof["converter"]["categories"][cat]["wasted_fraction"] == pytest.approx(node["wasted_fraction"]), cat
+
+
+SC = 'async_execution_thread="sparsecore"'
+AGC, CPC = "((f32[1000]{0}, token[]), f32[4000]{0})", "((f32[2000]{0}), f32[2000]{0})"
+OFFLOADED = (
+    HEADER
+    + f"""ENTRY %main (p: f32[1000], q: f32[500], c: f32[2000]) -> (f32[4000], f32[2000]) {{
+  %p = f32[1000]{{0}} parameter(0)
+  %q = f32[500]{{0}} parameter(1)
+  %c = f32[2000]{{0}} parameter(2)
+  %tok = token[] after-all()
+  %all-gather.7.call-start = {AGC} call-start(f32[1000]{{0}} %p, token[] %tok), {SC}, to_apply=%sc_gather
+  %copy.3.call-start = {CPC} call-start(f32[2000]{{0}} %c), {SC}, to_apply=%sc_copy
+  %a = f32[500]{{0}} add(f32[500]{{0}} %q, f32[500]{{0}} %q)
+  %all-gather.7.call-done = f32[4000]{{0}} call-done({AGC} %all-gather.7.call-start)
+  %copy.3.call-done = f32[2000]{{0}} call-done({CPC} %copy.3.call-start)
+  ROOT %r = (f32[4000]{{0}}, f32[2000]{{0}}) tuple(%all-gather.7.call-done, %copy.3.call-done)
+}}
+
+%sc_gather (x: f32[1000], t: token[]) -> f32[4000] {{
+  %x = f32[1000]{{0}} parameter(0)
+  %t = token[] parameter(1)
+  ROOT %ag = f32[4000]{{0}} all-gather(f32[1000]{{0}} %x), {GROUPS}
+}}, execution_thread="sparsecore"
+
+%sc_copy (y: f32[2000]) -> f32[2000] {{
+  %y = f32[2000]{{0}} parameter(0)
+  ROOT %yc = f32[2000]{{0}} copy(f32[2000]{{0}} %y)
+}}, execution_thread="sparsecore\""""
+)
+
+
+def test_a_sparsecore_all_gather_is_filed_as_xprof_files_it_and_still_counted_as_an_all_gather(tmp_path) -> None:
+    """libtpu files an offloaded op's ``call-start`` / ``call-done`` under ``async-start`` /
+    ``async-done`` (xprof's SparseCore-offload test), so the all-gather category is empty; the share
+    counts the async ops named ``all-gather.*`` (xprof's SparseCore-offload rule) and not the copy's.
+    Timeline (HBM 1 B/ns, links 1 B/ns, 2 us latency): both call-starts at 0; the add 0-6000 ns; the
+    gather (2000 + 12000 ns) ends at 14000, its call-done waits 6000-14000; the copy (16000 bytes at
+    1 B/ns) ends at 16000, its call-done waits 14000-16000. The gather's 20000 HBM bytes are its
+    zero-length call-start's, a node apart from its done in XProf, so its 8000 ns wait is all wasted:
+    8000 / 16000 (as one node with its start, 0.25 of a 10 B/ns peak, it would be 0.375)."""
+    peaks = {"peak_flops_per_s": 1e12, "hbm_bytes_per_s": 1e10}
+    prediction = timeline.predict(parse(OFFLOADED), _spec())
+    assert prediction.step_ns == pytest.approx(16000.0)
+    costs, opcodes = program_costs(timeline.build_program(parse(OFFLOADED)).ops)
+    assert costs["all-gather.7.call-start"] == (0.0, 20000.0)
+    ours = xprof_entry(prediction.events, costs, opcodes, **peaks)
+    cats = ours["categories"]
+    assert set(cats) == {"add", "async-start", "async-done"}  # no all-gather category
+    assert cats["async-done"]["time_fraction"] == pytest.approx(10000 / 16000)
+    assert ours["all_gather_wasted_fraction"] == pytest.approx(8000 / 16000)
+
+    xspace = write_predicted_xspace(tmp_path, prediction.events, costs, opcodes, **peaks)
+    theirs = from_xprof_op_profile(_xprof(xspace, "op_profile", {"group_by": "category"}))
+    assert "all-gather" not in theirs["categories"] and "async-done" in theirs["categories"]
+    assert theirs["all_gather_wasted_fraction"] == pytest.approx(ours["all_gather_wasted_fraction"], abs=1e-9)
