@@ -112,6 +112,36 @@ def test_the_launch_and_scalar_op_are_measured_on_the_other_modules(planes):
     assert spec.value("scalar_op_s") * 1e9 == pytest.approx(gap - launch, abs=1e-3)
 
 
+def _spans_ns(plane) -> list[tuple[str, float, float]]:
+    """Per module execution on ``plane`` that holds ops: (module, its start to its first op, its last op's
+    end to its end), in ns."""
+    lines = {line.name: line for line in plane.lines}
+    ops = [(e.offset_ps, e.offset_ps + e.duration_ps) for e in lines["XLA Ops"].events]
+    out = []
+    for e in lines["XLA Modules"].events:
+        end = e.offset_ps + e.duration_ps
+        inside = [o for o in ops if e.offset_ps <= o[0] and o[1] <= end]
+        if inside:
+            name = plane.event_metadata[e.metadata_id].name.rsplit("(", 1)[0]
+            first, last = min(o[0] for o in inside), max(o[1] for o in inside)
+            out.append((name, (first - e.offset_ps) / 1e3, (end - last) / 1e3))
+    return out
+
+
+def test_no_module_waits_after_its_last_op_and_no_op_starts_during_the_launch(planes):
+    """What rules out two explanations of jit_convert_element_type's 261 ns beyond its launch and two
+    scalar ops: every other module ends within the trace's tick (1.25 ns) of its last op (no teardown:
+    jit_f's 400 executions, median 0.08 ns), and no traced op starts inside the launch (307.5 ns at the
+    least; the three jit_f executions at 0 hold only zero-length ops at their start, a trace artifact), the
+    evidence against reading the scalar op's DMA as running from the program's start (``with_launch``)."""
+    spans = [s for p in planes if p.name.startswith("/device:TPU:") for s in _spans_ns(p)]
+    assert sorted({n for n, _, _ in spans}) == ["jit__psum", "jit_broadcast_in_dim", "jit_f"]  # convert: no op
+    assert len(spans) == 413 and max(tail for _, _, tail in spans) <= 1.25
+    assert statistics.median(tail for n, _, tail in spans if n == "jit_f") < 0.1
+    heads = sorted(head for _, head, _ in spans)
+    assert heads[:3] == [0.0, 0.0, 0.0] and 307 < heads[3] < 308
+
+
 def test_the_scalar_copies_module_is_its_launch_and_two_scalar_ops_not_two_kernels(programs):
     """jit_convert_element_type (two f32[] copies, no XLA Ops event of its own in the profile): a
     launch and two scalar ops, 700 ns against 961 measured; was two kernels' overhead, 2 us."""
