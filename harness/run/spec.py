@@ -1,14 +1,9 @@
 """The seam between the runner and a worker: one frozen :class:`WorkerSpec`, as JSON.
 
-The runner (or any launcher: a local subprocess today, a cluster job later) writes
-``spec.to_json()``; the worker reads ``WorkerSpec.from_json(text)`` and needs nothing else:
-what to build (preset, config overrides, workload), where (the target with its mesh resolved,
-and the run mode, decided once by the launching side), how to measure it (``[run]``) and
-where to put what it produces, and (set by a local launcher) the process it depends on and the
-scratch folder it may remove if that process dies (:mod:`harness.run.lifeline`), where stage
-outputs go and which variant to compare them with (the accuracy metric), and for a
-variant of several processes which one this worker is and where their ``jax.distributed``
-coordinator listens. ``spec_version`` changes when a field does.
+The runner (or any launcher: a local subprocess, a cluster job) writes ``spec.to_json()``; the
+worker reads ``WorkerSpec.from_json(text)`` and needs nothing else: what to build, where (the
+target with its mesh resolved, the run mode decided once by the launching side), how to measure it
+and where its results go (each field says what it holds). ``spec_version`` changes when a field does.
 """
 
 from __future__ import annotations
