@@ -1,19 +1,16 @@
 """Run one variant in this process: ``python -m harness.run.worker <spec.json> <out.json>``.
 
-The launcher starts one worker per variant with the environment it needs (device count,
-platform) already set, so JAX is configured before it is imported here (and it is imported
-only for model presets: a test preset's worker never loads it). The worker reads its
-:class:`~harness.run.spec.WorkerSpec`, builds each requested stage, compiles it ahead of time
-for the static metrics, predicts its step's timeline from the compiled program
+The launcher (:mod:`harness.run.launcher`) sets the environment first, so JAX is configured before
+it is imported here (only for model presets: a test preset's worker never loads it). The worker
+reads its :class:`~harness.run.spec.WorkerSpec`, builds each requested stage, compiles it ahead of
+time for the static metrics, predicts its step's timeline from the compiled program
 (:mod:`harness.run.predicted`), times it (warm-up apart, recompiles watched), compares its output
 with its reference variant's on the same inputs (:mod:`harness.run.accuracy`), optionally traces it,
-and rewrites ``out.json`` after every stage, so a crash later keeps what was measured. It
-reports where it is (stage, phase) in ``spec.status_path`` for the progress display, and says so
-on stderr, with every error's traceback, for the log the launcher keeps. A stage whose compiled
-memory per device exceeds the device's (:func:`memory_fit`) is recorded as ``does-not-fit``
-without running it. A worker launched with ``spec.parent_pid`` ends itself, removing its scratch
-folder, if that process dies (:mod:`harness.run.lifeline`). Exit status: 0 if every stage
-succeeded (or did not fit), 1 otherwise.
+and rewrites ``out.json`` after every stage, so a crash later keeps what was measured. It reports
+where it is (stage, phase) in ``spec.status_path`` for the progress display and on stderr, every
+error with its traceback, for the launcher's log. A stage whose compiled memory per device exceeds
+the device's (:func:`memory_fit`) is ``does-not-fit``, not run; an orphaned worker ends itself
+(:mod:`harness.run.lifeline`). Exit status: 0 if every stage succeeded (or did not fit), 1 otherwise.
 """
 
 from __future__ import annotations
