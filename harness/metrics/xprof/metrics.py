@@ -20,20 +20,12 @@ Definitions, from xprof's source (openxla/xprof):
   ``frontend/app/components/op_profile/op_table/op_table.ng.html`` reads "RuntimeFraction * (1 -
   max(FlopsUtilization, MemoryBandwidthUtilization))"). A category's is computed from its ops'
   summed time, FLOPs and bytes (``OpProfileBuilder`` aggregates child metrics, then populates).
-* **the all-gather share** ("% of wasted time in all-gathers") is the summed Wasted % of the
-  op-profile nodes XProf attributes to all-gathers: its all-gather categories (``all-gather``,
-  ``all-gather-start``, ``all-gather-done``, ``all-gather fusion``: ``IsCollective`` in
-  ``xprof/convert/smart_suggestion/signal_provider.h``), each a node of its ops together, and each
-  ``async-start`` / ``async-done`` op named for an all-gather (the first dot-separated part of its
-  name is ``all-gather``: the rule ``GetAsyncDoneOpPercent`` in the same file applies to
-  SparseCore-offloaded collectives), a node of its own. libtpu files a SparseCore-offloaded
-  collective's ``call-start`` / ``call-done`` under ``async-start`` / ``async-done``, not under its
-  kind (xprof's ``TensorCoreDeviceOpMetricsDbFindsSparseCoreOffload`` test writes such a
-  ``call-start`` with category ``async-start``): on tpu7x, where libtpu 0.0.42.1 offloads every
-  all-gather, the literal ``all-gather`` category is empty, and no XProf node holds a gather's start
-  (which carries its HBM bytes) with its done (the wait), so the done's wait counts as wasted whole
-  (benchmarks/results/ag-share-definition-2026-11-29.md). The collectives do no FLOPs, so nearly all
-  of their time is wasted.
+* **the all-gather share** ("% of wasted time in all-gathers") sums the Wasted % of the nodes XProf
+  attributes to all-gathers: its all-gather categories (``IsCollective`` in
+  ``xprof/convert/smart_suggestion/signal_provider.h``), and each ``async-start`` / ``async-done`` op
+  named ``all-gather.*`` (``GetAsyncDoneOpPercent`` there: libtpu files a SparseCore-offloaded
+  ``call-start`` / ``call-done`` so), a node of its own. So a gather's start (its HBM bytes) and its
+  done (the wait) are not one node, as in XProf (benchmarks/results/ag-share-definition-2026-11-29.md).
 * **root FLOPs / HBM utilisation**: the same two ratios for the root node (all ops), what the op
   profile's summary at the top quotes.
 
@@ -81,7 +73,8 @@ ASYNC_CATEGORIES = frozenset({"async-start", "async-done"})
 
 def is_all_gather(op: str, category: str) -> bool:
     """Whether XProf attributes the op ``op`` of category ``category`` to all-gathers (module docstring)."""
-    return category in ALL_GATHER_CATEGORIES or (category in ASYNC_CATEGORIES and op.split(".")[0] == ALL_GATHER)
+    name = op.rsplit("/", 1)[-1]  # a trace's op shared by two modules is named "<module>/<op>"
+    return category in ALL_GATHER_CATEGORIES or (category in ASYNC_CATEGORIES and name.split(".")[0] == ALL_GATHER)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from harness.metrics import timeline
 from harness.metrics.hlo import parse
 from harness.metrics.measured.trace import analyze_trace
 from harness.metrics.timeline.specs import Constant, TimelineSpec, Topology
-from harness.metrics.xprof.metrics import OpCost, from_xprof_op_profile, op_costs, op_profile
+from harness.metrics.xprof.metrics import OpCost, from_xprof_op_profile, is_all_gather, op_costs, op_profile
 from harness.metrics.xprof.predicted import program_costs, write_predicted_xspace, xprof_entry
 from harness.metrics.xprof.xplane_write import XOp, write_xspace
 
@@ -213,6 +213,9 @@ def test_a_sparsecore_all_gather_is_filed_as_xprof_files_it_and_still_counted_as
     ours = xprof_entry(prediction.events, costs, opcodes, **peaks)
     cats = ours["categories"]
     assert set(cats) == {"add", "async-start", "async-done"}  # no all-gather category
+    assert is_all_gather("jit_f/all-gather.7.call-done", "async-done") and not is_all_gather(
+        "copy.3.call-done", "async-done"
+    )
     assert cats["async-done"]["time_fraction"] == pytest.approx(10000 / 16000)
     assert ours["all_gather_wasted_fraction"] == pytest.approx(8000 / 16000)
 
