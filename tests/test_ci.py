@@ -18,7 +18,9 @@ def test_ci_runs_the_readme_tests_and_both_deterministic_gates():
         "python3 -m nox -s tests",
         "python3 -m nox -s gate -- experiments/nightly.toml --timings off",
         "python3 -m nox -s gate -- experiments/nightly-tpu.toml",
-        'python3 -m nox -s ab -- experiments/ab.toml --against "$ab_ref"',  # the baseline's commit
+        # the baseline's commit, in the gates' venv (what `nox -s ab` runs, without a venv of its own)
+        "env XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu .nox/gate/bin/python -m harness ab "
+        'experiments/ab.toml --against "$ab_ref"',
     ]
     assert "nox -s tests" in (REPO / "README.md").read_text()  # the README's test command, as CI runs it
     assert sum(int(step[2]) for step in steps) <= 90 * 60  # hang ceilings together within CI's 90 min
