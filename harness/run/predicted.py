@@ -37,6 +37,7 @@ from harness.metrics.timeline import (
     TimelineSpec,
     build_program,
     copies_host,
+    op_totals,
     rates,
     runs_scalar,
     sensitivity,
@@ -48,7 +49,7 @@ from harness.metrics.timeline import (
 from harness.metrics.timeline.compare import compare_program
 from harness.metrics.timeline.identity import identity
 from harness.metrics.timeline.specs import spec_from_dict
-from harness.metrics.xprof.predicted import program_costs, write_predicted_xspace, xprof_entry
+from harness.metrics.xprof.predicted import program_costs, write_predicted_xspace, xprof_entry, xprof_totals
 from harness.run.compile_cache import cache_key
 from harness.run.predicted_cache import PredictionCache, prediction_key
 from harness.run.spec import WorkerSpec
@@ -166,7 +167,7 @@ def xprof_interval(
     points: dict[str, dict[str, float | None]] = {"base": {k: base.get(k) for k in XPROF_SHARES}}
     bounds = share_bound_specs(tl_spec, host_copies=copies_host(program), scalars=runs_scalar(program))
     for name, bound in bounds.items():
-        entry = xprof_entry(simulate(program, bound).events, costs, opcodes, **peaks)
+        entry = xprof_totals(op_totals(program, bound), costs, opcodes, **peaks)
         points[name] = {k: entry.get(k) for k in XPROF_SHARES}
     out: dict[str, Any] = {"points": points}
     for k in XPROF_SHARES:

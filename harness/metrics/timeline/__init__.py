@@ -148,6 +148,16 @@ def step_ns(program: Program, spec: TimelineSpec) -> float:
     return Simulator(program, spec, record=False).finish()
 
 
+def op_totals(program: Program, spec: TimelineSpec) -> dict[str, tuple[str, float, int]]:
+    """Per op of the step: (its category, its time summed over its executions in ns, their count),
+    the rows XProf's op profile sums, without recording events: a steady loop's later iterations are
+    added at once, as for :func:`step_ns` (what the XProf shares' interval needs at each of its
+    points; a recorded simulation runs every iteration of every loop)."""
+    sim = Simulator(program, spec, record=False, totals=True)
+    sim.finish()
+    return {name: (str(c), float(ns), int(n)) for name, (c, ns, n) in sim.state.ops.items()}
+
+
 def sensitivity(module: HloModule | Program, spec: TimelineSpec, *, factor: float = 0.2) -> dict[str, Any]:
     """Each rate and time constant of ``spec`` scaled by ``1 - factor`` and ``1 + factor``: the step
     time at each, and ``most``, the constant whose range moves the step most. JSON-able."""
@@ -318,6 +328,7 @@ __all__ = [
     "build_program",
     "copies_host",
     "cpu_spec",
+    "op_totals",
     "predict",
     "runs_scalar",
     "sensitivity",

@@ -18,8 +18,8 @@ measured arbitration policy. Pure Python.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -51,7 +51,12 @@ HOST_QUEUE = "host-"
 
 def on_host_link(transfer: Transfer) -> bool:
     """Whether ``transfer`` runs on the host link (a copy to or from host memory)."""
-    return bool(transfer.queues) and all(q.startswith(HOST_QUEUE) for q in transfer.queues)
+    return _on_host(transfer.queues)
+
+
+@functools.cache
+def _on_host(queues: tuple[str, ...]) -> bool:  # a simulation asks it millions of times of a few routes
+    return bool(queues) and all(q.startswith(HOST_QUEUE) for q in queues)
 
 
 def shares(flows: Sequence[Transfer], policy: str = "fair", host_policy: str | None = None) -> list[float]:
@@ -59,11 +64,14 @@ def shares(flows: Sequence[Transfer], policy: str = "fair", host_policy: str | N
     ``fair``: 1 / the number of transfers on its most crowded link set. ``fifo``: 1 for a transfer
     no earlier one shares a link set with, 0 for the others (they wait their turn). The host link's
     transfers (:func:`on_host_link`) by ``host_policy`` (``None``: ``policy``)."""
-    if host_policy is not None and host_policy != policy and any(on_host_link(f) for f in flows):
-        host = [on_host_link(f) for f in flows]
-        ours = iter(shares([f for f, h in zip(flows, host, strict=True) if h], host_policy))
-        rest = iter(shares([f for f, h in zip(flows, host, strict=True) if not h], policy))
-        return [next(ours) if h else next(rest) for h in host]
+    if len(flows) == 1:  # alone on its links, under either policy (the common case: fast)
+        return [1.0]
+    if host_policy is not None and host_policy != policy:
+        host = [_on_host(f.queues) for f in flows]
+        if any(host):
+            ours = iter(shares([f for f, h in zip(flows, host, strict=True) if h], host_policy))
+            rest = iter(shares([f for f, h in zip(flows, host, strict=True) if not h], policy))
+            return [next(ours) if h else next(rest) for h in host]
     if policy == "fifo":
         taken: set[str] = set()
         out = []
@@ -71,8 +79,11 @@ def shares(flows: Sequence[Transfer], policy: str = "fair", host_policy: str | N
             out.append(0.0 if taken.intersection(f.queues) else 1.0)
             taken.update(f.queues)
         return out
-    on = Counter(q for f in flows for q in f.queues)
-    return [1.0 / max(on[q] for q in f.queues) for f in flows]
+    on: dict[str, int] = {}
+    for f in flows:
+        for q in f.queues:
+            on[q] = on.get(q, 0) + 1
+    return [1.0 / max([on[q] for q in f.queues]) for f in flows]
 
 
 def drain(

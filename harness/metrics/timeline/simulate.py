@@ -31,9 +31,10 @@ iterations start in the same state relative to the clock (the transfers on the l
 left, those not yet waited for and their time left, the loop value's tokens), every later one runs
 alike shifted in time: a simulation that records no events (``record=False``: the step time only,
 as sensitivity and intervals need) adds the remaining iterations in one step (clock, links,
-transfers and exposed / critical-path totals), so a 40-step loop of 48-layer scans costs a few
-iterations, not 1920. Values are followed through ``tuple``, ``get-tuple-element``, parameters,
-loop and call boundaries; a done whose start cannot be traced that way waits for the oldest
+transfers and exposed / critical-path totals, and with ``totals=True`` each op's time and count,
+what XProf's op profile sums), so a 40-step loop of 48-layer scans costs a few iterations, not
+1920. Values are followed through ``tuple``, ``get-tuple-element``, parameters, loop and call
+boundaries; a done whose start cannot be traced that way waits for the oldest
 transfer in flight of its kind. A ``call`` runs its computation; a ``conditional`` runs its most
 expensive branch (each branch is simulated from the same state and the one that ends latest is
 kept: the slowest device sets the pace of an SPMD program whose branches differ by device).
@@ -96,6 +97,9 @@ class State:
     exposed: dict[str, float] = field(default_factory=dict)  # (op name, category) totals live in `critical`
     critical: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)
+    ops: dict[str, list[Any]] = field(default_factory=dict)
+    """Per op, where the simulator keeps totals (``totals=True``): [its first event's category, ns
+    summed over its events, their count]; transfer spans are not ops and not counted."""
 
     def snapshot(self) -> tuple[Any, ...]:
         return (
@@ -106,13 +110,14 @@ class State:
             dict(self.exposed),
             {k: list(v) for k, v in self.critical.items()},
             len(self.loops),
+            {k: list(v) for k, v in self.ops.items()},
         )
 
     def restore(self, snap: tuple[Any, ...]) -> None:
         """Back to ``snap`` (every container copied: one snapshot is restored once per branch)."""
-        self.t, pending, links, self.next_token, n, exposed, critical, loops = snap
+        self.t, pending, links, self.next_token, n, exposed, critical, loops, ops = snap
         self.pending, self.links = clone(pending, links)
-        self.exposed, self.critical = dict(exposed), _copy(critical)
+        self.exposed, self.critical, self.ops = dict(exposed), _copy(critical), {k: list(v) for k, v in ops.items()}
         del self.events[n:]
         del self.loops[loops:]
 
@@ -157,9 +162,14 @@ class Simulator:
     """Runs a :class:`Program` with a :class:`TimelineSpec` (see the module docstring)."""
 
     def __init__(
-        self, program: Program, spec: TimelineSpec, scope_of: Callable[[str], str] | None = None, record: bool = True
+        self,
+        program: Program,
+        spec: TimelineSpec,
+        scope_of: Callable[[str], str] | None = None,
+        record: bool = True,
+        totals: bool = False,
     ):
-        self.program, self.spec, self.record = program, spec, record
+        self.program, self.spec, self.record, self.totals = program, spec, record, totals
         self.scope_of = scope_of
         self.latency_ns = spec.value("collective_latency_s") * NS
         launch = spec.value("program_launch_s") * NS if "program_launch_s" in spec.constants else 0.0
@@ -230,6 +240,10 @@ class Simulator:
     def _event(self, lane: str, name: str, category: str, start: float, end: float, op: Op) -> None:
         if self.record:
             self.state.events.append(Event(lane, name, category, start, end, self.scope(op)))
+        if self.totals:  # a transfer's span is recorded only with events (its end moves later)
+            entry = self.state.ops.setdefault(name, [category, 0.0, 0])
+            entry[1] += end - start
+            entry[2] += 1
 
     def _on_path(self, name: str, category: str, ns: float, count: int = 1) -> None:
         """The compute stream spent ``ns`` in ``name`` (running it, or waiting for its transfer)."""
@@ -407,10 +421,16 @@ class Simulator:
         loop = Loop(op.name, body)
         self.state.loops.append(loop)
         trips = op.trip_count if op.trip_count is not None else 1
-        before: tuple[Any, float, dict[str, float], dict[tuple[str, str], list[float]]] | None = None
+        before: tuple[Any, ...] | None = None
         for done in range(trips):
             if not self.record:  # a steady state repeats: skip to the loop's end (not while recording events)
-                now = (self._relative(value), self.state.t, dict(self.state.exposed), _copy(self.state.critical))
+                now = (
+                    self._relative(value),
+                    self.state.t,
+                    dict(self.state.exposed),
+                    _copy(self.state.critical),
+                    {k: list(v) for k, v in self.state.ops.items()},
+                )
                 if before is not None and _same_state(before[0], now[0]):
                     self._advance(trips - done, now[1] - before[1], before, now)
                     break
@@ -449,6 +469,10 @@ class Simulator:
             ns0, count0 = before[3].get(key, (0.0, 0))
             s.critical[key][0] += (ns - ns0) * iterations
             s.critical[key][1] += (count - count0) * iterations
+        for name, (_, ns, count) in now[4].items():
+            _, ns0, count0 = before[4].get(name, (None, 0.0, 0))
+            s.ops[name][1] += (ns - ns0) * iterations
+            s.ops[name][2] += (count - count0) * iterations
 
     def _conditional(self, op: Op, env: dict[str, Any]) -> Any:
         branches = op.callees

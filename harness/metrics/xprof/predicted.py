@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.families import XprofProfile
 from harness.metrics.measured.events import COMPUTE
-from harness.metrics.xprof.metrics import TRANSFER_SUFFIX, op_costs, op_profile
+from harness.metrics.xprof.metrics import TRANSFER_SUFFIX, OpCost, op_costs, op_profile
 from harness.metrics.xprof.xplane_write import XOp, write_xspace
 
 XPLANE_NAME = "predicted.xplane.pb"
@@ -69,6 +69,24 @@ def xprof_entry(
     """The predicted step's op-profile numbers (XProf's definitions) from its timeline events."""
     rows = ((e.name, _category(e, opcodes), e.end_ns - e.start_ns) for e in events)
     return op_profile(op_costs(rows, costs), peak_flops_per_s=peak_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
+
+
+def xprof_totals(
+    totals: Mapping[str, tuple[str, float, int]],
+    costs: Mapping[str, tuple[float, float]],
+    opcodes: Mapping[str, str],
+    *,
+    peak_flops_per_s: float,
+    hbm_bytes_per_s: float,
+) -> XprofProfile:
+    """:func:`xprof_entry` from per-op totals (:func:`harness.metrics.timeline.op_totals`: op ->
+    (category, ns, executions)) instead of the events they sum."""
+    ops = []
+    for name, (category, ns, count) in totals.items():
+        flops, hbm = costs.get(name, (0.0, 0.0))
+        xcat = opcodes.get(name, category) if category == COMPUTE else category
+        ops.append(OpCost(name, xcat, ns, flops * count, hbm * count, count))
+    return op_profile(ops, peak_flops_per_s=peak_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
 
 
 def xops(events: Sequence[Any], costs: Mapping[str, tuple[float, float]], opcodes: Mapping[str, str]) -> list[XOp]:

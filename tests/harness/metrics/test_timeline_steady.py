@@ -169,3 +169,36 @@ def test_no_skip_while_a_transfer_from_before_the_loop_is_still_running():
     assert fast.state.t == pytest.approx(TRIPS * c, rel=1e-12)
     assert 40 <= fast.runs["lbody"] < TRIPS
     _same_totals(fast, full)
+
+
+@pytest.mark.parametrize("text", [_trips(LOOP, TRIPS), _trips(TWO_IN_FLIGHT, 30)], ids=["pipelined", "two-in-flight"])
+def test_op_totals_with_the_skip_equal_the_recorded_events_sums(text: str):
+    """``op_totals`` (no events; the skip adds a steady loop's later iterations at once) gives each op
+    the category, summed time and count that the full simulation's events give it, and the XProf op
+    profile of either is the same: what the XProf shares' interval reads at each of its points."""
+    from harness.metrics.xprof.predicted import program_costs, xprof_entry, xprof_totals
+
+    program, spec = build_program(parse(text)), _spec()
+    full = _Counting(program, spec, record=True)
+    full.finish()
+    expected: dict[str, list] = {}
+    for e in full.state.events:
+        if e.name.endswith(" (transfer)"):
+            continue
+        entry = expected.setdefault(e.name, [e.category, 0.0, 0])
+        entry[1] += e.end_ns - e.start_ns
+        entry[2] += 1
+    totals = timeline.op_totals(program, spec)
+    assert totals.keys() == expected.keys()
+    for name, (category, ns, count) in expected.items():
+        assert totals[name][0] == category, name
+        assert totals[name][1] == pytest.approx(ns, rel=1e-12, abs=1e-9), name
+        assert totals[name][2] == count, name
+    assert sum(n for _, _, n in totals.values()) > 30  # the loop's ops counted over every iteration
+    costs, opcodes = program_costs(program.ops)
+    peaks = {"peak_flops_per_s": 1e12, "hbm_bytes_per_s": 1e11}
+    a = xprof_entry(full.state.events, costs, opcodes, **peaks)
+    b = xprof_totals(totals, costs, opcodes, **peaks)
+    assert b.all_gather_wasted_fraction == pytest.approx(a.all_gather_wasted_fraction, rel=1e-12)
+    assert a.all_gather_wasted_fraction > 0
+    assert b.categories.keys() == a.categories.keys()
