@@ -28,7 +28,7 @@ from typing import Any
 from harness.metrics.hlo.text import without_provenance
 from harness.metrics.timeline.specs import TimelineSpec
 
-SIMULATOR_VERSION = 5
+SIMULATOR_VERSION = 6
 """Bump when the simulator (this package) prices the same program on the same spec differently; what
 each version changed: benchmarks/results/docstring-findings-2026-11-29.md, "Simulator versions"."""
 

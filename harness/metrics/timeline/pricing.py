@@ -196,7 +196,8 @@ def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> f
 def scalar_seconds(spec: TimelineSpec) -> float | None:
     """A scalar op's fixed cost where the spec measures one (``scalar_op_s``, TPU), else None (the op
     pays ``op_overhead_s`` like any other: on a GPU or CPU a scalar op is a kernel launch or a call).
-    ``scalar_ops = "with_launch"`` adds ``program_launch_s`` (the measurement's other reading)."""
+    ``scalar_ops = "with_launch"`` adds ``program_launch_s`` (the measurement's other reading; the simulator
+    then starts a program that leads with a scalar op without the launch, which that price holds)."""
     if "scalar_op_s" not in spec.constants:
         return None
     extra = spec.value("program_launch_s") if spec.scalar_ops == "with_launch" else 0.0

@@ -1,7 +1,8 @@
 """Walk a scheduled program on one device and lay out its timeline.
 
 One compute stream runs the instructions in schedule order from the program's launch
-(``program_launch_s``, where the spec has one: TPU); its clock advances by each compute
+(``program_launch_s``, where the spec has one: TPU; read ``scalar_ops = "with_launch"``, a leading
+scalar op runs from the program's start instead, its price holding the launch); its clock advances by each compute
 op's time, ``max(matmul time, bytes / HBM bandwidth) + op overhead``, each dot at its shape's
 efficiency (:mod:`~harness.metrics.timeline.pricing`). A collective's transfer
 takes ``latency + wire bytes / bandwidth of its route`` (:mod:`harness.metrics.timeline.groups`):
@@ -150,6 +151,13 @@ def _same_state(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _leads_with_scalar(program: Program) -> bool:
+    """Whether the first op the entry computation runs (past parameters, tuples and the like) is a
+    scalar op (``Op.scalar``)."""
+    ops = program.ops.get(program.module.entry or "", [])
+    return next((op.scalar for op in ops if op.cls != "free"), False)
+
+
 def _tokens(value: Any) -> list[int]:
     if isinstance(value, int):
         return [value]
@@ -173,6 +181,8 @@ class Simulator:
         self.scope_of = scope_of
         self.latency_ns = spec.value("collective_latency_s") * NS
         launch = spec.value("program_launch_s") * NS if "program_launch_s" in spec.constants else 0.0
+        if spec.scalar_ops == "with_launch" and _leads_with_scalar(program):
+            launch = 0.0  # the leading scalar op's DMA runs from the start: its price holds the launch
         self.state = State(t=launch, links=Links(policy=spec.link_sharing, host_policy=spec.host_link_sharing))
         self._shapes: dict[str, str] | None = None
         self._cost: dict[int, float] = {}

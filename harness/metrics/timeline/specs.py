@@ -143,8 +143,11 @@ class TimelineSpec:
     metrics.timeline.program.Op.scalar`, at ``op_overhead_s`` like any op): the profile's one scalar copy ran
     between a program's start and its first kernel, and the launch before it is measured in another program.
     ``after_launch``: the copy ran after the launch (it costs the gap less the launch, ``scalar_op_s``);
-    ``with_launch``: its DMA filled the whole gap (``scalar_op_s + program_launch_s``). Either reading is
-    assumed; the interval covers the other where a program runs a scalar op on such a spec."""
+    ``with_launch``: its DMA filled the whole gap from the program's start (``scalar_op_s + program_launch_s``,
+    and a program that starts with a scalar op pays no launch before it: both readings put the broadcast's
+    kernel where it was measured). Either reading is assumed; the interval covers the other where a program
+    runs a scalar op on such a spec. The profile's other ops favour ``after_launch``: no traced op starts
+    before 307 ns after its program's start (benchmarks/results/real-v6e-convert-2026-11-29.md)."""
 
     def __post_init__(self) -> None:
         for what, policy, allowed in (

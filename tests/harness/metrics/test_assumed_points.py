@@ -61,7 +61,37 @@ def test_a_tpu_scalar_op_costs_the_measured_scalar_op_not_a_kernels_overhead():
     assert ns["fusion"] > spec.value("op_overhead_s") * 1e9 and ns["add"] > spec.value("op_overhead_s") * 1e9
     assert min(e.start_ns for e in base.events) == pytest.approx(launch)  # the program's launch first
     other = timeline.predict(parse(SCALARS), dataclasses.replace(spec, scalar_ops="with_launch"))
-    assert other.step_ns - base.step_ns == pytest.approx(2 * launch, rel=1e-9)
+    # each copy the whole gap (scalar + launch), the first from the program's start: one launch more
+    assert other.step_ns - base.step_ns == pytest.approx(launch, rel=1e-9)
+
+
+# jit_broadcast_in_dim of the real v6e profile, smaller: the scalar copy, then the broadcast kernel that
+# the profile shows starting 509.9 ns after the program's start (the measurement both readings share).
+BROADCAST = """HloModule m, is_scheduled=true
+
+ENTRY %main (a: f32[]) -> f32[1024,256] {
+  %a = f32[]{:T(128)} parameter(0)
+  %copy = f32[]{:T(128)S(6)} copy(f32[]{:T(128)} %a)
+  ROOT %broadcast.2 = f32[1024,256]{1,0:T(8,128)} broadcast(f32[]{:T(128)S(6)} %copy), dimensions={}
+}
+"""
+
+
+ADD_FIRST = SCALARS.replace("%copy.1 = ", "%add0 = f32[256]{0} add(f32[256]{0} %v, f32[256]{0} %v)\n  %copy.1 = ")
+
+
+@pytest.mark.parametrize("reading", ["after_launch", "with_launch"])
+def test_either_reading_puts_the_kernel_where_the_profile_measured_it(reading):
+    """Read either way, the scalar-op measurement gives back what it was read from: the kernel starts at
+    the launch plus the scalar op (509.9 ns); ``with_launch`` used to charge the launch twice (829.8 ns)."""
+    spec = dataclasses.replace(timeline.spec_for("v6e:2x4", "tpu"), scalar_ops=reading)
+    start = {e.name: e.start_ns for e in timeline.predict(parse(BROADCAST), spec).events}
+    gap = (spec.value("program_launch_s") + spec.value("scalar_op_s")) * 1e9
+    assert start["broadcast.2"] == pytest.approx(gap, abs=0.01) and 509.9 < gap < 510.0  # + 4 bytes of bandwidth
+    assert start["copy"] == pytest.approx(0.0 if reading == "with_launch" else spec.value("program_launch_s") * 1e9)
+    # a program whose first op is not a scalar op starts after its launch, read either way
+    first = min(timeline.predict(parse(ADD_FIRST), spec).events, key=lambda e: e.start_ns)
+    assert first.name == "add0" and first.start_ns == pytest.approx(spec.value("program_launch_s") * 1e9)
 
 
 def test_a_gpu_or_cpu_scalar_op_is_priced_as_any_op_and_no_program_launch_is_added():
