@@ -116,6 +116,11 @@ class Program:
             raise ValueError("HLO text has no ENTRY computation")
         return self.module.entry
 
+    @property
+    def leads_with_scalar(self) -> bool:
+        """Whether the first op the entry runs (past parameters, tuples and the like) is a scalar op."""
+        return next((op.scalar for op in self.ops.get(self.module.entry or "", []) if op.cls != "free"), False)
+
     def root(self, computation: str) -> str | None:
         """The name of a computation's ROOT instruction (None where none is marked)."""
         comp = self.module.computations.get(computation)

@@ -151,13 +151,6 @@ def _same_state(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _leads_with_scalar(program: Program) -> bool:
-    """Whether the first op the entry computation runs (past parameters, tuples and the like) is a
-    scalar op (``Op.scalar``)."""
-    ops = program.ops.get(program.module.entry or "", [])
-    return next((op.scalar for op in ops if op.cls != "free"), False)
-
-
 def _tokens(value: Any) -> list[int]:
     if isinstance(value, int):
         return [value]
@@ -181,7 +174,7 @@ class Simulator:
         self.scope_of = scope_of
         self.latency_ns = spec.value("collective_latency_s") * NS
         launch = spec.value("program_launch_s") * NS if "program_launch_s" in spec.constants else 0.0
-        if spec.scalar_ops == "with_launch" and _leads_with_scalar(program):
+        if spec.scalar_ops == "with_launch" and program.leads_with_scalar:
             launch = 0.0  # the leading scalar op's DMA runs from the start: its price holds the launch
         self.state = State(t=launch, links=Links(policy=spec.link_sharing, host_policy=spec.host_link_sharing))
         self._shapes: dict[str, str] | None = None
