@@ -34,7 +34,6 @@ from typing import Any
 from harness import targets, testing
 from harness.families import Family, OnTarget, Predicted, Static
 from harness.results import stats
-from harness.results.storage import write_atomic
 from harness.run import jax_cache, lifeline
 from harness.run.compile_cache import CompileCache, cache_key
 from harness.run.load import MachineBusy
@@ -54,8 +53,13 @@ def say(text: str) -> None:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """Atomically replace a JSON file (readers never see half of it)."""
-    write_atomic(path, json.dumps(data, default=str))
+    """Atomically replace a JSON file (readers never see half of it). Its temporary sibling is
+    named ``<name>...tmp``: the fault-injection suite (tests/harness/faults) stops the worker at it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, default=str)
+    os.replace(tmp, path)
 
 
 class StatusFile:
