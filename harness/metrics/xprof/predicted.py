@@ -52,10 +52,15 @@ _OFFLOADED = {"call-start": "async-start", "call-done": "async-done"}  # opcode 
 
 
 def _category(event: Any, opcodes: Mapping[str, str]) -> str:
-    opcode = opcodes.get(event.name, "")
+    return _xprof_category(event.name, event.category, opcodes)
+
+
+def _xprof_category(name: str, category: str, opcodes: Mapping[str, str]) -> str:
+    """The xprof category of op ``name`` whose timeline category is ``category``."""
+    opcode = opcodes.get(name, "")
     if opcode in _OFFLOADED:
         return _OFFLOADED[opcode]
-    return opcodes.get(event.name, event.category) if event.category == COMPUTE else event.category
+    return opcodes.get(name, category) if category == COMPUTE else category
 
 
 def xprof_entry(
@@ -84,7 +89,7 @@ def xprof_totals(
     ops = []
     for name, (category, ns, count) in totals.items():
         flops, hbm = costs.get(name, (0.0, 0.0))
-        xcat = opcodes.get(name, category) if category == COMPUTE else category
+        xcat = _xprof_category(name, category, opcodes)
         ops.append(OpCost(name, xcat, ns, flops * count, hbm * count, count))
     return op_profile(ops, peak_flops_per_s=peak_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
 
