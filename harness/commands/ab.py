@@ -56,21 +56,13 @@ class CannotCompare(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifest", type=Path, help="a manifest with one measured CPU variant and one stage")
     parser.add_argument("--variant", help="the variant to time (default: the manifest's only one)")
-    parser.add_argument(
-        "--against", metavar="REV", help="the reference commit (default: the newest baseline record's commit)"
-    )
+    parser.add_argument("--against", metavar="REV", help="reference commit (default: the newest baseline record's)")
     parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, help=f"default: {DEFAULT_BASELINE}")
     parser.add_argument("--pairs", type=int, default=PAIRS, help=f"pairs of calls (default {PAIRS})")
     parser.add_argument("--min-effect", type=float, default=MIN_EFFECT, help=f"default {MIN_EFFECT}")
-    parser.add_argument(
-        "--alpha", type=float, default=ALPHA, help=f"the test's false-alarm rate bound (default {ALPHA})"
-    )
-    parser.add_argument(
-        "--calls", type=int, default=CALLS, help=f"calls a side per pair, fastest kept (default {CALLS})"
-    )
-    parser.add_argument(
-        "--workers", type=int, default=WORKERS, help=f"processes a side, pairs rotate through them (default {WORKERS})"
-    )
+    parser.add_argument("--alpha", type=float, default=ALPHA, help=f"bound of the false-alarm rate (default {ALPHA})")
+    parser.add_argument("--calls", type=int, default=CALLS, help=f"calls a side a pair, fastest kept (default {CALLS})")
+    parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes a side (default {WORKERS})")
     parser.add_argument("--warmup", type=int, default=5, help="calls per side before the pairs (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="the coin's seed (default 0)")
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="reports directory")

@@ -30,25 +30,11 @@ HELP = "write (update) or show a gate baseline"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     update = actions.add_parser("update", help="write a baseline from a results file")
-    update.add_argument(
-        "results",
-        type=Path,
-        help="reports/<sweep-id>/results.jsonl or the sweep directory, or a manifest (.toml) to run afresh",
-    )
+    update.add_argument("results", type=Path, help="results.jsonl or its sweep folder, or a manifest (.toml) to run")
     update.add_argument("--reports", type=Path, default=Path("reports"), help="where a manifest's run goes")
     update.add_argument("--name", help="baseline name (default: <manifest>-<backend key>)")
-    update.add_argument(
-        "--manifest",
-        type=Path,
-        help="write where this manifest's gate looks ([gate] baseline or "
-        "the default name); refuses records of another backend",
-    )
-    update.add_argument(
-        "--out",
-        type=Path,
-        metavar="PATH",
-        help="write exactly this file (.json: a wrapped baseline, .jsonl: bare records)",
-    )
+    update.add_argument("--manifest", type=Path, help="write where its gate looks; refuses another backend's records")
+    update.add_argument("--out", type=Path, metavar="PATH", help="this file (.json: a baseline, .jsonl: bare records)")
     update.add_argument("--dir", type=Path, default=bl.BASELINES_DIR, help=f"default: {bl.BASELINES_DIR}")
     show = actions.add_parser("show", help="summarise a baseline")
     show.add_argument("baseline", help="a name in --dir or a path to a .json")

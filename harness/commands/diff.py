@@ -32,10 +32,7 @@ HELP = "per-scope and per-category time deltas (with intervals) and collective d
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "targets",
-        nargs="+",
-        metavar="A_B_OR_FILES",
-        help="two variant names (with --results), two results files, or a manifest (with --against)",
+        "targets", nargs="+", metavar="A_B_OR_FILES", help="two variants, two results files, or a manifest"
     )
     parser.add_argument("--results", type=Path, metavar="PATH", help="results (.jsonl or sweep dir) holding A and B")
     parser.add_argument(
@@ -46,13 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with two files or --against: only these variants (repeatable; default: all in both)",
     )
     parser.add_argument("--stage", action="append", default=[], metavar="NAME", help="only these stages (repeatable)")
-    parser.add_argument(
-        "--depth",
-        type=int,
-        default=None,
-        metavar="N",
-        help="cut scope paths to their first N components (default: full paths)",
-    )
+    parser.add_argument("--depth", type=int, metavar="N", help="cut scope paths to their first N components")
     parser.add_argument("--top", type=int, default=15, metavar="N", help="scopes shown per stage (by |delta|)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the diffs as JSON")
     parser.add_argument("--against", metavar="REV", help="base: the manifest's variants run from git revision REV")

@@ -46,15 +46,13 @@ if TYPE_CHECKING:
 ERROR = 2  # == harness.results.gate.ERROR; the model, stats and plotting load only when the gate runs
 TIMINGS = ("auto", "on", "off")
 HELP = "compare a run with its committed baseline; exit 0 clean, 1 regression, 2 could not run"
+FAILURE_KEYS = ("variant", "stage", "metric", "baseline", "now", "ratio", "verdict", "detail")  # gate.json's
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifest", type=Path, help="experiments/<name>.toml")
     parser.add_argument(
-        "--results",
-        type=Path,
-        metavar="PATH",
-        help="gate these results (.jsonl or sweep dir) instead of running the manifest",
+        "--results", type=Path, metavar="PATH", help="gate these results (.jsonl or sweep dir) instead of a run"
     )
     parser.add_argument("--baseline", type=Path, metavar="PATH", help="baseline file (default: from the manifest)")
     parser.add_argument(
@@ -72,9 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="gate timings: auto (only if same machine as the baseline), on, off",
     )
-    parser.add_argument(
-        "--against", metavar="REV", help="re-measure the baseline from git revision REV, interleaved with this tree"
-    )
+    parser.add_argument("--against", metavar="REV", help="re-measure the baseline at REV, interleaved with this tree")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side with --against")
 
 
@@ -186,19 +182,7 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
                     "exit_code": result.exit_code,
                     "baseline": label,
                     "problems": result.problems,
-                    "failures": [
-                        {
-                            "variant": c.variant,
-                            "stage": c.stage,
-                            "metric": c.metric,
-                            "baseline": c.baseline,
-                            "now": c.now,
-                            "ratio": c.ratio,
-                            "verdict": c.verdict,
-                            "detail": c.detail,
-                        }
-                        for c in result.failures
-                    ],
+                    "failures": [{k: getattr(c, k) for k in FAILURE_KEYS} for c in result.failures],
                     "model_changes": result.model_changes,
                     "notes": result.notes,
                 },

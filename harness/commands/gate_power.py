@@ -113,20 +113,6 @@ def run(args: argparse.Namespace) -> int:
         )
     print("\n".join(lines))
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                [
-                    {
-                        "repeats": c.repeats,
-                        "threshold": c.threshold,
-                        "alpha": c.alpha,
-                        "false_alarm": c.false_alarm,
-                        "power": c.power,
-                    }
-                    for c in cells
-                ],
-                indent=1,
-            )
-            + "\n"
-        )
+        keys = ("repeats", "threshold", "alpha", "false_alarm", "power")
+        args.json.write_text(json.dumps([{k: getattr(c, k) for k in keys} for c in cells], indent=1) + "\n")
     return 0 if best is not None else 1

@@ -52,9 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", type=Path, help="trend page path (default <HISTORY>/<manifest name>.html)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the change points as JSON")
     parser.add_argument("--bisect", action="store_true", help="run harness bisect for recent change points")
-    parser.add_argument(
-        "--recent", type=int, default=6, help="with --bisect: change points whose later run is among the last N"
-    )
+    parser.add_argument("--recent", type=int, default=6, help="with --bisect: only changes among the last N runs")
 
 
 def _write_diff(history: Path, a: hist.Analysis, c: hist.Change, runs: list[hist.Run]) -> None:

@@ -20,24 +20,10 @@ HELP = "HTML report and CSV of a results file, optionally against a baseline"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", type=Path, help="results.jsonl or its sweep folder, a profile.json, a search.json")
+    parser.add_argument("--baseline", type=Path, metavar="PATH", help="a baseline .json, results .jsonl or sweep dir")
     parser.add_argument(
-        "results",
-        type=Path,
-        help="reports/<sweep-id>/results.jsonl or the sweep directory (or a `harness profile` profile.json, "
-        "or a `harness search` search.json)",
-    )
-    parser.add_argument(
-        "--baseline",
-        type=Path,
-        metavar="PATH",
-        help="compare with: a baseline .json, a results .jsonl or a sweep directory",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="output directory (default: the sweep's folder, "
-        "or <reports>/<file name>-report/ for a file that is not a sweep's results.jsonl)",
+        "--out", type=Path, metavar="DIR", help="default: the sweep's folder, else <reports>/<file name>-report/"
     )
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="reports directory")
     parser.add_argument(

@@ -22,12 +22,7 @@ HELP = "run one variant from its spec (what a cluster job runs); outputs for `ha
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, help="<sweep dir>/specs/<variant id>.json, written by sweep --launcher")
     parser.add_argument("--out", type=Path, required=True, help="folder for out-<process>.json")
-    parser.add_argument(
-        "--process",
-        type=int,
-        default=None,
-        help="this host's process id where JAX does not say it (test presets start no JAX)",
-    )
+    parser.add_argument("--process", type=int, help="this host's process id where JAX does not say (test presets)")
 
 
 def run(args: argparse.Namespace) -> int:

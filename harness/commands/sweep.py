@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME|ID",
-        help="run only these variants (repeatable; name or id prefix)",
+        help="run only these (repeatable; name or id prefix)",
     )
     parser.add_argument("--list", action="store_true", help="list the variants and their ids, run nothing")
     parser.add_argument("--no-report", action="store_true", help="do not write index.html / results.csv at the end")

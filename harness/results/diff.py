@@ -66,9 +66,6 @@ class CollectiveDelta:
     base_bytes: float
     head_bytes: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class StageDiff:
@@ -88,17 +85,12 @@ class StageDiff:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "stage": self.stage,
-            "base": self.base,
-            "head": self.head,
+            **asdict(self),
             "steps": list(self.steps),
             "step": self.step.to_dict() if self.step else None,
             "categories": [d.to_dict() for d in self.categories],
             "scopes": [d.to_dict() for d in self.scopes],
-            "collectives": [c.to_dict() for c in self.collectives],
-            "speedup": self.speedup,
-            "speedup_note": self.speedup_note,
-            "note": self.note,
+            "collectives": [asdict(c) for c in self.collectives],
         }
 
 

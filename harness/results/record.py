@@ -37,11 +37,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from harness.families import Family, Git, Machine, Measured, Predicted, Static, Trace, Versions, read
-from harness.plan.manifest import Manifest, Run, Target, Workload
+from harness.plan.manifest import Manifest, Run
 from harness.plan.reference import Reference
+from harness.plan.variants import Variant
 from harness.vocabulary import StageStatus, Status
 
 RECORD_VERSION = 2
@@ -350,29 +351,6 @@ class Outcome:
     duration_s: float
     started_at: str
     finished_at: str
-
-
-class Variant(Protocol):
-    """What a record says about the variant (:class:`harness.plan.variants.Variant` is one)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def id(self) -> str: ...
-    @property
-    def overrides(self) -> Mapping[str, Any]: ...
-    @property
-    def description(self) -> str: ...
-    @property
-    def reference(self) -> str | None: ...
-    @property
-    def preset(self) -> str: ...
-    @property
-    def config_overrides(self) -> Mapping[str, Any]: ...
-    @property
-    def target(self) -> Target: ...
-    @property
-    def workload(self) -> Workload: ...
 
 
 def build_record(

@@ -4,6 +4,7 @@ manifest of variants with per-rule overrides that ``harness sweep`` runs as is."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -57,22 +58,12 @@ def rows(result: SearchResult) -> list[dict[str, Any]]:
                 "mesh": dict(c.mesh),
                 "attention": c.attention,
                 "rules": {k: list(v) for k, v in c.rules},
-                "depth": s.depth,
+                **dataclasses.asdict(s),  # every field of the score
                 "confirmed": c in result.confirmed,
                 "full_depth": s.depth == result.full_layers,
-                "status": s.status,
-                "step_s": s.step_s,
-                "exposed_all_gather": s.exposed_all_gather,
-                "exposed_collective_s": s.exposed_collective_s,
-                "wasted": s.wasted,
-                "memory_bytes": s.memory_bytes,
-                "fits": s.fits,
-                "variant_id": s.variant_id,
-                "error": s.error,
                 "analytic_step_s": None if est is None else est.step_s,
                 "interval_s": None if s.interval_s is None else list(s.interval_s),
                 "points_s": dict(s.points_s),
-                "spec": s.spec,
             }
         )
     return mark_ties(out)
