@@ -54,7 +54,7 @@ def write_report(
         title=title,
     )
     index = write_atomic(out_dir / INDEX, page)  # a full disk leaves the old page, never half of one
-    csv = export.write_csv(out_dir / CSV, records, comparison.comparisons if comparison else ())
+    csv = write_atomic(out_dir / CSV, export.to_csv(records, comparison.comparisons if comparison else ()))
     return ReportFiles(index, csv, comparison)
 
 

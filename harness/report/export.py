@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from harness import catalogue
@@ -25,7 +24,6 @@ from harness.families import Predicted, Static
 from harness.results import stats
 from harness.results.compare import Comparison, flatten_stage
 from harness.results.record import Record
-from harness.results.storage import write_atomic
 
 COLUMNS = (
     "sweep_id",
@@ -107,10 +105,6 @@ def to_csv(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) ->
     for row in rows(records, comparisons):
         writer.writerow({k: cell(row.get(k)) for k in columns})
     return buf.getvalue()
-
-
-def write_csv(path: str | Path, records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> Path:
-    return write_atomic(path, to_csv(records, comparisons))
 
 
 STEP_KINDS = ("all-gather", "all-reduce", "all-to-all")

@@ -136,11 +136,7 @@ def predict(module: HloModule, spec: TimelineSpec, *, scope_of: Callable[[str], 
     the critical path and picks the transformer block loop for ``block_events``."""
     start = time.perf_counter()
     prediction = simulate(build_program(module), spec, scope_of)
-    return _with_time(prediction, time.perf_counter() - start)
-
-
-def _with_time(prediction: Prediction, seconds: float) -> Prediction:
-    return dataclasses.replace(prediction, simulate_s=seconds)
+    return dataclasses.replace(prediction, simulate_s=time.perf_counter() - start)
 
 
 def step_ns(program: Program, spec: TimelineSpec) -> float:

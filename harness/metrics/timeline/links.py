@@ -49,13 +49,9 @@ HOST_QUEUE = "host-"
 """Prefix of the host link's queues (one per direction): shared by ``host_link_sharing``."""
 
 
-def on_host_link(transfer: Transfer) -> bool:
-    """Whether ``transfer`` runs on the host link (a copy to or from host memory)."""
-    return _on_host(transfer.queues)
-
-
 @functools.cache
 def _on_host(queues: tuple[str, ...]) -> bool:  # a simulation asks it millions of times of a few routes
+    """Whether a transfer on ``queues`` runs on the host link (a copy to or from host memory)."""
     return bool(queues) and all(q.startswith(HOST_QUEUE) for q in queues)
 
 
@@ -63,7 +59,7 @@ def shares(flows: Sequence[Transfer], policy: str = "fair", host_policy: str | N
     """Each transfer's fraction of its full speed (``flows`` in the order they were issued).
     ``fair``: 1 / the number of transfers on its most crowded link set. ``fifo``: 1 for a transfer
     no earlier one shares a link set with, 0 for the others (they wait their turn). The host link's
-    transfers (:func:`on_host_link`) by ``host_policy`` (``None``: ``policy``)."""
+    transfers (:func:`_on_host`) by ``host_policy`` (``None``: ``policy``)."""
     if len(flows) == 1:  # alone on its links, under either policy (the common case: fast)
         return [1.0]
     if host_policy is not None and host_policy != policy:

@@ -173,11 +173,6 @@ def efficiency(mm: Matmul, spec: TimelineSpec) -> float:
     return min(max(eff, 1e-3), 1.0)
 
 
-def best_efficiency(spec: TimelineSpec) -> float:
-    """The matmul curve's best point: the fraction of peak the best measured GEMM reaches (1: no curve)."""
-    return rates.best_matmul_efficiency(curve(spec))
-
-
 def hbm_bytes_per_s(bytes_: float, spec: TimelineSpec, rate: str = "hbm_bytes_per_s") -> float:
     """The HBM bandwidth an op moving ``bytes_`` (read + written) reaches: ``rate`` times the copy
     curve's efficiency at that size (``hbm_eff_b<B>``; 1 without one)."""
@@ -190,7 +185,7 @@ def matmul_seconds(flops: float, mms: Sequence[Matmul], spec: TimelineSpec) -> f
     peak = spec.value("peak_flops_per_s")
     known = sum(mm.flops for mm in mms)
     seconds = sum(mm.flops / (peak * efficiency(mm, spec)) for mm in mms)
-    return seconds + max(flops - known, 0.0) / (peak * best_efficiency(spec))
+    return seconds + max(flops - known, 0.0) / (peak * rates.best_matmul_efficiency(curve(spec)))
 
 
 def scalar_seconds(spec: TimelineSpec) -> float | None:

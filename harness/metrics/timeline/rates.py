@@ -267,16 +267,11 @@ def _curve(
     return out
 
 
-def _fit_residual(rows: Sequence[Row], latency: float, bandwidth: float) -> float:
-    """The largest relative miss of the fitted line on the rows it was fitted to."""
-    return max(abs(latency + r.size / bandwidth - r.value) / r.value for r in rows)
-
-
 def tpu7x_collectives(carried: str = "") -> dict[str, Entry]:
     """``collective_latency_s`` and ``link_efficiency`` from the tpu7x all-gather table (see the module
     docstring); their uncertainty is the fit's largest relative miss on its rows."""
     latency, bandwidth = fit_latency_bandwidth(TPU7X_ALL_GATHER)
-    miss = _fit_residual(TPU7X_ALL_GATHER, latency, bandwidth)
+    miss = max(abs(latency + r.size / bandwidth - r.value) / r.value for r in TPU7X_ALL_GATHER)  # the fit's largest
     fit = (
         f"{TPU7X_ALL_GATHER_TABLE}: least squares of time = latency + wire / bandwidth over its five rows "
         f"(latency {latency * 1e6:.1f} us, {bandwidth / 1e9:.1f} GB/s of ring wire bytes per device, largest "

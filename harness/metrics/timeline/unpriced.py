@@ -17,7 +17,7 @@ Pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from harness.metrics.hlo.text import shape_bytes
 from harness.metrics.timeline.program import HOST_MEMORY, OFFLOAD, Op, Program
@@ -31,11 +31,6 @@ _KNOWN_CUSTOM_CALLS = ("splash_mha",)
 def _names(ops: Sequence[Op]) -> str:
     shown = ", ".join(o.name for o in ops[:_SHOWN])
     return shown + (f" and {len(ops) - _SHOWN} more" if len(ops) > _SHOWN else "")
-
-
-def _running(program: Program) -> Iterable[Op]:
-    for ops in program.ops.values():
-        yield from ops
 
 
 def _devices(spec: TimelineSpec) -> int | None:
@@ -55,7 +50,7 @@ def _touches_host(op: Op) -> bool:
 
 def pricing_notes(program: Program, spec: TimelineSpec) -> list[str]:
     """The notes for what ``program`` holds that ``spec`` cannot price (see the module docstring)."""
-    ops = list(_running(program))
+    ops = [op for comp in program.ops.values() for op in comp]
     notes = []
     host = [o for o in ops if o.cls == OFFLOAD and o.host]
     if host:
