@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import catalogue
-from harness.catalogue import Metric
 from harness.families import Family, Measured, Predicted, Static, Trace, at
 from harness.plan.manifest import Gate
 from harness.results import stats
@@ -30,11 +29,6 @@ from harness.results.record import DOES_NOT_FIT, Record, StageEntry
 from harness.vocabulary import Change, label
 
 MISSING, NEW = Change.MISSING, Change.NEW
-
-
-def spec_for(metric: str) -> Metric:
-    """The catalogue's entry for a metric (:func:`harness.catalogue.get`)."""
-    return catalogue.get(metric)
 
 
 @dataclass(frozen=True)
@@ -212,7 +206,7 @@ def tolerance_for(gate: Gate, stage: str, metric: str) -> float:
     for key in tolerance_keys(stage, metric):
         if key in gate.tolerances:
             return gate.tolerances[key]
-    return spec_for(metric).tolerance
+    return catalogue.get(metric).tolerance
 
 
 @dataclass(frozen=True)
@@ -226,7 +220,7 @@ class Comparison:
     unit: str
     baseline: float | None
     now: float | None
-    verdict: str  # one of stats.VERDICTS, or "missing" / "new"
+    verdict: str  # a stats verdict (improved, regressed, unchanged, noise), or "missing" / "new"
     gated: bool
     detail: str = ""
     result: stats.Verdict | None = field(default=None, compare=False)
@@ -258,7 +252,7 @@ def compare_metric(
     timings: bool = True,
     seed: int = 0,
 ) -> Comparison:
-    spec = spec_for(metric)
+    spec = catalogue.get(metric)
     # seconds (timings, compile times) say something only against the same kind of machine
     gated = spec.gated and (spec.kind != "timing" or timings)
     common: dict[str, Any] = dict(
@@ -419,7 +413,7 @@ def _same_program(c: Comparison, base_step: MetricValue | None, head_step: Metri
     which is a model change to re-baseline, not a regression of the program."""
     if base_step is None or head_step is None or not base_step.program or base_step.program != head_step.program:
         return c
-    if c.verdict not in (stats.REGRESSED, stats.IMPROVED) or not c.gated or spec_for(c.metric).family != "static":
+    if c.verdict not in (stats.REGRESSED, stats.IMPROVED) or not c.gated or catalogue.get(c.metric).family != "static":
         return c
     why = f"the same program ({head_step.program}) measured differently: the harness's reading of programs changed"
     return dataclasses.replace(c, gated=False, model_changed=why, detail=f"{c.detail}; not gated: {why}")

@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import catalogue
 from harness.families import Measured
 from harness.plan.manifest import Gate
 from harness.results import stats
-from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records, spec_for
+from harness.results.compare import MISSING, Comparison, ComparisonSet, compare_records
 from harness.results.record import DOES_NOT_FIT, Record
 
 CLEAN, REGRESSION, ERROR, MODEL_CHANGED = 0, 1, 2, 3
@@ -217,7 +218,7 @@ def evaluate(
             continue
         if c.verdict == MISSING and (c.variant, c.stage) in unfit:
             continue
-        if c.verdict == MISSING and not spec_for(c.metric).optional:
+        if c.verdict == MISSING and not catalogue.get(c.metric).optional:
             out.problems.append(f"{c.variant} {c.stage} {c.metric}: in the baseline, missing from this run")
         elif c.kind == "timing" and c.result is not None and not c.result.can_fire:
             out.problems.append(

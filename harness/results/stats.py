@@ -24,7 +24,6 @@ from harness.agreement import finite_array, median
 from harness.vocabulary import Change
 
 IMPROVED, REGRESSED, UNCHANGED, NOISE = Change.IMPROVED, Change.REGRESSED, Change.UNCHANGED, Change.NOISE
-VERDICTS: tuple[str, ...] = (IMPROVED, REGRESSED, UNCHANGED, NOISE)
 
 Samples = Sequence[float] | np.ndarray
 

@@ -24,15 +24,9 @@ from harness.metrics.timeline import rates
 from harness.metrics.timeline.prediction import Prediction, device_dict
 from harness.metrics.timeline.program import Program, build_program
 from harness.metrics.timeline.simulate import Event, Loop, Simulator
-from harness.metrics.timeline.specs import (
-    CORE_LINKS,
-    LINK_SHARING,
-    SCALAR_OPS,
-    Constant,
-    TimelineSpec,
-    cpu_spec,
-    spec_for,
-)
+from harness.metrics.timeline.specs import CORE_LINKS, LINK_SHARING, SCALAR_OPS, Constant, TimelineSpec
+from harness.metrics.timeline.specs import cpu_spec as cpu_spec
+from harness.metrics.timeline.specs import spec_for as spec_for
 from harness.metrics.timeline.unpriced import pricing_notes
 from harness.vocabulary import BLOCK_SCOPE
 
@@ -313,23 +307,3 @@ def _curve_uncertainty(spec: TimelineSpec) -> dict[str, tuple[float, bool]]:
             cs = [spec.constants[n] for n in names]
             out[family] = (max(c.rel_uncertainty for c in cs), any(c.source.startswith("assumed") for c in cs))
     return out
-
-
-__all__ = [
-    "Constant",
-    "Prediction",
-    "TimelineSpec",
-    "bound_specs",
-    "share_bound_specs",
-    "build_program",
-    "copies_host",
-    "cpu_spec",
-    "op_totals",
-    "predict",
-    "runs_scalar",
-    "sensitivity",
-    "simulate",
-    "spec_for",
-    "step_ns",
-    "uncertainty",
-]

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from harness import catalogue
 from harness.plan.manifest import Gate
 from harness.results import compare, stats
 from tests.harness.fixtures import synthetic
@@ -59,7 +60,7 @@ def test_failed_variant_has_no_metrics(recorded):
     ],
 )
 def test_catalog(metric, kind, unit, tolerance):
-    spec = compare.spec_for(metric)
+    spec = catalogue.get(metric)
     assert (spec.rule, spec.unit, spec.tolerance) == (kind, unit, tolerance)
 
 
