@@ -23,6 +23,7 @@ Exit status: 0 culprit found, 1 could not decide or no change between GOOD and B
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -174,26 +175,10 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(_show(result, metric, repo)))
     if args.json is not None:
         o = result.outcome
-        args.json.write_text(
-            json.dumps(
-                {
-                    "status": o.status,
-                    "reason": o.reason,
-                    "metric": metric.__dict__,
-                    "culprit": o.culprit,
-                    "parent": o.parent,
-                    "before": o.before.value if o.before else None,
-                    "after": o.after.value if o.after else None,
-                    "runs": o.runs,
-                    "budget": o.budget,
-                    "range": o.range,
-                    "statistic": o.statistic,
-                    "diffs": [d.to_dict() for d in result.diffs],
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+        out = {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}  # before and after: their values
+        out |= {"before": o.before.value if o.before else None, "after": o.after.value if o.after else None}
+        out |= {"metric": vars(metric), "diffs": [d.to_dict() for d in result.diffs]}
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0 if result.outcome.status == FOUND else 1
 
 

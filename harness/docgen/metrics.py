@@ -3,12 +3,8 @@ family, unit, kind, how the gate compares it and its definition, all from its on
 
 from __future__ import annotations
 
-from harness.catalogue import METRICS, NAMES, Metric
+from harness.catalogue import METRICS, Metric
 from harness.docgen.md import code, page, table
-
-
-def definition(metric: str) -> str | None:
-    return NAMES[metric].definition if metric in NAMES else None
 
 
 def _rule(spec: Metric) -> str:
