@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.agreement import median
 from harness.calibration import check as calibration
 from harness.families import GanttEvent, Predicted, Roofline, Sensitivity, SensitivityConstant
 from harness.fmt import fmt_pct, fmt_time
@@ -70,8 +71,7 @@ def sensitivity_line(sens: Sensitivity | None) -> str:
 
 
 def _measured(entry: StageEntry) -> float | None:
-    xs = sorted(entry.measured.samples if entry.measured else ())
-    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2 if xs else None
+    return median(entry.measured.samples) if entry.measured and entry.measured.samples else None
 
 
 def predicted_rows(records: Sequence[Record]) -> list[PredictedRow]:

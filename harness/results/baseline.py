@@ -33,6 +33,7 @@ from typing import Any
 from harness.plan.manifest import Manifest, Target
 from harness.results import store as rec
 from harness.results.record import Record, RecordError, parse
+from harness.results.storage import write_atomic
 
 BASELINE_VERSION = 1
 BASELINES_DIR = Path("reports/baselines")
@@ -125,16 +126,11 @@ def build(records: Sequence[Record], *, name: str | None = None, source: str = "
 
 def write(path: str | Path, baseline: Mapping[str, Any]) -> Path:
     """Write a baseline atomically: the wrapped JSON object, or bare records for a ``.jsonl`` path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".jsonl":
+    if Path(path).suffix == ".jsonl":
         text = "".join(json.dumps(r, sort_keys=True, allow_nan=True) + "\n" for r in baseline["records"])
     else:
         text = json.dumps(baseline, indent=1, sort_keys=True, allow_nan=True) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
+    return write_atomic(path, text)
 
 
 def load(path: str | Path) -> Baseline:
