@@ -12,7 +12,6 @@ of :func:`scope_time_table` with its own by-scope numbers.
 from __future__ import annotations
 
 import html
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from harness.report import interactive as ui
 from harness.report import predicted
 from harness.report.charts import bar_chart
 from harness.report.static_text import COVERAGE_KEYS, attributed, static_attributed
-from harness.report.tables import XPROF_PORT
+from harness.report.tables import XPROF_PORT, href
 from harness.results.diff import Delta, StageDiff
 from harness.results.record import Record, StageEntry
 from harness.vocabulary import UNATTRIBUTED, label
@@ -48,11 +47,10 @@ def trace_block(r: Record, stage: str, entry: StageEntry, out_dir: str | Path) -
     path = r.artifacts.traces.get(stage) or trace.log_dir
     if not path:
         return '<p class="note">No trace of this stage.</p>'
-    rel = Path(os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))).as_posix()
-    chrome = trace.chrome_trace
+    rel, chrome = href(path, out_dir), trace.chrome_trace
     perfetto = ""
     if chrome:
-        crel = Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix()
+        crel = href(chrome, out_dir)
         perfetto = (
             f' Perfetto: <a class="perfetto" href="{e(crel)}">{e(Path(chrome).name)}</a> '
             '<span class=note>(open ui.perfetto.dev, "Open trace file", pick this file)</span>'

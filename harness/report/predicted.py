@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from harness.calibration import check as calibration
 from harness.families import GanttEvent, Predicted, Roofline, Sensitivity, SensitivityConstant
 from harness.fmt import fmt_pct, fmt_time
 from harness.report import interactive as ui
+from harness.report import tables
 from harness.results.record import Record, StageEntry
 from harness.results.uncertain import Uncertain, ranking_text
 
@@ -111,19 +111,13 @@ def _bracket(roof: tuple[float | None, float | None]) -> str:
     return fmt_time(lo) if hi is None or hi == lo else f"{fmt_time(lo)}..{fmt_time(hi)}"
 
 
-def chrome_href(path: str | None, out_dir: str | Path) -> str | None:
-    if not path:
-        return None
-    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))).as_posix()
-
-
 def predicted_section(records: Sequence[Record], out_dir: str | Path) -> str:
     rows = predicted_rows(records)
     if not rows:
         return ""
     body = []
     for r in rows:
-        href = chrome_href(r.chrome_trace, out_dir)
+        href = tables.href(r.chrome_trace, out_dir) if r.chrome_trace else None
         link = f'<a class="predicted-trace" href="{e(href)}">Chrome JSON</a>' if href else "-"
         body.append(
             f'<tr data-variant="{e(r.variant)}">'

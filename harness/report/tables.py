@@ -185,18 +185,17 @@ def trace_links(records: Sequence[Record], out_dir: str | Path) -> list[TraceLin
     links = []
     for r in records:
         for stage, path in r.artifacts.traces.items():
-            href = os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))
             entry = r.stages.get(stage)
             chrome = entry.trace.chrome_trace if entry is not None and entry.trace else None
-            perfetto = (
-                Path(os.path.relpath(os.path.abspath(chrome), os.path.abspath(out_dir))).as_posix() if chrome else None
-            )
-            links.append(
-                TraceLink(
-                    r.variant.name, stage, Path(href).as_posix(), f"xprof --logdir {path} --port {XPROF_PORT}", perfetto
-                )
-            )
+            command = f"xprof --logdir {path} --port {XPROF_PORT}"
+            perfetto = href(chrome, out_dir) if chrome else None
+            links.append(TraceLink(r.variant.name, stage, href(path, out_dir), command, perfetto))
     return links
+
+
+def href(path: str, out_dir: str | Path) -> str:
+    """``path`` as a link from the report's folder."""
+    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir))).as_posix()
 
 
 def header(records: Sequence[Record]) -> dict[str, Any]:
