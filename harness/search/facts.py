@@ -93,28 +93,15 @@ def model_facts(cfg: PipelineConfig, wl: ModelWorkload, base: str) -> ModelFacts
     )
     act = int(np.dtype(t.dtype).itemsize)
     B, L, A = wl.batch, plan.video_tokens, plan.audio_frames
+    tokens = ("activation_batch", "activation_length", "activation_embed")  # a stream's tokens
+    heads = ("activation_batch", "activation_heads", None, None)  # attention's per-head arrays
+    text = ("activation_batch", "activation_text_length", None)
     acts = [
-        ArraySig("activation", ("activation_batch", "activation_length", "activation_embed"), (B, L, t.inner_dim), act),
-        ArraySig(
-            "activation", ("activation_batch", "activation_length", "activation_embed"), (B, A, t.audio_inner_dim), act
-        ),
-        ArraySig(
-            "activation",
-            ("activation_batch", "activation_heads", None, None),
-            (B, t.num_attention_heads, L, t.head_dim),
-            act,
-            kernel="splash",
-        ),
-        ArraySig(
-            "activation",
-            ("activation_batch", "activation_heads", None, None),
-            (B, t.audio_num_attention_heads, A, t.audio_head_dim),
-            act,
-            kernel="splash",
-        ),
-        ArraySig(
-            "input", ("activation_batch", "activation_text_length", None), (B, wl.text_tokens, t.caption_channels), act
-        ),
+        ArraySig("activation", tokens, (B, L, t.inner_dim), act),
+        ArraySig("activation", tokens, (B, A, t.audio_inner_dim), act),
+        ArraySig("activation", heads, (B, t.num_attention_heads, L, t.head_dim), act, kernel="splash"),
+        ArraySig("activation", heads, (B, t.audio_num_attention_heads, A, t.audio_head_dim), act, kernel="splash"),
+        ArraySig("input", text, (B, wl.text_tokens, t.caption_channels), act),
     ]
     return ModelFacts(
         base=base,
