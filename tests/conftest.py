@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "").replace("--xla_force_host_platform_device_count=8", "")
-    + " --xla_force_host_platform_device_count=8"
-).strip()
+# FAST_COMPILE's options for every program (test_strategies, test_passes pass them per program): the
+# same HLO with less LLVM work; eager ops compile one program each, and building the 4-layer
+# LTX-2.3 transformer op by op took 36.9 s -> 8.4 s (benchmarks/results/test-durations-2026-11-29.md).
+FLAGS = (
+    "--xla_force_host_platform_device_count=8",
+    "--xla_backend_optimization_level=0",
+    "--xla_cpu_use_fusion_emitters=false",
+)
+os.environ["XLA_FLAGS"] = " ".join(
+    [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in {g.split("=")[0] for g in FLAGS}]
+    + list(FLAGS)
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402

@@ -20,8 +20,13 @@ import os
 # simulates 8 CPU devices for the sharding tests; under that flag XLA:CPU ran the `small` step
 # 1.5x slower (58 vs 38 ms, same program, one device used), so it is undone here, before any JAX
 # backend exists, and `_one_device` below refuses to time if it was too late.
+# tests/conftest.py's fast-compile flags go too: the benchmark times optimised code.
 os.environ["XLA_FLAGS"] = " ".join(
-    f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")
+    f
+    for f in os.environ.get("XLA_FLAGS", "").split()
+    if not f.startswith(
+        ("--xla_force_host_platform_device_count", "--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
+    )
 )
 
 import statistics
