@@ -144,16 +144,8 @@ class Target(_Section):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
-        return cls(
-            d["platform"],
-            d["mode"],
-            tuple(d["mesh"].items()),
-            d.get("topology"),
-            d.get("devices"),
-            int(d.get("processes", 1)),
-            tuple(sorted((d.get("compiler_options") or {}).items())),
-            d.get("spec"),
-        )
+        mesh, options = tuple(d["mesh"].items()), tuple(sorted((d.get("compiler_options") or {}).items()))
+        return cls(**{**d, "mesh": mesh, "processes": int(d.get("processes", 1)), "compiler_options": options})
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness import agreement as scores
@@ -61,13 +61,8 @@ class Agreement:
     worst: tuple[tuple[str, float, float, float], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "spearman": self.spearman,
-            "median_ratio": self.median_ratio,
-            "unit": self.unit,
-            "worst": [{"op": o, "predicted_ns": p, "compiler_cycles": c, "vs_median": r} for o, p, c, r in self.worst],
-        }
+        worst = [{"op": o, "predicted_ns": p, "compiler_cycles": c, "vs_median": r} for o, p, c, r in self.worst]
+        return {**asdict(self), "worst": worst}
 
 
 def agreement(

@@ -93,14 +93,8 @@ class Topology:
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "shape": list(self.shape),
-            "wraparound": list(self.wraparound),
-            "devices_per_chip": self.devices_per_chip,
-            "device_coords": [list(c) for c in self.device_coords],
-            "source": self.source,
-        }
+        lists = {"shape": list(self.shape), "wraparound": list(self.wraparound)}
+        return {**_fields(self), **lists, "device_coords": [list(c) for c in self.device_coords]}
 
 
 LINK_SHARING = ("fair", "fifo")
@@ -206,17 +200,13 @@ class TimelineSpec:
         return dataclasses.replace(self, name=f"{self.name} (datasheet rates)", constants=kept)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "platform": self.platform,
-            "constants": {k: c.to_dict() for k, c in self.constants.items()},
-            "topology": self.topology.to_dict(),
-            "notes": list(self.notes),
-            "link_sharing": self.link_sharing,
-            "host_link_sharing": self.host_link_sharing,
-            "core_links": self.core_links,
-            "scalar_ops": self.scalar_ops,
-        }
+        constants = {k: c.to_dict() for k, c in self.constants.items()}
+        return {**_fields(self), "constants": constants, "topology": self.topology.to_dict(), "notes": list(self.notes)}
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, as they are (its ``to_dict`` converts the ones JSON needs)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
 # --------------------------------------------------------------------------- the tables
