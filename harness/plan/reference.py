@@ -19,7 +19,7 @@ A rung names a variant the manifest declares (checked by the manifest); its valu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.plan.toml import Invalid, check_keys, get, type_name
@@ -61,13 +61,7 @@ class Reference:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON: the table as a report reads it."""
-        return {
-            "source": self.source,
-            "hardware": self.hardware,
-            "description": self.description,
-            "diffusion_stage": self.diffusion_stage,
-            "rungs": [{"variant": r.variant, "values": dict(r.values), "note": r.note} for r in self.rungs],
-        }
+        return {**asdict(self), "rungs": [{**asdict(r), "values": dict(r.values)} for r in self.rungs]}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Reference:

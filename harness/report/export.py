@@ -77,17 +77,8 @@ def rows(records: Sequence[Record], comparisons: Sequence[Comparison] = ()) -> l
                 out.append({**base, "stage": stage, "stage_status": entry.verdict, "metric": "", "value": None})
             for metric, mv in metrics.items():
                 spec = catalogue.get(metric)
-                row = {
-                    **base,
-                    "stage": stage,
-                    "stage_status": entry.verdict,
-                    "metric": metric,
-                    "family": spec.family,
-                    "kind": spec.kind,
-                    "rule": spec.rule,
-                    "unit": spec.unit,
-                    "value": mv.value,
-                }
+                row = {**base, "stage": stage, "stage_status": entry.verdict, "metric": metric, "value": mv.value}
+                row |= {k: getattr(spec, k) for k in ("family", "kind", "rule", "unit")}
                 if mv.samples:
                     s = stats.spread(mv.samples)
                     row.update(n=s.n, median=s.median, q1=s.q1, q3=s.q3, min=s.min, max=s.max)
