@@ -18,18 +18,10 @@ def _num(value: float) -> str:
 
 
 def target_rows() -> list[list[str]]:
-    out = []
-    for spec in targets.SPECS.values():
-        out.append(
-            [
-                code(spec.name),
-                spec.device_kind,
-                str(spec.devices_per_chip),
-                *(_num(getattr(spec, f)) for f in _FIELDS),
-                spec.source,
-            ]
-        )
-    return out
+    return [
+        [code(s.name), s.device_kind, str(s.devices_per_chip), *(_num(getattr(s, f)) for f in _FIELDS), s.source]
+        for s in targets.SPECS.values()
+    ]
 
 
 def constant_rows(name: str) -> list[list[str]]:

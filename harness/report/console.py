@@ -81,9 +81,6 @@ DROP_ORDER = ("rcmp", "scoped", "wasted", "colls", "AG/wst%", "coll bytes", "com
 
 
 def _summary_cells(records: Sequence[Record]) -> list[list[str]]:
-    coverage = {
-        (r.variant.name, s): e.trace.scope_coverage if e.trace else None for r in records for s, e in r.stages.items()
-    }
     pred = {(r.variant.name, s): e.predicted or Predicted() for r in records for s, e in r.stages.items()}
     rows = []
     for r in tables.stage_rows(records):
@@ -104,7 +101,7 @@ def _summary_cells(records: Sequence[Record]) -> list[list[str]]:
                 fmt_bytes(r.collective_bytes),
                 fmt_bytes(r.memory_bytes),
                 _cell(r.wasted_fraction, ".0%"),
-                _cell(coverage.get((r.variant, r.stage)), ".0%"),
+                _cell(r.scope_coverage, ".0%"),
             ]
         )
     return rows

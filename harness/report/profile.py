@@ -88,20 +88,8 @@ def ops_section(result: Mapping[str, Any]) -> str:
         pred = o["predicted_ms"]
         shown = '<span class="no">0 (no wait predicted)</span>' if o["share"] > 0.001 and not pred else _ms(pred)
         op = e(o["op"]) + (" (host offload)" if o["host_offload"] else "")
-        rows.append(
-            row(
-                [
-                    e(o["module"]),
-                    op,
-                    _ms(o["measured_ms"]),
-                    fmt_pct(o["share"]),
-                    shown,
-                    _ms(o["other_policy_ms"]),
-                    fmt_ratio(o["ratio"]),
-                ],
-                2,
-            )
-        )
+        cells = [e(o["module"]), op, _ms(o["measured_ms"]), fmt_pct(o["share"])]
+        rows.append(row([*cells, shown, _ms(o["other_policy_ms"]), fmt_ratio(o["ratio"])], 2))
     return f"<h2>Ops</h2><table>{head}{''.join(rows)}</table>"
 
 
