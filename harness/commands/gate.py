@@ -176,21 +176,10 @@ def gate(args: argparse.Namespace) -> tuple[GateResult, Path | None]:
         write_report(
             records, out, baseline=base_records, baseline_label=label, gate=manifest.gate, timings=result.timings_gated
         )
-        (out / "gate.json").write_text(
-            json.dumps(
-                {
-                    "exit_code": result.exit_code,
-                    "baseline": label,
-                    "problems": result.problems,
-                    "failures": [{k: getattr(c, k) for k in FAILURE_KEYS} for c in result.failures],
-                    "model_changes": result.model_changes,
-                    "notes": result.notes,
-                },
-                indent=1,
-                default=str,
-            )
-            + "\n"
-        )
+        failures = [{k: getattr(c, k) for k in FAILURE_KEYS} for c in result.failures]
+        summary = {"exit_code": result.exit_code, "baseline": label, "problems": result.problems, "failures": failures}
+        summary |= {"model_changes": result.model_changes, "notes": result.notes}
+        (out / "gate.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     return result, out
 
 

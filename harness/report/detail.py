@@ -165,6 +165,9 @@ def _delta_row(d: Delta, name: str) -> str:
     )
 
 
+DELTAS = ("part", "reference / step", "this / step", "delta", "95% CI of delta", "share of step delta", "significant")
+
+
 def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
     """A stage's diff against its reference: step, categories, top scopes, collective deltas."""
     head = f"<h5>Against {e(d.base)}: speedup {e(d.speedup_note)}; traced steps {d.steps[0]} / {d.steps[1]}</h5>"
@@ -184,19 +187,7 @@ def diff_block(d: StageDiff, table_id: str, top: int = 15) -> str:
         )
         body = (
             chart
-            + ui.table(
-                [
-                    "part",
-                    "reference / step",
-                    "this / step",
-                    "delta",
-                    "95% CI of delta",
-                    "share of step delta",
-                    "significant",
-                ],
-                rows,
-                table_id,
-            )
+            + ui.table(DELTAS, rows, table_id)
             + f'<p class="note">Means over traced steps; intervals: bootstrap-t, simultaneous (Bonferroni) '
             f"over the table's parts; {max(0, len(d.scopes) - top)} smaller scope deltas not shown.</p>"
         )
@@ -244,14 +235,9 @@ def variant_details(records: Sequence[Record], diffs: Mapping[tuple[str, str], S
             if entry.status != "ok":
                 parts.append(f"<pre>{e(str(entry.error or entry.status))}</pre>")
                 continue
-            parts.append(
-                scope_time_table(
-                    (entry.trace.by_scope if entry.trace else None) or {},
-                    _attribution(entry),
-                    f"scopes-{slug}",
-                    f"{r.variant.name} / {stage}",
-                )
-            )
+            by_scope = (entry.trace.by_scope if entry.trace else None) or {}
+            what = f"{r.variant.name} / {stage}"
+            parts.append(scope_time_table(by_scope, _attribution(entry), f"scopes-{slug}", what))
             parts.append(top_ops_table(entry, f"ops-{slug}"))
             parts.append(collective_sites_table(entry, f"sites-{slug}"))
             if (d := diffs.get((r.variant.name, stage))) is not None:
