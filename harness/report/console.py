@@ -177,17 +177,10 @@ def format_diff(d: StageDiff, top: int = 15) -> str:
     changed = [c for c in d.collectives if c.base_count != c.head_count or c.base_bytes != c.head_bytes]
     if changed:
         rows = [["collectives by scope (per call)", "kind", "count", "delta", "MiB", "delta MiB"]]
-        rows += [
-            [
-                _clip(label(c.scope), 48),
-                c.kind,
-                f"{c.head_count:g}",
-                f"{c.head_count - c.base_count:+g}",
-                f"{c.head_bytes / MIB:.2f}",
-                f"{(c.head_bytes - c.base_bytes) / MIB:+.2f}",
-            ]
-            for c in changed
-        ]
+        for c in changed:
+            counts = [f"{c.head_count:g}", f"{c.head_count - c.base_count:+g}"]
+            mib = [f"{c.head_bytes / MIB:.2f}", f"{(c.head_bytes - c.base_bytes) / MIB:+.2f}"]
+            rows.append([_clip(label(c.scope), 48), c.kind, *counts, *mib])
         out += ["  " + line for line in grid(rows, right_from=2)]
     elif d.collectives:
         out.append("  collectives by scope: unchanged")

@@ -126,15 +126,8 @@ def _sites(sites: list[CollectiveSite], top: int) -> list[str]:
     rows = [["top collective sites (per call)", "kind", "mesh axes", "count", "bytes"]]
     causes = []
     for s in ranked:
-        rows.append(
-            [
-                label(str(s.scope or "")),
-                str(s.kind),
-                ", ".join(s.axes or ()) or "-",
-                fmt_num(s.count),
-                fmt_bytes(s.bytes),
-            ]
-        )
+        axes = ", ".join(s.axes or ()) or "-"
+        rows.append([label(str(s.scope or "")), str(s.kind), axes, fmt_num(s.count), fmt_bytes(s.bytes)])
         causes.append(str(s.cause or "cause unknown"))
     lines = grid(rows, right_from=3)
     out = lines[:2]
