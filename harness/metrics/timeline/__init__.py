@@ -212,10 +212,7 @@ def uncertainty(module: HloModule | Program, spec: TimelineSpec) -> dict[str, An
         "points_s": seconds,
         "uncertainty": {k: c.rel_uncertainty for k, c in spec.constants.items() if c.scalable},
         "curves": {k: v[0] for k, v in _curve_uncertainty(spec).items()},
-        "link_sharing": spec.link_sharing,
-        "host_link_sharing": spec.host_link_sharing,
-        "core_links": spec.core_links,
-        "scalar_ops": spec.scalar_ops,
+        **{k: getattr(spec, k) for k in ("link_sharing", "host_link_sharing", "core_links", "scalar_ops")},
         "assumed": assumed,
     }
 

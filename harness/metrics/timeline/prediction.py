@@ -12,10 +12,10 @@ pair's span, so it changes no total. Pure Python.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from harness.metrics.measured.accounting import device_metrics
+from harness.metrics.measured.accounting import DeviceMetrics, device_metrics
 from harness.metrics.measured.events import COMPUTE, OpEvent
 from harness.metrics.timeline.simulate import Event
 from harness.metrics.timeline.specs import TimelineSpec
@@ -33,23 +33,8 @@ def op_events(events: Sequence[Event], device: int = 0) -> list[OpEvent]:
 def device_dict(events: Sequence[Event], exposed_by_kind: dict[str, float]) -> dict[str, Any]:
     """``DeviceMetrics`` of one device (``asdict``) plus ``exposed_ns_by_kind``."""
     metrics = device_metrics(op_events(events))
-    base = (
-        asdict(metrics[0])
-        if metrics
-        else {
-            "device": 0,
-            "window_ns": 0.0,
-            "busy_ns": 0.0,
-            "compute_ns": 0.0,
-            "collective_ns": 0.0,
-            "collective_ns_by_kind": {},
-            "exposed_collective_ns": 0.0,
-            "idle_ns": 0.0,
-            "wasted_ns": 0.0,
-            "wasted_fraction": 0.0,
-            "rendezvous_wait_ns": 0.0,
-        }
-    )
+    empty = {f.name: 0.0 for f in fields(DeviceMetrics)} | {"device": 0, "collective_ns_by_kind": {}}  # no events
+    base = asdict(metrics[0]) if metrics else empty
     return {**base, "exposed_ns_by_kind": {k: exposed_by_kind[k] for k in KINDS if exposed_by_kind.get(k)}}
 
 
