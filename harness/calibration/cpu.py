@@ -208,18 +208,9 @@ def measure(repeats: int = REPEATS, devices: int = 1) -> CpuCalibration:
         f"per device: {what}; all_gather chains of {COLLECTIVE_SMALL} B and one of {COLLECTIVE_BYTES >> 20} MiB "
         f"per device. One device alone: {flops / 1e9:.1f} GFLOP/s, {copy / 1e9:.1f} GB/s, {overhead * 1e6:.1f} us/op"
     )
+    # shared: the three constants and the collectives' latency and bandwidth, by field name
     return CpuCalibration(
-        shared["matmul_flops_per_s"],
-        shared["copy_bytes_per_s"],
-        shared["op_overhead_s"],
-        source,
-        stamp,
-        devices,
-        cores,
-        curve,
-        shared["collective_latency_s"],
-        shared["collective_bytes_per_s"],
-        single,
+        **shared, source=source, measured_at=stamp, devices=devices, cores=cores, curve=curve, single=single
     )
 
 

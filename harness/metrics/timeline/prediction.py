@@ -96,15 +96,8 @@ class Prediction:
 def chrome_trace(events: Sequence[Event], device: int = 0, label: str = "") -> dict[str, Any]:
     """Chrome trace-event JSON of timeline events (see :meth:`Prediction.chrome_trace`)."""
     used = [lane for lane in LANES if any(e.lane == lane for e in events)]
-    meta: list[dict[str, Any]] = [
-        {
-            "ph": "M",
-            "name": "process_name",
-            "pid": device,
-            "tid": 0,
-            "args": {"name": f"predicted device {device} ({label})"},
-        }
-    ]
+    process = {"name": f"predicted device {device} ({label})"}
+    meta: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": device, "tid": 0, "args": process}]
     meta += [
         {"ph": "M", "name": "thread_name", "pid": device, "tid": LANES.index(lane), "args": {"name": lane}}
         for lane in used
