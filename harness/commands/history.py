@@ -123,16 +123,11 @@ def run(args: argparse.Namespace) -> int:
     page = args.html or args.history / f"{manifest.name}.html"
     base = os.path.relpath(args.history, page.parent)
     page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(
-        render_trend(
-            manifest.name,
-            (str(args.manifest), str(args.history)),
-            runs,
-            analyses,
-            kept,
-            lambda rel: quote("/".join(part for part in (base, rel) if part != ".")),
-        )
-    )
+
+    def link(rel: str) -> str:  # a file under the history folder, from the page
+        return quote("/".join(part for part in (base, rel) if part != "."))
+
+    page.write_text(render_trend(manifest.name, (str(args.manifest), str(args.history)), runs, analyses, kept, link))
     print(f"trend page: {page}")
     if args.json is not None:
         args.json.write_text(hist.dumps(hist.summary(analyses, runs)))

@@ -118,22 +118,13 @@ def console_table(table: Sequence[Mapping[str, Any]], references: Sequence[Mappi
         mem = "-" if r["memory_bytes"] is None else f"{r['memory_bytes'] / GiB:.1f}"
         rank = str(r.get("rank", "ref")) + ("~" if r.get("tie_with_previous") else "")
         interval = r.get("interval_s")
-        lines.append(
-            (
-                rank,
-                _ms(r["step_s"]),
-                f"{_ms(interval[0])}..{_ms(interval[1])}" if interval else "-",
-                f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}",
-                fmt_pct(r["exposed_all_gather"]),
-                _ms(r["exposed_collective_s"]),
-                fmt_pct(r["wasted"]),
-                mem,
-                {True: "yes", False: "no", None: "?"}[r["fits"]],
-                "x".join(f"{a}{s}" for a, s in r["mesh"].items()),
-                r["attention"],
-                r.get("label") or rules_text(r["rules"]),
-            )
-        )
+        span = f"{_ms(interval[0])}..{_ms(interval[1])}" if interval else "-"
+        depth = f"{r['depth']}{'' if r.get('full_depth', True) else ' proxy'}"
+        shares = [fmt_pct(r["exposed_all_gather"]), _ms(r["exposed_collective_s"]), fmt_pct(r["wasted"])]
+        fits = {True: "yes", False: "no", None: "?"}[r["fits"]]
+        mesh = "x".join(f"{a}{s}" for a, s in r["mesh"].items())
+        layout = (mesh, r["attention"], r.get("label") or rules_text(r["rules"]))
+        lines.append((rank, _ms(r["step_s"]), span, depth, *shares, mem, fits, *layout))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     text = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1] for line in lines]
     return (
