@@ -86,24 +86,12 @@ def _summary_cells(records: Sequence[Record]) -> list[list[str]]:
     for r in tables.stage_rows(records):
         p = pred.get((r.variant, r.stage)) or Predicted()
         speedup = "-" if r.speedup_note is None else r.speedup_note.split(" ")[0]  # "n/a (different workload)": n/a
-        rows.append(
-            [
-                r.variant,
-                r.stage,
-                r.status,
-                fmt_time(r.time.median if r.time else None),
-                speedup,
-                fmt_time(p.step_s),
-                _shares(p),
-                fmt_time(r.compile_s),
-                _cell(r.recompiles, ".0f"),
-                _cell(r.collective_count, ".0f"),
-                fmt_bytes(r.collective_bytes),
-                fmt_bytes(r.memory_bytes),
-                _cell(r.wasted_fraction, ".0%"),
-                _cell(r.scope_coverage, ".0%"),
-            ]
-        )
+        measured = [fmt_time(r.time.median if r.time else None), speedup]
+        predicted = [fmt_time(p.step_s), _shares(p)]
+        compiled = [fmt_time(r.compile_s), _cell(r.recompiles, ".0f"), _cell(r.collective_count, ".0f")]
+        compiled += [fmt_bytes(r.collective_bytes), fmt_bytes(r.memory_bytes)]
+        traced = [_cell(r.wasted_fraction, ".0%"), _cell(r.scope_coverage, ".0%")]
+        rows.append([r.variant, r.stage, r.status, *measured, *predicted, *compiled, *traced])
     return rows
 
 
