@@ -66,8 +66,8 @@ VARIANTS: dict[str, tuple[Callable[[], dict[str, Any]], bool]] = {
     ),
 }
 FAST = ("partials", "tp-partials")  # the rest (bit-identical to the default here, or splash) in the sweep
-# Knobs measured worse than diffusers' bfloat16 (benchmarks/results/bf16-accuracy-2026-11-29.md:
-# tp-partials' video relative L2 1.06x on 12 of 12 seeds), held to a derived bound instead of 1.
+# Knobs measured worse than diffusers' bfloat16 (benchmarks/results/bf16-knobs-32-2026-11-29.md:
+# tp-partials' video relative L2 1.039x on 23 of 32 seeds), held to a derived bound instead of 1.
 # bfloat16 partial sums all-reduced over tensor = 2 round each shard's product and their sum: three
 # roundings where diffusers rounds once, in the output projections only. Independent roundings add
 # in variance, so even if every rounding of the model were tripled its deviation would grow by
