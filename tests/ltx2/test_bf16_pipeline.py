@@ -86,11 +86,12 @@ def _reference(seed: int) -> tuple[Any, dict, dict, dict]:
     its float32 and bfloat16 outputs; cached: every knob reuses them."""
     import torch
 
+    from ltx2.latents import Plan
     from ltx2.pipeline_config import PipelineConfig
 
     cfg = PipelineConfig.tiny()
     pipe = tp.diffusers_pipeline(cfg, seed)
-    x = _inputs(cfg, tp.converted(cfg, pipe).plan(), seed)
+    x = _inputs(cfg, Plan.build(cfg), seed)  # LTX2Pipeline.plan()'s, without converting the weights
     ref = _theirs(pipe, cfg, x, bf16=False)
     for name in MODULES:
         getattr(pipe, name).to(torch.bfloat16)
