@@ -240,7 +240,9 @@ def device_ordinal(plane: XPlane) -> int | None:
 def op_metadata(planes: tuple[XPlane, ...]) -> dict[tuple[str, str], OpMeta]:
     """``(module, op)`` -> :class:`OpMeta` over the device planes' ops (the first plane that has one
     wins: every device runs the same program). The module is the one whose ``<module>(<program
-    id>)`` event metadata carries the op's ``program_id``."""
+    id>)`` event metadata carries the op's ``program_id``. The op's own metadata (named by the op, or
+    by its HLO text ``%op = ...`` as libtpu writes it) wins over a span named after it: a predicted
+    XSpace's ``<op> (transfer)``, which carries no costs and may come first."""
     out: dict[tuple[str, str], OpMeta] = {}
     for plane in planes:
         if device_ordinal(plane) is None:
@@ -255,18 +257,24 @@ def op_metadata(planes: tuple[XPlane, ...]) -> dict[tuple[str, str], OpMeta]:
             if program not in programs or not m.display_name:
                 continue
             key = (programs[program], m.name.split(" ", 1)[0].lstrip("%"))
-            out.setdefault(
-                key,
-                OpMeta(
-                    *key,
-                    m.name,
-                    str(m.stats.get("hlo_category", "")),
-                    float(m.stats.get("flops", 0) or 0),
-                    float(m.stats.get("bytes_accessed", 0) or 0),
-                    _hbm_bytes(m.stats.get("memory_access_breakdown")),
-                ),
+            if key in out and not (_names_other(out[key].text) and not _names_other(m.name)):
+                continue
+            out[key] = OpMeta(
+                *key,
+                m.name,
+                str(m.stats.get("hlo_category", "")),
+                float(m.stats.get("flops", 0) or 0),
+                float(m.stats.get("bytes_accessed", 0) or 0),
+                _hbm_bytes(m.stats.get("memory_access_breakdown")),
             )
     return out
+
+
+def _names_other(name: str) -> bool:
+    """Whether an event metadata ``name`` only starts with an op's name (``<op> (transfer)``) rather
+    than being the op's own: its name alone, or its HLO text ``%<op> = ...``."""
+    rest = name.partition(" ")[2]
+    return bool(rest) and not rest.startswith("=")
 
 
 def global_chips(planes: tuple[XPlane, ...]) -> dict[int, int]:

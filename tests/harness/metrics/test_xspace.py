@@ -157,3 +157,20 @@ def test_a_device_steps_line_gives_the_steps_without_host_annotations(tmp_path) 
     table = read_trace(path)
     assert [e.op for e in table.events] == ["fusion.1", "fusion.2"]
     assert table.steps == ((0.0, 45.0), (45.0, 100.0))
+
+
+def test_an_ops_own_metadata_wins_over_its_transfer_span(tmp_path) -> None:
+    """A predicted sync collective writes its transfer as ``<op> (transfer)`` (no costs), which sorts
+    before the op when it ends first; reading the costs back must keep the op's own HBM bytes (the
+    transfer's zero had won: a sync all-gather read back as wholly wasted)."""
+    from harness.metrics.measured.xplane_read import op_metadata, read_xspace
+    from harness.metrics.xprof.xplane_write import XOp, write_xspace
+
+    ops = [
+        XOp("all-gather.1 (transfer)", "all-gather", 0.0, 30.0, stream=False),
+        XOp("all-gather.1", "all-gather", 0.0, 40.0, bytes=4096.0),
+    ]
+    path = write_xspace(tmp_path / "t.xplane.pb", ops, peak_flops_per_s=1e12, hbm_bytes_per_s=1e12)
+    meta = op_metadata(read_xspace(path))
+    assert meta[("predicted", "all-gather.1")].hbm_bytes == 4096.0
+    assert meta[("predicted", "all-gather.1")].text == "all-gather.1"
