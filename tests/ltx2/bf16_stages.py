@@ -203,3 +203,14 @@ def measure_stages(seeds: Sequence[int]) -> list[Comparison]:
             ours[k].append(deviation(mine[k], ref[k]))
             theirs[k].append(deviation(their[k], ref[k]))
     return [compare(f"stage {k}", ours[k], theirs[k]) for k in OUTPUTS]
+
+
+if __name__ == "__main__":  # python -m tests.ltx2.bf16_stages FIRST END: every stage, then end to end
+    import sys
+
+    from tests.accuracy import METRICS
+
+    seeds = range(int(sys.argv[1]), int(sys.argv[2]))
+    for c in [*measure_stages(seeds), *tbp.measure_pipeline("default", seeds)]:
+        for m in METRICS:
+            print(c.line(m))
