@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import pytest
+
 # FAST_COMPILE's options for every program (test_strategies, test_passes pass them per program): the
 # same computation with less LLVM work; eager ops compile one program each, and building the 4-layer
 # LTX-2.3 transformer op by op took 36.9 s -> 8.4 s (benchmarks/results/test-durations-2026-11-29.md).
@@ -27,3 +29,10 @@ import jax  # noqa: E402
 # Parity tests compare fp32 against torch; XLA:CPU's default matmul precision is already fp32,
 # "highest" makes the same tests meaningful on GPU/TPU too.
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture
+def optimised_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Subprocesses started by the test compile as a user's do, without FAST's options: for a test
+    that times the programs it compiles (this process keeps its own, set when JAX loaded)."""
+    monkeypatch.setenv("XLA_FLAGS", " ".join(f for f in os.environ["XLA_FLAGS"].split() if f not in FAST))

@@ -112,6 +112,7 @@ def test_a_missed_target_says_so() -> None:
 
 
 @pytest.mark.slow  # five variants compiled, predicted and timed on one CPU device: ~4 min on 2 cores
+@pytest.mark.usefixtures("optimised_workers")  # it times the programs against their prediction
 def test_the_simulator_ranks_and_sizes_cpu_programs(tmp_path: Path) -> None:
     """benchmarks/timeline_calibration.py end to end: experiments/calibration-cpu.toml run, every single-device
     program predicted from constants measured in the same sweep, scored against its measured time."""
