@@ -195,11 +195,10 @@ def run_torch(args: argparse.Namespace, compiled: bool) -> dict[str, Any]:
     import torch
     from diffusers import LTX2VideoTransformer3DModel
 
-    from ltx2.config import TransformerConfig
+    from ltx2.config import KNOBS, TransformerConfig
 
     cfg = getattr(TransformerConfig, args.preset)()
-    knobs = {"scan_layers", "sharding", "attention_impl", "dtype", "param_dtype"}
-    kwargs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in knobs}
+    kwargs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in set(KNOBS)}
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = getattr(torch, args.dtype)
     torch.set_default_dtype(dtype)  # parameters are created in bf16 on the device: no fp32 copy
