@@ -112,7 +112,7 @@ def _theirs_stages(seed: int) -> dict[str, np.ndarray]:
         got: dict[str, Any] = {}
         with _capturing(pipe, got, connectors_out=f32["connectors_out"]):
             pipe_x = dict(x)
-            _latent_run(pipe, cfg, pipe_x)
+            tbp._call(pipe, cfg, pipe_x, bf16=True, output_type="latent")  # to the final latents
         pipe.transformer.float()
         out["denoise video"], out["denoise audio"] = _np(got["video_latents"]), _np(got["audio_packed"])
 
@@ -129,28 +129,6 @@ def _theirs_stages(seed: int) -> dict[str, np.ndarray]:
         out["audio decode"] = _np(pipe.vocoder(mel))
         pipe.audio_vae.float(), pipe.vocoder.float()
     return out
-
-
-def _latent_run(pipe: Any, cfg: Any, x: dict[str, np.ndarray]) -> None:
-    """diffusers' pipeline to its final latents (``output_type="latent"``), prompts in bfloat16."""
-    import torch
-
-    from ltx2.convert.pipeline import diffusers_call_kwargs
-
-    def t(a: np.ndarray) -> Any:
-        return torch.from_numpy(a).to(torch.bfloat16) if a.dtype == np.float32 else torch.from_numpy(a)
-
-    pipe(
-        prompt_embeds=t(x["pos"]),
-        prompt_attention_mask=t(x["pos_mask"]),
-        negative_prompt_embeds=t(x["neg"]),
-        negative_prompt_attention_mask=t(x["neg_mask"]),
-        **diffusers_call_kwargs(cfg),
-        latents=torch.from_numpy(x["video"]),
-        audio_latents=torch.from_numpy(x["audio"]),
-        output_type="latent",
-        return_dict=False,
-    )
 
 
 def _ours_stages(seed: int) -> dict[str, np.ndarray]:

@@ -56,9 +56,9 @@ def _inputs(cfg: Any, plan: Any, seed: int) -> dict[str, np.ndarray]:
     )
 
 
-def _theirs(pipe: Any, cfg: Any, x: dict[str, np.ndarray], bf16: bool) -> dict[str, np.ndarray]:
-    """diffusers' outputs; in bfloat16 the prompt embeddings go in as bfloat16 (the initial latents
-    stay float32: the pipeline makes them so)."""
+def _call(pipe: Any, cfg: Any, x: dict[str, np.ndarray], bf16: bool, output_type: str) -> Any:
+    """diffusers' pipeline on ``x``; in bfloat16 the prompt embeddings go in as bfloat16 (the initial
+    latents stay float32: the pipeline makes them so)."""
     import torch
 
     from ltx2.convert.pipeline import diffusers_call_kwargs
@@ -66,7 +66,7 @@ def _theirs(pipe: Any, cfg: Any, x: dict[str, np.ndarray], bf16: bool) -> dict[s
     def t(a: np.ndarray) -> Any:
         return torch.from_numpy(a).to(torch.bfloat16) if bf16 and a.dtype == np.float32 else torch.from_numpy(a)
 
-    video, audio = pipe(
+    return pipe(
         prompt_embeds=t(x["pos"]),
         prompt_attention_mask=t(x["pos_mask"]),
         negative_prompt_embeds=t(x["neg"]),
@@ -74,9 +74,14 @@ def _theirs(pipe: Any, cfg: Any, x: dict[str, np.ndarray], bf16: bool) -> dict[s
         **diffusers_call_kwargs(cfg),
         latents=torch.from_numpy(x["video"]),
         audio_latents=torch.from_numpy(x["audio"]),
-        output_type="np",
+        output_type=output_type,
         return_dict=False,
     )
+
+
+def _theirs(pipe: Any, cfg: Any, x: dict[str, np.ndarray], bf16: bool) -> dict[str, np.ndarray]:
+    """diffusers' outputs (video frames and waveform)."""
+    video, audio = _call(pipe, cfg, x, bf16, "np")
     return {"video": np.asarray(video, np.float32), "audio": audio.float().numpy()}
 
 
