@@ -51,11 +51,7 @@ def program_costs(
 _OFFLOADED = {"call-start": "async-start", "call-done": "async-done"}  # opcode -> libtpu's category
 
 
-def _category(event: Any, opcodes: Mapping[str, str]) -> str:
-    return _xprof_category(event.name, event.category, opcodes)
-
-
-def _xprof_category(name: str, category: str, opcodes: Mapping[str, str]) -> str:
+def _category(name: str, category: str, opcodes: Mapping[str, str]) -> str:
     """The xprof category of op ``name`` whose timeline category is ``category``."""
     opcode = opcodes.get(name, "")
     if opcode in _OFFLOADED:
@@ -72,7 +68,7 @@ def xprof_entry(
     hbm_bytes_per_s: float,
 ) -> XprofProfile:
     """The predicted step's op-profile numbers (XProf's definitions) from its timeline events."""
-    rows = ((e.name, _category(e, opcodes), e.end_ns - e.start_ns) for e in events)
+    rows = ((e.name, _category(e.name, e.category, opcodes), e.end_ns - e.start_ns) for e in events)
     return op_profile(op_costs(rows, costs), peak_flops_per_s=peak_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
 
 
@@ -89,7 +85,7 @@ def xprof_totals(
     ops = []
     for name, (category, ns, count) in totals.items():
         flops, hbm = costs.get(name, (0.0, 0.0))
-        xcat = _xprof_category(name, category, opcodes)
+        xcat = _category(name, category, opcodes)
         ops.append(OpCost(name, xcat, ns, flops * count, hbm * count, count))
     return op_profile(ops, peak_flops_per_s=peak_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
 
@@ -100,7 +96,9 @@ def xops(events: Sequence[Any], costs: Mapping[str, tuple[float, float]], opcode
     for e in events:
         transfer = e.name.endswith(TRANSFER_SUFFIX)
         flops, hbm = (0.0, 0.0) if transfer else costs.get(e.name, (0.0, 0.0))
-        out.append(XOp(e.name, _category(e, opcodes), e.start_ns, e.end_ns, flops, hbm, stream=not transfer))
+        out.append(
+            XOp(e.name, _category(e.name, e.category, opcodes), e.start_ns, e.end_ns, flops, hbm, stream=not transfer)
+        )
     return out
 
 
