@@ -8,8 +8,8 @@ import os
 import pytest
 
 # FAST_COMPILE's options for every program (test_strategies, test_passes pass them per program): the
-# same computation with less LLVM work; eager ops compile one program each, and building the 4-layer
-# LTX-2.3 transformer op by op took 36.9 s -> 8.4 s (benchmarks/results/test-durations-2026-11-29.md).
+# same computation with less LLVM work, where eager ops compile one program each
+# (benchmarks/results/test-durations-2026-11-29.md, fast-compile-flags-2026-11-29.md).
 # Not where libtpu is installed (`nox -s aot`): XLA_FLAGS reach a TPU compile through jaxlib's debug
 # options, and there the compiled program is what the tests measure.
 FAST = (

@@ -116,8 +116,7 @@ def test_a_missed_target_says_so() -> None:
 def test_the_simulator_ranks_and_sizes_cpu_programs(tmp_path: Path) -> None:
     """benchmarks/timeline_calibration.py end to end: experiments/calibration-cpu.toml run, every single-device
     program predicted from constants measured in the same sweep, scored against its measured time. It misses
-    the median bar on the 2-core Intel VM (0.61-0.78 in 3 of 4 runs), an open finding with per-op evidence in
-    benchmarks/results/cpu-calibration-intel-2026-11-29.md."""
+    the median bar on the 2-core Intel VM, an open finding: benchmarks/results/cpu-calibration-intel-2026-11-29.md."""
     from benchmarks import timeline_calibration as bench
 
     out = tmp_path / "calibration.md"
